@@ -1,0 +1,82 @@
+"""NKI data types as NumPy dtypes (narrow floats from ml_dtypes) and NKI's promotion rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+float32 = np.dtype(np.float32)
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+# tfloat32 is a Tensor-engine input format with float32 storage; we keep float32 values.
+tfloat32 = float32
+int8 = np.dtype(np.int8)
+int16 = np.dtype(np.int16)
+int32 = np.dtype(np.int32)
+uint8 = np.dtype(np.uint8)
+uint16 = np.dtype(np.uint16)
+uint32 = np.dtype(np.uint32)
+bool_ = np.dtype(np.bool_)
+
+_FLOAT_RANK = {float8_e4m3: 1, float8_e4m3fn: 1, float8_e5m2: 1, bfloat16: 2, float16: 2, float32: 3}
+
+
+_NAMES: dict[np.dtype, str] = {}
+
+
+def name_of(dtype: np.dtype) -> str:
+    """dtype.name, cached: NumPy computes it afresh on every access, which shows up in tracing."""
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = dtype.name
+    return name
+
+
+def as_dtype(value: Any) -> np.dtype:
+    """Accept what kernels pass as a dtype: nl.float32, np.float32, 'float32', a tensor's .dtype."""
+    if isinstance(value, np.dtype):
+        return value
+    if isinstance(value, str) and value in ("bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn"):
+        return globals()[value]
+    return np.dtype(value)
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype in _FLOAT_RANK or np.issubdtype(dtype, np.floating)
+
+
+def promote(a: np.dtype, b: np.dtype) -> np.dtype:
+    """NKI's binary-op output type when no dtype= is given (shared/nki-facts.md B.2)."""
+    if a == b:
+        return a
+    a_float, b_float = is_float(a), is_float(b)
+    if a_float and not b_float:
+        return a
+    if b_float and not a_float:
+        return b
+    if a_float and b_float:
+        rank_a, rank_b = _FLOAT_RANK.get(a, 3), _FLOAT_RANK.get(b, 3)
+        if rank_a != rank_b:
+            return a if rank_a > rank_b else b
+        if {a, b} == {float16, bfloat16}:
+            return float32
+        return bfloat16  # two different 8-bit floats
+    if {a, b} == {int32, uint32}:
+        return float32
+    return np.promote_types(a, b)
+
+
+def scalar_dtype(value: Any) -> np.dtype:
+    """Type of a Python or NumPy scalar operand: ints are int32, floats float32, bools uint8."""
+    if isinstance(value, np.generic):
+        return value.dtype
+    if isinstance(value, bool):
+        return uint8
+    if isinstance(value, int):
+        return int32
+    return float32

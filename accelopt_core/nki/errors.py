@@ -1,0 +1,51 @@
+"""Errors a kernel can raise in the simulator, each pointing at the kernel's own source line."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def kernel_location(skip_internal: bool = True) -> tuple[str, int]:
+    """The innermost stack frame outside the simulator: the kernel line being executed."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (skip_internal and filename.startswith(_PACKAGE_DIR)):
+            return filename, frame.f_lineno
+        frame = frame.f_back
+    return "<unknown>", 0
+
+
+class NkiError(Exception):
+    """Base of every error the simulator raises for a kernel; carries the kernel's file and line."""
+
+    kind = "error"
+
+    def __init__(self, message: str, filename: str | None = None, line: int | None = None):
+        if filename is None or line is None:
+            filename, line = kernel_location()
+        self.message = message
+        self.filename = filename
+        self.line = line
+        super().__init__(f"{os.path.basename(filename)}:{line}: {self.kind}: {message}")
+
+
+class HardwareRuleError(NkiError):
+    """The kernel breaks a rule the Neuron compiler enforces (tile sizes, buffers, capacity)."""
+
+    kind = "hardware rule"
+
+
+class UnsupportedApiError(NkiError):
+    """The kernel calls part of the NKI interface that this simulator does not implement."""
+
+    kind = "unsupported NKI API"
+
+
+class KernelUsageError(NkiError):
+    """The kernel uses an API wrongly (bad argument type, shape mismatch, bad index)."""
+
+    kind = "invalid use"

@@ -1,0 +1,83 @@
+"""The import hook: while a kernel is loaded and run, `neuronxcc.nki...` and `nki...` resolve to
+the simulator. Nothing is installed into site-packages, and a real Neuron SDK already imported is
+put back untouched when the hook is removed."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .errors import UnsupportedApiError
+
+_ALIASES = {
+    "neuronxcc.nki": "accelopt_core.nki.legacy_api",
+    "neuronxcc.nki.language": "accelopt_core.nki.language",
+    "neuronxcc.nki.isa": "accelopt_core.nki.isa",
+    "neuronxcc.nki.typing": "accelopt_core.nki.typing",
+    "nki": "accelopt_core.nki.modern",
+    "nki.language": "accelopt_core.nki.modern.language",
+    "nki.isa": "accelopt_core.nki.modern.isa",
+    "nki.typing": "accelopt_core.nki.typing",
+}
+_ROOTS = ("neuronxcc", "nki")
+
+
+def _neuronxcc_package() -> types.ModuleType:
+    package = types.ModuleType("neuronxcc", "Stand-in for the Neuron compiler package (AccelOpt simulator).")
+    package.__path__ = []  # a package, so that submodule imports are attempted
+    package.nki = importlib.import_module(_ALIASES["neuronxcc.nki"])  # type: ignore[attr-defined]
+    return package
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, module: types.ModuleType):
+        self.module = module
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return self.module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+class NkiFinder(importlib.abc.MetaPathFinder):
+    """Maps the NKI module names onto ours; unknown NKI submodules fail with a clear error."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        root = fullname.split(".", 1)[0]
+        if root not in _ROOTS:
+            return None
+        if fullname == "neuronxcc":
+            module = _neuronxcc_package()
+        elif fullname in _ALIASES:
+            module = importlib.import_module(_ALIASES[fullname])
+        else:
+            raise UnsupportedApiError(f"module {fullname} is not provided by the AccelOpt NKI simulator")
+        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(module), is_package=True)
+
+
+def _owned(name: str) -> bool:
+    return name.split(".", 1)[0] in _ROOTS
+
+
+@contextmanager
+def nki_imports() -> Iterator[None]:
+    """Within this block, kernel imports of NKI resolve to the simulator."""
+    saved = {name: mod for name, mod in sys.modules.items() if _owned(name)}
+    for name in saved:
+        del sys.modules[name]
+    finder = NkiFinder()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if _owned(n)]:
+            del sys.modules[name]
+        sys.modules.update(saved)

@@ -1,0 +1,404 @@
+"""Index expressions (`nl.arange`, `nl.mgrid`, affine arithmetic on them), masks, and subscripts.
+
+An `IndexExpr` stays in affine form (offset + sum of coefficient x grid position) as long as the
+kernel only adds, subtracts and scales it, so that its bounds are known without building an array;
+this keeps trace-only mode fast. Anything else (`//`, `%`, products of two expressions) falls back
+to a materialised NumPy array.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .errors import HardwareRuleError, KernelUsageError
+
+Term = tuple[int, int]  # (axis of the broadcast grid, coefficient)
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        raise KernelUsageError(f"index shapes {a} and {b} do not broadcast") from None
+
+
+class IndexExpr:
+    """An integer index array over a grid of `shape`, usually affine in the grid position."""
+
+    __slots__ = ("shape", "offset", "terms", "_values")
+
+    def __init__(self, shape: tuple[int, ...], offset: int = 0, terms: tuple[Term, ...] = (),
+                 values: np.ndarray | None = None):
+        self.shape = shape
+        self.offset = offset
+        self.terms = terms
+        self._values = values
+
+    @property
+    def affine(self) -> bool:
+        return self._values is None
+
+    @property
+    def values(self) -> np.ndarray:
+        if self._values is None:
+            out = np.full(self.shape, self.offset, dtype=np.int64)
+            for axis, coef in self.terms:
+                grid_shape = [1] * len(self.shape)
+                grid_shape[axis] = self.shape[axis]
+                out = out + coef * np.arange(self.shape[axis], dtype=np.int64).reshape(grid_shape)
+            return out
+        return self._values
+
+    def bounds(self) -> tuple[int, int]:
+        """Smallest and largest value, inclusive."""
+        if self._values is None:
+            lo = hi = self.offset
+            for axis, coef in self.terms:
+                span = coef * (self.shape[axis] - 1)
+                lo += min(0, span)
+                hi += max(0, span)
+            return lo, hi
+        return int(self._values.min()), int(self._values.max())
+
+    def stride_along_last_axis(self) -> int | None:
+        """Coefficient of the innermost grid axis when that is the only varying term, else None."""
+        if self._values is not None or len(self.terms) != 1:
+            return None
+        axis, coef = self.terms[0]
+        return coef if axis == len(self.shape) - 1 else None
+
+    # --- reshaping with [:, None] and friends -------------------------------------------------
+    def __getitem__(self, key: Any) -> IndexExpr:
+        key = key if isinstance(key, tuple) else (key,)
+        new_shape: list[int] = []
+        axis_map: dict[int, int] = {}
+        src = 0
+        for item in key:
+            if item is None:
+                new_shape.append(1)
+            elif isinstance(item, slice) and item == slice(None):
+                axis_map[src] = len(new_shape)
+                new_shape.append(self.shape[src])
+                src += 1
+            else:
+                raise KernelUsageError("index expressions only support [:, None]-style reshaping")
+        while src < len(self.shape):
+            axis_map[src] = len(new_shape)
+            new_shape.append(self.shape[src])
+            src += 1
+        if self._values is not None:
+            return IndexExpr(tuple(new_shape), values=self._values.reshape(new_shape))
+        terms = tuple((axis_map[axis], coef) for axis, coef in self.terms)
+        return IndexExpr(tuple(new_shape), self.offset, terms)
+
+    # --- arithmetic --------------------------------------------------------------------------
+    def _aligned_terms(self, ndim: int) -> tuple[Term, ...]:
+        shift = ndim - len(self.shape)
+        return tuple((axis + shift, coef) for axis, coef in self.terms)
+
+    def __add__(self, other: Any) -> IndexExpr:
+        if isinstance(other, IndexExpr):
+            shape = _broadcast(self.shape, other.shape)
+            if self.affine and other.affine:
+                merged: dict[int, int] = {}
+                for axis, coef in self._aligned_terms(len(shape)) + other._aligned_terms(len(shape)):
+                    merged[axis] = merged.get(axis, 0) + coef
+                terms = tuple((a, c) for a, c in sorted(merged.items()) if c and shape[a] > 1)
+                return IndexExpr(shape, self.offset + other.offset, terms)
+            return IndexExpr(shape, values=self.values + other.values)
+        other = _as_int(other)
+        if self.affine:
+            return IndexExpr(self.shape, self.offset + other, self.terms)
+        return IndexExpr(self.shape, values=self._values + other)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> IndexExpr:
+        return self * -1
+
+    def __sub__(self, other: Any) -> IndexExpr:
+        return self + (-other)
+
+    def __rsub__(self, other: Any) -> IndexExpr:
+        return (-self) + other
+
+    def __mul__(self, other: Any) -> IndexExpr:
+        if isinstance(other, IndexExpr):
+            shape = _broadcast(self.shape, other.shape)
+            return IndexExpr(shape, values=self.values * other.values)
+        other = _as_int(other)
+        if self.affine:
+            return IndexExpr(self.shape, self.offset * other, tuple((a, c * other) for a, c in self.terms))
+        return IndexExpr(self.shape, values=self._values * other)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other: Any) -> IndexExpr:
+        return IndexExpr(self.shape, values=self.values // _values_of(other))
+
+    def __mod__(self, other: Any) -> IndexExpr:
+        return IndexExpr(self.shape, values=self.values % _values_of(other))
+
+    # --- comparisons build masks ---------------------------------------------------------------
+    def __lt__(self, other: Any) -> Mask:
+        return Mask(self.values < _values_of(other))
+
+    def __le__(self, other: Any) -> Mask:
+        return Mask(self.values <= _values_of(other))
+
+    def __gt__(self, other: Any) -> Mask:
+        return Mask(self.values > _values_of(other))
+
+    def __ge__(self, other: Any) -> Mask:
+        return Mask(self.values >= _values_of(other))
+
+    def __eq__(self, other: Any) -> Mask:  # type: ignore[override]
+        return Mask(self.values == _values_of(other))
+
+    def __ne__(self, other: Any) -> Mask:  # type: ignore[override]
+        return Mask(self.values != _values_of(other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"IndexExpr(shape={self.shape}, bounds={self.bounds()})"
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    raise KernelUsageError(f"index arithmetic needs integers, got {type(value).__name__}")
+
+
+def _values_of(value: Any) -> Any:
+    return value.values if isinstance(value, IndexExpr) else value
+
+
+class Mask:
+    """A compile-time predicate over a tile's elements (`mask=` argument), combined with & and |."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: np.ndarray):
+        self.values = np.asarray(values, dtype=bool)
+
+    def __and__(self, other: Mask) -> Mask:
+        return Mask(self.values & other.values)
+
+    def __or__(self, other: Mask) -> Mask:
+        return Mask(self.values | other.values)
+
+    def __invert__(self) -> Mask:
+        return Mask(~self.values)
+
+    def __bool__(self) -> bool:
+        raise KernelUsageError("a mask is a per-element predicate; it cannot be used as a Python bool")
+
+
+def arange(*args: int) -> IndexExpr:
+    """`nl.arange(n)` / `nl.arange(start, stop[, step])` as a 1-D index expression."""
+    start, stop, step = slice(*args).indices(10**18) if len(args) > 1 else (0, args[0], 1)
+    count = max(0, (stop - start + step - 1) // step)
+    return IndexExpr((count,), start, ((0, step),) if count > 1 else ())
+
+
+class MGrid:
+    """`nl.mgrid[0:128, 0:512]`: one index expression per dimension, also as `.p` and `.x`."""
+
+    def __getitem__(self, key: Any) -> GridIndices:
+        key = key if isinstance(key, tuple) else (key,)
+        ndim = len(key)
+        shape = tuple(len(range(*s.indices(10**18))) for s in key)
+        exprs = []
+        for axis, s in enumerate(key):
+            start, _, step = s.indices(10**18)
+            grid_shape = tuple(shape[axis] if a == axis else 1 for a in range(ndim))
+            exprs.append(IndexExpr(grid_shape, start, ((axis, step),) if shape[axis] > 1 else ()))
+        return GridIndices(exprs)
+
+
+class GridIndices:
+    """The result of `nl.mgrid[...]`: unpackable, with `.p` for the partition and `.x` for the free axis."""
+
+    def __init__(self, exprs: list[IndexExpr]):
+        self.exprs = exprs
+
+    def __iter__(self) -> Iterator[IndexExpr]:
+        return iter(self.exprs)
+
+    def __getitem__(self, i: int) -> IndexExpr:
+        return self.exprs[i]
+
+    @property
+    def p(self) -> IndexExpr:
+        return self.exprs[0]
+
+    @property
+    def x(self) -> IndexExpr:
+        return self.exprs[1]
+
+    @property
+    def y(self) -> IndexExpr:
+        return self.exprs[2]
+
+    @property
+    def z(self) -> IndexExpr:
+        return self.exprs[3]
+
+
+mgrid = MGrid()
+
+
+def ds(start: int, size: int) -> slice:
+    """`nl.ds(start, size)`: a dynamic slice of `size` elements."""
+    return slice(start, start + size)
+
+
+# --------------------------------------------------------------------------------------------
+# Subscripts on tensors
+# --------------------------------------------------------------------------------------------
+IndexItem = int | slice | IndexExpr
+
+
+class Subscript:
+    """A normalised subscript of a tensor: one item per tensor dimension.
+
+    Items are ints (the dimension is dropped), normalised slices (start, stop, positive step) or
+    index expressions. Slices and index expressions do not mix in one subscript (NKI forbids it).
+    """
+
+    __slots__ = ("items", "shape", "region", "advanced")
+
+    def __init__(self, items: tuple[IndexItem, ...], shape: tuple[int, ...],
+                 region: tuple[tuple[int, int], ...], advanced: bool):
+        self.items = items
+        self.shape = shape
+        self.region = region
+        self.advanced = advanced
+
+    def numpy_key(self) -> tuple[Any, ...]:
+        if not self.advanced:
+            return self.items  # type: ignore[return-value]
+        return tuple(i.values if isinstance(i, IndexExpr) else i for i in self.items)
+
+    def contiguous_elements(self, dims: tuple[int, ...]) -> int:
+        """Longest run of consecutive elements in row-major memory that this subscript touches."""
+        run = 1
+        for dim in range(len(dims) - 1, -1, -1):
+            item = self.items[dim]
+            if isinstance(item, int):
+                extent, unit = 1, True
+            elif isinstance(item, slice):
+                extent = len(range(item.start, item.stop, item.step))
+                unit = item.step == 1
+            else:
+                stride = item.stride_along_last_axis()
+                lo, hi = item.bounds()
+                extent, unit = hi - lo + 1, stride == 1
+            if not unit:
+                return run
+            run *= extent
+            if extent != dims[dim]:
+                return run
+        return run
+
+
+@functools.lru_cache(maxsize=4096)
+def full_subscript(shape: tuple[int, ...]) -> Subscript:
+    """The subscript of a whole tensor (shared: subscripts are never mutated)."""
+    items = tuple(slice(0, n, 1) for n in shape)
+    return Subscript(items, shape, tuple((0, n) for n in shape), False)
+
+
+def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
+    """Turn a kernel's subscript into a `Subscript` over a tensor of shape `dims`, checking bounds."""
+    key = key if isinstance(key, tuple) else (key,)
+    if any(k is Ellipsis for k in key):
+        at = key.index(Ellipsis)
+        fill = (slice(None),) * (len(dims) - len(key) + 1)
+        key = key[:at] + fill + key[at + 1:]
+    if len(key) > len(dims):
+        raise KernelUsageError(f"too many indices for {name} of shape {dims}")
+    key = key + (slice(None),) * (len(dims) - len(key))
+    advanced = any(isinstance(k, (IndexExpr, np.ndarray)) for k in key)
+    items: list[IndexItem] = []
+    region: list[tuple[int, int]] = []
+    shape: list[int] = []
+    adv_shape: tuple[int, ...] = ()
+    for dim, (k, size) in enumerate(zip(key, dims, strict=True)):
+        if isinstance(k, (int, np.integer)):
+            k = int(k)
+            if k < 0:
+                k += size
+            if not 0 <= k < size:
+                raise HardwareRuleError(f"index {k} is out of bounds for dimension {dim} of {name} "
+                                        f"(size {size})")
+            items.append(k)
+            region.append((k, k + 1))
+        elif isinstance(k, slice):
+            if advanced:
+                raise KernelUsageError(f"{name}: a subscript cannot mix slices with nl.arange/mgrid "
+                                       f"indices (dimension {dim}); index every dimension with an "
+                                       "index expression or an integer")
+            start, stop, step = k.indices(size) if k.step is None or k.step > 0 else (None, None, None)
+            if step is None:
+                raise KernelUsageError(f"{name}: negative slice steps are not supported")
+            raw_stop = k.stop if k.stop is not None else size
+            if (k.start or 0) < 0 or raw_stop > size or (k.start or 0) > size:
+                raise HardwareRuleError(f"slice {k.start}:{k.stop} is out of bounds for dimension {dim} "
+                                        f"of {name} (size {size})")
+            count = len(range(start, stop, step))
+            items.append(slice(start, stop, step))
+            shape.append(count)
+            region.append((start, start + (count - 1) * step + 1) if count else (start, start))
+        elif isinstance(k, (IndexExpr, np.ndarray)):
+            expr = k if isinstance(k, IndexExpr) else IndexExpr(k.shape, values=k.astype(np.int64))
+            lo, hi = expr.bounds()
+            if lo < 0 or hi >= size:
+                raise HardwareRuleError(f"index range [{lo}, {hi}] is out of bounds for dimension {dim} "
+                                        f"of {name} (size {size})")
+            items.append(expr)
+            region.append((lo, hi + 1))
+            adv_shape = _broadcast(adv_shape, expr.shape)
+        else:
+            raise KernelUsageError(f"{name}: unsupported index of type {type(k).__name__}")
+    final_shape = adv_shape if advanced else tuple(shape)
+    return Subscript(tuple(items), final_shape, tuple(region), advanced)
+
+
+def compose(outer: Subscript, key: Any, name: str) -> Subscript:
+    """Index a view again: map a subscript on the view's shape back onto the tensor's dimensions."""
+    if outer.advanced:
+        raise KernelUsageError(f"{name}: indexing a tile that was itself taken with index expressions "
+                               "is not supported; index the tensor once")
+    inner = normalize(key, outer.shape, name)
+    items: list[IndexItem] = []
+    region: list[tuple[int, int]] = []
+    view_dim = 0
+    for item, (lo, hi) in zip(outer.items, outer.region, strict=True):
+        if isinstance(item, int):
+            items.append(item)
+            region.append((lo, hi))
+            continue
+        sub = inner.items[view_dim]
+        start, step = item.start, item.step
+        if isinstance(sub, int):
+            pos = start + step * sub
+            items.append(pos)
+            region.append((pos, pos + 1))
+        elif isinstance(sub, slice):
+            new = slice(start + step * sub.start, start + step * sub.stop, step * sub.step)
+            count = len(range(sub.start, sub.stop, sub.step))
+            items.append(new)
+            region.append((new.start, new.start + (count - 1) * new.step + 1) if count else (new.start,) * 2)
+        else:
+            mapped = sub * step + start
+            mlo, mhi = mapped.bounds()
+            items.append(mapped)
+            region.append((mlo, mhi + 1))
+        view_dim += 1
+    return Subscript(tuple(items), inner.shape, tuple(region), inner.advanced)

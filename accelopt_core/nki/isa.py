@@ -1,0 +1,129 @@
+"""`neuronxcc.nki.isa` (legacy NKI): one function per instruction, each returning a new tile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import ops
+from .errors import KernelUsageError, UnsupportedApiError
+from .indexing import Mask
+from .tensor import Tile
+from .trace import Engine
+
+
+class EngineChoice:
+    """`nisa.vector_engine` and friends; `unknown_engine` lets the compiler choose."""
+
+    def __init__(self, name: str):
+        self._engine = name
+
+    def __repr__(self) -> str:
+        return f"nisa.{self._engine}_engine"
+
+
+class engine:  # noqa: N801  (NKI's own name)
+    tensor = EngineChoice(Engine.TENSOR)
+    vector = EngineChoice(Engine.VECTOR)
+    scalar = EngineChoice(Engine.SCALAR)
+    gpsimd = EngineChoice(Engine.GPSIMD)
+    sync = EngineChoice("sync")
+    unknown = EngineChoice("unknown")
+
+
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
+
+
+class reduce_cmd:  # noqa: N801
+    idle = "idle"
+    reset = "reset"
+    reduce = "reduce"
+    reset_reduce = "reset_reduce"
+
+
+def nc_matmul(stationary: Tile, moving: Tile, is_stationary_onezero: bool = False,
+              is_moving_onezero: bool = False, is_transpose: bool = False, mask: Mask | None = None,
+              **_: Any) -> Tile:
+    return ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask,
+                         onezero=is_stationary_onezero or is_moving_onezero)
+
+
+def nc_transpose(data: Tile, engine: Any = None, mask: Mask | None = None, dtype: Any = None,
+                 **_: Any) -> Tile:
+    return ops.nc_transpose(data, engine=engine, mask=mask, dtype=dtype)
+
+
+def activation(op: Any, data: Tile, bias: Any = None, scale: Any = 1.0, reduce_op: Any = None,
+               reduce_res: Tile | None = None, reduce_cmd: Any = None, mask: Mask | None = None,
+               dtype: Any = None, **_: Any) -> Tile:
+    return ops.activation(op, data, bias, scale, reduce_op=reduce_op, reduce_res=reduce_res,
+                          dtype=dtype, mask=mask)
+
+
+def activation_reduce(op: Any, data: Tile, reduce_op: Any, reduce_res: Tile, bias: Any = None,
+                      scale: Any = 1.0, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.activation(op, data, bias, scale, reduce_op=reduce_op, reduce_res=reduce_res,
+                          dtype=dtype, mask=mask)
+
+
+def tensor_tensor(data1: Tile, data2: Tile, op: Any, engine: Any = None, mask: Mask | None = None,
+                  dtype: Any = None, **_: Any) -> Tile:
+    return ops.tensor_tensor(data1, data2, op, engine=engine, mask=mask, dtype=dtype)
+
+
+def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None,
+                  operand1: Any = None, reverse1: bool = False, engine: Any = None,
+                  mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.tensor_scalar(data, op0, operand0, reverse0, op1, operand1, reverse1, engine=engine,
+                             mask=mask, dtype=dtype)
+
+
+def scalar_tensor_tensor(data: Tile, op0: Any, operand0: Any, op1: Any, operand1: Tile,
+                         reverse0: bool = False, reverse1: bool = False, mask: Mask | None = None,
+                         dtype: Any = None, **_: Any) -> Tile:
+    return ops.scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0=reverse0,
+                                    reverse1=reverse1, mask=mask, dtype=dtype)
+
+
+def tensor_reduce(op: Any, data: Tile, axis: Any, negate: bool = False, keepdims: bool = False,
+                  mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.tensor_reduce(op, data, axis, negate=negate, keepdims=keepdims, mask=mask, dtype=dtype)
+
+
+def tensor_copy(src: Tile, engine: Any = None, mask: Mask | None = None, dtype: Any = None,
+                **_: Any) -> Tile:
+    return ops.tensor_copy(src, engine=engine, mask=mask, dtype=dtype)
+
+
+def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: Any,
+                       mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.tensor_tensor_scan(data0, data1, initial, op0, op1, mask=mask, dtype=dtype)
+
+
+def memset(shape: Any, value: Any, dtype: Any, engine: Any = None, mask: Mask | None = None,
+           **_: Any) -> Tile:
+    return ops.memset(tuple(shape), value, dtype, engine=engine, mask=mask)
+
+
+def iota(expr: Any, dtype: Any, mask: Mask | None = None, **_: Any) -> Tile:
+    return ops.iota(expr, dtype, mask=mask)
+
+
+def reciprocal(data: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.reciprocal(data, mask=mask, dtype=dtype)
+
+
+def affine_select(pred: Mask, on_true_tile: Tile, on_false_value: Any, mask: Mask | None = None,
+                  dtype: Any = None, **_: Any) -> Tile:
+    if not isinstance(pred, Mask):
+        raise KernelUsageError("affine_select needs a predicate built from index expressions")
+    return ops.select(pred, on_true_tile, on_false_value, dtype=dtype, mask=mask, engine=Engine.GPSIMD)
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise UnsupportedApiError(f"nki.isa.{name} is not implemented by the AccelOpt simulator")

@@ -1,0 +1,328 @@
+"""`neuronxcc.nki.language` (legacy NKI) on the CPU.
+
+Every function records the instructions the compiler would emit for it: transcendentals run on
+the Scalar engine (`activation`), arithmetic on the Vector engine (`tensor_tensor`, or
+`tensor_scalar` when one side is a scalar or a [P, 1] column), reductions on the Vector engine,
+loads and stores on DMA queues, matmuls and transposes on the Tensor engine.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from . import dtypes, ops
+from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError
+from .indexing import Mask, arange, ds, mgrid  # noqa: F401  (re-exported NKI names)
+from .tensor import HBM, PSUM, SBUF, Buffer, ParDim, Tile, allocate, current
+from .trace import LoopKind
+
+# --- data types --------------------------------------------------------------------------------
+float32 = dtypes.float32
+float16 = dtypes.float16
+bfloat16 = dtypes.bfloat16
+tfloat32 = dtypes.tfloat32
+float8_e4m3 = dtypes.float8_e4m3
+float8_e4m3fn = dtypes.float8_e4m3fn
+float8_e5m2 = dtypes.float8_e5m2
+int8, int16, int32 = dtypes.int8, dtypes.int16, dtypes.int32
+uint8, uint16, uint32 = dtypes.uint8, dtypes.uint16, dtypes.uint32
+bool_ = dtypes.bool_
+
+# --- buffers -----------------------------------------------------------------------------------
+sbuf = Buffer("sbuf", SBUF)
+psum = Buffer("psum", PSUM)
+hbm = Buffer("hbm", HBM)
+shared_hbm = Buffer("shared_hbm", HBM)
+private_hbm = Buffer("private_hbm", HBM)
+par_dim = ParDim
+
+
+class tile_size:  # noqa: N801  (NKI's own name)
+    """Hardware tile limits as kernels read them (shared/nki-facts.md A.3)."""
+
+    pmax = 128
+    psum_fmax = 512
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_partition_bytes = 16384
+    total_available_sbuf_size = 192 * 1024
+
+
+# --- allocation --------------------------------------------------------------------------------
+def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **_: Any) -> Tile:
+    """An uninitialised tensor (NaN-filled in numeric mode so stray reads show up)."""
+    return allocate(shape, dtype, buffer, name)
+
+
+def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str = "", **_: Any) -> Tile:
+    tile = allocate(shape, dtype, buffer, name)
+    if tile.buffer == HBM:
+        if tile.storage.data is not None:
+            tile.storage.data[...] = fill_value
+        return tile
+    blocks = tile.storage.shape[:tile.storage.partition_axis]
+    if blocks:  # one memset per block tile
+        for index in np.ndindex(*blocks):
+            ops.memset(tile[index].shape, fill_value, tile.dtype, dst=tile[index])
+    else:
+        ops.memset(tile.shape, fill_value, tile.dtype, dst=tile)
+    return tile
+
+
+def zeros(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **kwargs: Any) -> Tile:
+    return full(shape, 0, dtype, buffer, name, **kwargs)
+
+
+def ones(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **kwargs: Any) -> Tile:
+    return full(shape, 1, dtype, buffer, name, **kwargs)
+
+
+def empty_like(a: Tile, dtype: Any = None, buffer: Any = None, name: str = "", **_: Any) -> Tile:
+    return ndarray(a.shape, dtype if dtype is not None else a.dtype, buffer or a.buffer, name)
+
+
+def zeros_like(a: Tile, dtype: Any = None, buffer: Any = None, name: str = "", **_: Any) -> Tile:
+    return zeros(a.shape, dtype if dtype is not None else a.dtype, buffer or a.buffer, name)
+
+
+def ones_like(a: Tile, dtype: Any = None, buffer: Any = None, name: str = "", **_: Any) -> Tile:
+    return ones(a.shape, dtype if dtype is not None else a.dtype, buffer or a.buffer, name)
+
+
+def shared_constant(constant: Any, dtype: Any = None, **_: Any) -> Tile:
+    """A constant tensor in HBM built from host data."""
+    values = np.asarray(constant)
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else values.dtype
+    data = values.astype(dtype) if current().numeric else None
+    return allocate(values.shape, dtype, hbm, "constant", data=data)
+
+
+def shared_identity_matrix(n: int, dtype: Any = uint8, **_: Any) -> Tile:
+    return shared_constant(np.eye(n), dtype)
+
+
+# --- SPMD and loops ----------------------------------------------------------------------------
+def program_id(axis: int) -> int:
+    ids = current().program_id
+    return ids[axis] if axis < len(ids) else 0
+
+
+def num_programs(axes: int | None = None) -> int | tuple[int, ...]:
+    grid = current().grid
+    return grid if axes is None else (grid[axes] if axes < len(grid) else 1)
+
+
+def program_ndim() -> int:
+    return len(current().grid)
+
+
+def affine_range(*args: int, **_: Any) -> Iterator[int]:
+    return current().loop(LoopKind.AFFINE, args)
+
+
+def sequential_range(*args: int, **_: Any) -> Iterator[int]:
+    return current().loop(LoopKind.SEQUENTIAL, args)
+
+
+def static_range(*args: int, **_: Any) -> Iterator[int]:
+    return current().loop(LoopKind.STATIC, args)
+
+
+class KernelRange:
+    """Replaces `range` inside kernel modules: a recorded loop when iterated during a kernel run."""
+
+    def __init__(self, kind: str, *args: int):
+        self.kind = kind
+        self.args = args
+        self.steps = builtins.range(*args)
+
+    def __iter__(self) -> Iterator[int]:
+        from .tensor import _current
+
+        return _current[-1].loop(self.kind, self.args) if _current else iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.steps[i]
+
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(self.steps)
+
+    def __contains__(self, x: Any) -> bool:
+        return x in self.steps
+
+
+# --- data movement -----------------------------------------------------------------------------
+def load(src: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    if not isinstance(src, Tile):
+        raise KernelUsageError("nl.load needs a tensor (an HBM input or its slice)")
+    return ops.dma_copy(src, mask=mask, dtype=dtype)
+
+
+def store(dst: Tile, value: Any, mask: Mask | None = None, **_: Any) -> None:
+    if not isinstance(dst, Tile) or dst.buffer != HBM:
+        raise HardwareRuleError("nl.store writes to an HBM tensor; allocate the output with "
+                                "buffer=nl.shared_hbm")
+    if not isinstance(value, Tile):
+        raise KernelUsageError("nl.store needs a tile to store")
+    if value.buffer == PSUM:  # DMA cannot read PSUM: the compiler copies to SBUF first
+        value = ops.tensor_copy(value)
+    ops.dma_copy(value, dst=dst, mask=mask)
+
+
+def load_transpose2d(src: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.dma_copy(src, mask=mask, dtype=dtype, transpose=True)
+
+
+def copy(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    return ops.tensor_copy(x, dtype=dtype, mask=mask)
+
+
+copy._nki_op = "copy"  # type: ignore[attr-defined]
+
+
+def transpose(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    return ops.nc_transpose(x, dtype=dtype, mask=mask)
+
+
+def matmul(x: Tile, y: Tile, transpose_x: bool = False, mask: Mask | None = None, **_: Any) -> Tile:
+    """x @ y into PSUM. Without transpose_x the compiler first transposes x on the Tensor engine."""
+    if not transpose_x:
+        if x.buffer != SBUF:
+            raise HardwareRuleError("nl.matmul reads x from SBUF")
+        x = ops.tensor_copy(ops.nc_transpose(x), dtype=x.dtype)
+    return ops.nc_matmul(x, y, mask=mask)
+
+
+def broadcast_to(x: Tile, shape: Any) -> Tile:
+    """Broadcast a [1, F] tile across partitions (a ones-matmul) or a [P, 1] tile along the free axis."""
+    shape = tuple(int(s) for s in shape)
+    if x.shape == shape:
+        return x
+    if x.shape[0] == 1 and shape[0] > 1:
+        ones_row = ops.memset((1, shape[0]), 1.0, float32)
+        out = ops.nc_matmul(ones_row, x if x.dtype == float32 else ops.tensor_copy(x, dtype=float32))
+        return ops.tensor_copy(out, dtype=x.dtype) if math.prod(shape) == out.size else out
+    out = ops.allocate(shape, x.dtype, SBUF)
+    return ops.tensor_copy(x, dst=out)
+
+
+def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    return ops.select(condition, x, y, dtype=dtype, mask=mask)
+
+
+def device_print(prefix: str, x: Any, **_: Any) -> None:
+    if current().numeric and isinstance(x, Tile):
+        print(prefix, x.read())
+
+
+# --- element-wise ------------------------------------------------------------------------------
+def _unary(name: str) -> Callable[..., Tile]:
+    def fn(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+        return ops.activation(name, x, dtype=dtype, mask=mask)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn._nki_op = name  # type: ignore[attr-defined]
+    fn.__doc__ = f"Element-wise {name} on the Scalar engine."
+    return fn
+
+
+def _binary(name: str) -> Callable[..., Tile]:
+    def fn(x: Any, y: Any, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+        return ops.binary(name, x, y, dtype=dtype, mask=mask)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn._nki_op = name  # type: ignore[attr-defined]
+    fn.__doc__ = f"Element-wise {name} on the Vector engine."
+    return fn
+
+
+exp, log, sqrt, rsqrt, tanh = (_unary(n) for n in ("exp", "log", "sqrt", "rsqrt", "tanh"))
+sigmoid, silu, gelu, relu, square = (_unary(n) for n in ("sigmoid", "silu", "gelu", "relu", "square"))
+sin, cos, arctan, erf, softplus = (_unary(n) for n in ("sin", "cos", "arctan", "erf", "softplus"))
+mish, sign, gelu_apprx_tanh = _unary("mish"), _unary("sign"), _unary("gelu_apprx_tanh")
+floor, ceil, trunc = _unary("floor"), _unary("ceil"), _unary("trunc")
+
+add, subtract, multiply, divide = (_binary(n) for n in ("add", "subtract", "multiply", "divide"))
+maximum, minimum, power = _binary("maximum"), _binary("minimum"), _binary("power")
+mod, fmod = _binary("mod"), _binary("fmod")
+equal, not_equal = _binary("equal"), _binary("not_equal")
+greater, greater_equal = _binary("greater"), _binary("greater_equal")
+less, less_equal = _binary("less"), _binary("less_equal")
+logical_and, logical_or, logical_xor = (_binary(n) for n in ("logical_and", "logical_or", "logical_xor"))
+bitwise_and, bitwise_or, bitwise_xor = (_binary(n) for n in ("bitwise_and", "bitwise_or", "bitwise_xor"))
+left_shift, right_shift = _binary("left_shift"), _binary("right_shift")
+
+
+def abs(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:  # noqa: A001
+    return ops.activation("abs", x, dtype=dtype, mask=mask)
+
+
+abs._nki_op = "abs"  # type: ignore[attr-defined]
+
+
+def negative(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    return ops.tensor_scalar(x, "multiply", -1.0, dtype=dtype, mask=mask)
+
+
+negative._nki_op = "negative"  # type: ignore[attr-defined]
+
+
+def reciprocal(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    return ops.reciprocal(x, dtype=dtype, mask=mask)
+
+
+reciprocal._nki_op = "reciprocal"  # type: ignore[attr-defined]
+
+
+def logical_not(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    return ops.tensor_scalar(x, "equal", 0, dtype=dtype if dtype is not None else uint8, mask=mask)
+
+
+def invert(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    return ops.tensor_scalar(x, "bitwise_xor", -1, dtype=dtype, mask=mask)
+
+
+# --- reductions --------------------------------------------------------------------------------
+def _reduction(name: str, op: str) -> Callable[..., Tile]:
+    def fn(x: Tile, axis: Any, dtype: Any = None, mask: Mask | None = None, keepdims: bool = False,
+           **_: Any) -> Tile:
+        return ops.tensor_reduce(op, x, axis, dtype=dtype, mask=mask, keepdims=keepdims)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn._nki_op = op  # type: ignore[attr-defined]
+    fn.__doc__ = f"{name} over free axes on the Vector engine."
+    return fn
+
+
+sum = _reduction("sum", "add")  # noqa: A001
+max = _reduction("max", "maximum")  # noqa: A001
+min = _reduction("min", "minimum")  # noqa: A001
+prod = _reduction("prod", "multiply")
+mean = _reduction("mean", "mean")
+all = _reduction("all", "logical_and")  # noqa: A001
+
+
+def softmax(x: Tile, axis: Any = -1, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    """Numerically stable softmax over a free axis, as the compiler lowers it."""
+    row_max = ops.tensor_reduce("maximum", x, axis, keepdims=True, negate=True)
+    shifted = ops.activation("exp", x, bias=row_max, dtype=float32)
+    total = ops.tensor_reduce("add", shifted, axis, keepdims=True)
+    inverse = ops.reciprocal(total)
+    return ops.tensor_scalar(shifted, "multiply", inverse, dtype=dtype if dtype is not None else x.dtype,
+                             mask=mask)
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise UnsupportedApiError(f"nki.language.{name} is not implemented by the AccelOpt simulator")
+

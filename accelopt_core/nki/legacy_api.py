@@ -1,0 +1,33 @@
+"""`neuronxcc.nki` (legacy NKI): decorators and entry points that run kernels on the simulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import isa, language, typing
+from .errors import UnsupportedApiError
+from .runner import Kernel, jit_decorator, run_kernel
+
+jit = jit_decorator("legacy")
+trace = jit
+baremetal = jit
+benchmark = jit
+profile = jit
+simulate = jit
+
+
+def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a kernel on NumPy inputs and return its NumPy outputs."""
+    kernel = kernel if isinstance(kernel, Kernel) else Kernel(kernel, "legacy")
+    outputs = run_kernel(kernel, args, kwargs, numeric=True).outputs
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise UnsupportedApiError(f"nki.{name} is not implemented by the AccelOpt simulator")
+
+
+__all__ = ["isa", "language", "typing", "jit", "trace", "baremetal", "benchmark", "profile", "simulate",
+           "simulate_kernel"]

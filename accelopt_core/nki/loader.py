@@ -1,0 +1,103 @@
+"""Loading kernel files: execute the module under the import hook and find its kernel function."""
+
+from __future__ import annotations
+
+import ast
+import os
+import types
+from typing import Any
+
+from . import language as legacy_language
+from .errors import KernelUsageError
+from .hook import nki_imports
+from .runner import Kernel
+from .trace import LoopKind
+
+KERNEL_NAMES = ("kernel", "optimized_kernel")
+
+
+class KernelLoadError(Exception):
+    """The file is not a loadable kernel module (syntax error, import failure, no kernel)."""
+
+
+def load_module(source: str, filename: str, name: str = "accelopt_kernel") -> types.ModuleType:
+    """Execute kernel source as a fresh module (never cached in sys.modules)."""
+    try:
+        code = compile(source, filename, "exec")
+    except SyntaxError as exc:
+        raise KernelLoadError(f"{os.path.basename(filename)}:{exc.lineno}: syntax error: {exc.msg}") from None
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    generation = "modern" if _uses_modern_api(source) else "legacy"
+    kind = LoopKind.STATIC if generation == "modern" else LoopKind.SEQUENTIAL
+    # Python's range inside a kernel is a recorded loop (legacy: sequential_range; new API: unrolled).
+    module.range = lambda *args: legacy_language.KernelRange(kind, *args)  # type: ignore[attr-defined]
+    module.__accelopt_generation__ = generation  # type: ignore[attr-defined]
+    with nki_imports():
+        exec(code, module.__dict__)  # noqa: S102 - kernels run in sandboxed workers, never in the server
+    return module
+
+
+def _uses_modern_api(source: str) -> bool:
+    """True when the kernel imports the newer top-level `nki` package rather than `neuronxcc.nki`."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    modern = legacy = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                modern |= alias.name == "nki" or alias.name.startswith("nki.")
+                legacy |= alias.name.startswith("neuronxcc")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modern |= node.module == "nki" or node.module.startswith("nki.")
+            legacy |= node.module.startswith("neuronxcc")
+    return modern and not legacy
+
+
+def find_kernel(module: types.ModuleType, name: str | None = None) -> Kernel:
+    """The kernel: the named function, else `kernel` / `optimized_kernel`, else the only jit kernel."""
+    generation = getattr(module, "__accelopt_generation__", "legacy")
+    candidates: list[tuple[str, Any]] = []
+    if name:
+        if not hasattr(module, name):
+            raise KernelLoadError(f"no function named {name!r} in {module.__file__}")
+        candidates = [(name, getattr(module, name))]
+    else:
+        for known in KERNEL_NAMES:
+            if callable(getattr(module, known, None)):
+                candidates = [(known, getattr(module, known))]
+                break
+        else:
+            candidates = [(n, v) for n, v in vars(module).items() if isinstance(v, Kernel)]
+    if len(candidates) != 1:
+        found = ", ".join(n for n, _ in candidates) or "none"
+        raise KernelLoadError(f"{module.__file__}: cannot tell which function is the kernel (found: {found}); "
+                              "name it `kernel`, decorate exactly one function with @nki.jit, or pass "
+                              "--kernel-name")
+    _, obj = candidates[0]
+    if isinstance(obj, Kernel):
+        return obj
+    if not callable(obj):
+        raise KernelLoadError(f"{module.__file__}: {candidates[0][0]} is not a function")
+    return Kernel(obj, generation)
+
+
+def load_kernel(path: str, name: str | None = None) -> Kernel:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+    except OSError as exc:
+        raise KernelLoadError(f"cannot read kernel file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise KernelLoadError(f"{path} is not a text file") from None
+    try:
+        module = load_module(source, os.path.abspath(path))
+    except KernelLoadError:
+        raise
+    except KernelUsageError:
+        raise
+    except Exception as exc:  # an import error or a failing top-level statement in the kernel file
+        raise KernelLoadError(f"{path}: loading the kernel module failed: {type(exc).__name__}: {exc}") from None
+    return find_kernel(module, name)

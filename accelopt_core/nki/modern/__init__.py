@@ -1,0 +1,40 @@
+"""The newer top-level `nki` package: `nisa.*` take `dst=` first and `nisa.dma_copy` moves data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import typing
+from ..errors import UnsupportedApiError
+from ..runner import Kernel, jit_decorator, run_kernel
+from . import isa, language
+
+jit = jit_decorator("modern")
+baremetal = jit
+benchmark = jit
+profile = jit
+
+
+def simulate(kernel: Any) -> Any:
+    """`nki.simulate(kernel)(*arrays)`: run on NumPy inputs, return NumPy outputs."""
+    kernel = kernel if isinstance(kernel, Kernel) else Kernel(kernel, "modern")
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        outputs = run_kernel(kernel, args, kwargs, numeric=True, generation="modern").outputs
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    return run
+
+
+def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+    return simulate(kernel)(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise UnsupportedApiError(f"nki.{name} is not implemented by the AccelOpt simulator")
+
+
+__all__ = ["isa", "language", "typing", "jit", "baremetal", "benchmark", "profile", "simulate",
+           "simulate_kernel"]

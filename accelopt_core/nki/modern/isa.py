@@ -1,0 +1,82 @@
+"""`nki.isa` (newer NKI): every instruction writes the `dst` tile passed first and returns None."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import isa as _legacy
+from .. import ops
+from ..tensor import Tile
+
+
+def nc_matmul(dst: Tile, stationary: Tile, moving: Tile, accumulate: bool | None = None,
+              is_transpose: bool = False, **_: Any) -> None:
+    """accumulate=None: the first matmul into a PSUM region overwrites, the following ones add,
+    until something reads the region (shared/nki-facts.md A.3)."""
+    if accumulate is None:
+        accumulate = dst.storage.mm_region == dst.sub.region
+    ops.nc_matmul(stationary, moving, is_transpose=is_transpose, dst=dst, accumulate=accumulate)
+    dst.storage.mm_region = dst.sub.region
+
+
+def nc_transpose(dst: Tile, data: Tile, engine: Any = None, **_: Any) -> None:
+    ops.nc_transpose(data, engine=engine, dst=dst)
+
+
+def dma_copy(dst: Tile, src: Tile, **_: Any) -> None:
+    ops.dma_copy(src, dst=dst)
+
+
+def activation(dst: Tile, op: Any, data: Tile, bias: Any = None, scale: Any = 1.0, reduce_op: Any = None,
+               reduce_res: Tile | None = None, **_: Any) -> None:
+    ops.activation(op, data, bias, scale, reduce_op=reduce_op, reduce_res=reduce_res, dst=dst)
+
+
+def activation_reduce(dst: Tile, op: Any, data: Tile, reduce_op: Any, reduce_res: Tile, bias: Any = None,
+                      scale: Any = 1.0, **_: Any) -> None:
+    ops.activation(op, data, bias, scale, reduce_op=reduce_op, reduce_res=reduce_res, dst=dst)
+
+
+def tensor_tensor(dst: Tile, data1: Tile, data2: Tile, op: Any, engine: Any = None, **_: Any) -> None:
+    ops.tensor_tensor(data1, data2, op, engine=engine, dst=dst)
+
+
+def tensor_scalar(dst: Tile, data: Tile, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None,
+                  operand1: Any = None, reverse1: bool = False, engine: Any = None, **_: Any) -> None:
+    ops.tensor_scalar(data, op0, operand0, reverse0, op1, operand1, reverse1, engine=engine, dst=dst)
+
+
+def scalar_tensor_tensor(dst: Tile, data: Tile, op0: Any, operand0: Any, op1: Any, operand1: Tile,
+                         reverse0: bool = False, reverse1: bool = False, **_: Any) -> None:
+    ops.scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0=reverse0, reverse1=reverse1,
+                             dst=dst)
+
+
+def tensor_reduce(dst: Tile, op: Any, data: Tile, axis: Any, negate: bool = False, keepdims: bool = False,
+                  **_: Any) -> None:
+    ops.tensor_reduce(op, data, axis, negate=negate, keepdims=keepdims, dst=dst)
+
+
+def tensor_copy(dst: Tile, src: Tile, engine: Any = None, **_: Any) -> None:
+    ops.tensor_copy(src, engine=engine, dst=dst)
+
+
+def tensor_tensor_scan(dst: Tile, data0: Tile, data1: Tile, initial: Any, op0: Any, op1: Any,
+                       **_: Any) -> None:
+    ops.tensor_tensor_scan(data0, data1, initial, op0, op1, dst=dst)
+
+
+def memset(dst: Tile, value: Any, engine: Any = None, **_: Any) -> None:
+    ops.memset(dst.shape, value, dst.dtype, engine=engine, dst=dst)
+
+
+def reciprocal(dst: Tile, data: Tile, **_: Any) -> None:
+    ops.reciprocal(data, dst=dst)
+
+
+def iota(dst: Tile, expr: Any, **_: Any) -> None:
+    ops.iota(expr, dst.dtype, dst=dst)
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(_legacy, name)

@@ -1,0 +1,703 @@
+"""The NeuronCore instructions: each function here checks its operands, computes values (in numeric
+mode) and records exactly one instruction in the trace.
+
+Both API generations call these: the legacy `neuronxcc.nki` wrappers let them allocate their
+result tile, the newer `nki` wrappers pass `dst=`. Engines compute in float32 and cast on output,
+as the hardware does (shared/nki-facts.md A.5, B.7).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError
+from .indexing import IndexExpr, Mask
+from .tensor import HBM, PSUM, SBUF, Tile, allocate, current
+from .trace import Engine, Instruction
+
+# --------------------------------------------------------------------------------------------
+# Operator tables
+# --------------------------------------------------------------------------------------------
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf to ~1e-7 (Abramowitz & Stegun 7.1.26 refined with one Newton step is unnecessary here)."""
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return sign * (1.0 - poly * np.exp(-a * a))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "silu": lambda x: x * _sigmoid(x),
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
+    "gelu_apprx_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x**3))),
+    "relu": lambda x: np.maximum(x, 0.0),
+    "square": np.square,
+    "abs": np.abs,
+    "sign": np.sign,
+    "sin": np.sin,
+    "cos": np.cos,
+    "arctan": np.arctan,
+    "erf": _erf,
+    "softplus": lambda x: np.logaddexp(0.0, x),
+    "mish": lambda x: x * np.tanh(np.logaddexp(0.0, x)),
+    "negative": np.negative,
+    "copy": lambda x: x,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "trunc": np.trunc,
+}
+
+ALU: dict[str, Callable[[Any, Any], Any]] = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": np.divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "power": np.power,
+    "mod": np.mod,
+    "fmod": np.fmod,
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+    "left_shift": np.left_shift,
+    "right_shift": np.right_shift,
+    "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
+}
+BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
+
+REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
+    "add": np.sum,
+    "maximum": np.max,
+    "minimum": np.min,
+    "multiply": np.prod,
+    "mean": np.mean,
+    "logical_and": np.all,
+    "logical_or": np.any,
+}
+
+_UFUNC_NAMES = {"true_divide": "divide", "absolute": "abs", "max": "maximum", "min": "minimum",
+                "sum": "add", "prod": "multiply", "amax": "maximum", "amin": "minimum"}
+
+
+def op_name(op: Any) -> str:
+    """The name of an operator as kernels pass it: `nl.add`, `np.add`, `nl.exp`, `'add'`."""
+    if isinstance(op, str):
+        return _UFUNC_NAMES.get(op, op)
+    name = getattr(op, "_nki_op", None) or getattr(op, "__name__", None)
+    if name is None:
+        raise KernelUsageError(f"{op!r} is not an NKI operator")
+    return _UFUNC_NAMES.get(name, name)
+
+
+def _alu(op: Any) -> tuple[str, Callable[[Any, Any], Any]]:
+    name = op_name(op)
+    fn = ALU.get(name)
+    if fn is None:
+        raise UnsupportedApiError(f"arithmetic operator {name!r} is not supported by this simulator")
+    return name, fn
+
+
+def _activation_fn(op: Any) -> tuple[str, Callable[[np.ndarray], np.ndarray]]:
+    name = op_name(op)
+    fn = ACTIVATIONS.get(name)
+    if fn is None:
+        raise UnsupportedApiError(f"activation function {name!r} is not supported by this simulator")
+    return name, fn
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _f32(x: Any) -> Any:
+    """Engine input: float32 values of a tile or a scalar."""
+    if isinstance(x, Tile):
+        return x.read().astype(np.float32, copy=False)
+    return np.float32(x)
+
+
+def _on_chip(tile: Tile, what: str) -> None:
+    if tile.buffer == HBM:
+        raise HardwareRuleError(f"{what} cannot compute on HBM tensor {tile.name}; load it into SBUF "
+                                "first (nl.load / nisa.dma_copy)")
+
+
+def _check_partitions(shape: tuple[int, ...], what: str) -> None:
+    pmax = current().limits.pmax
+    if shape and shape[0] > pmax:
+        raise HardwareRuleError(f"{what}: tile of shape {shape} has {shape[0]} partitions; the "
+                                f"partition dimension is limited to {pmax}")
+
+
+def _work(shape: tuple[int, ...], mask: Mask | None) -> tuple[int, int, int]:
+    """Partitions, elements per partition and total elements an instruction processes."""
+    partitions = shape[0] if shape else 1
+    free = math.prod(shape[1:])
+    if mask is None:
+        return partitions, free, partitions * free
+    active = np.broadcast_to(mask.values, shape).reshape(partitions, -1)
+    per_partition = active.sum(axis=1)
+    return int((per_partition > 0).sum()), int(per_partition.max(initial=0)), int(per_partition.sum())
+
+
+def _mask_values(mask: Mask | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    if mask is None:
+        return None
+    try:
+        return np.broadcast_to(mask.values, shape)
+    except ValueError:
+        raise KernelUsageError(f"mask of shape {mask.values.shape} does not fit a tile of shape {shape}") from None
+
+
+def _result(shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> Tile:
+    return allocate(shape, dtype, buffer)
+
+
+def _record(engine: str, op: str, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mask | None = None,
+            flops: int = 0, attrs: dict[str, Any] | None = None, dtype: str | None = None,
+            fresh: bool = False, work_shape: tuple[int, ...] | None = None) -> Instruction:
+    """Append one instruction reading `srcs` and writing `dst` to the trace."""
+    sim = current()
+    partitions, free, count = _work(work_shape or dst.shape, mask)
+    reads = tuple(t.access() for t in srcs)
+    write_bytes = None if mask is None else count * dst.storage.itemsize
+    writes = (dst.access(write_bytes),)
+    inst = sim.emit(engine, op, reads, writes, partitions, free, flops or 0, attrs,
+                    dtype or dst.storage.dtype_name)
+    for t in srcs:
+        t.storage.consumed = True
+        t.storage.mm_region = None
+    if fresh:
+        dst.storage.producer = inst
+    return inst
+
+
+def _output(dst: Tile | None, shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> tuple[Tile, bool]:
+    """The tile an instruction writes: the caller's `dst`, or a fresh one (legacy API)."""
+    if dst is None:
+        return _result(shape, dtype, buffer), True
+    if dst.size != math.prod(shape):
+        raise KernelUsageError(f"destination of shape {dst.shape} does not match the result shape {shape}")
+    return dst, False
+
+
+def _store(dst: Tile, values: Any, mask: np.ndarray | None) -> None:
+    if current().numeric:
+        dst.write(values, mask)
+
+
+def _engine(engine: Any, default: str, allowed: tuple[str, ...]) -> str:
+    name = getattr(engine, "_engine", engine)
+    if name in (None, "unknown"):
+        return default
+    if name not in allowed:
+        raise HardwareRuleError(f"this instruction cannot run on the {name} engine (allowed: "
+                                f"{', '.join(allowed)})")
+    return name
+
+
+# --------------------------------------------------------------------------------------------
+# Data movement
+# --------------------------------------------------------------------------------------------
+
+
+def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype: Any = None,
+             transpose: bool = False) -> Tile:
+    """One DMA transfer (nl.load, nl.store, nisa.dma_copy). A new SBUF tile when `dst` is None."""
+    if not isinstance(src, Tile):
+        raise KernelUsageError(f"DMA source must be a tensor, got {type(src).__name__}")
+    shape = src.shape[::-1] if transpose else src.shape
+    out, fresh = _output(dst, shape, dtype or src.dtype, SBUF)
+    if out.buffer != HBM:
+        _check_partitions(out.shape, "DMA into " + out.buffer.upper())
+    if src.buffer == PSUM or out.buffer == PSUM:
+        raise HardwareRuleError("DMA engines cannot access PSUM; copy the tile to SBUF first")
+    direction = f"{'hbm' if src.buffer == HBM else 'sbuf'}_to_{'hbm' if out.buffer == HBM else 'sbuf'}"
+    inst = _record(Engine.DMA, "dma_copy", (src,), out, mask=mask, fresh=fresh,
+                   attrs={"direction": direction, "transpose": transpose}, dtype=out.storage.dtype_name)
+    inst.partitions = out.shape[0] if out.buffer != HBM else src.shape[0]
+    if current().numeric:
+        values = src.read()
+        values = values.T if transpose else values
+        out.write(values.astype(np.float32).astype(out.dtype) if out.dtype != src.dtype else values,
+                  _mask_values(mask, out.shape))
+    return out
+
+
+def assign(dst: Tile, value: Any) -> None:
+    """`dst[...] = value`: retarget the instruction that just produced `value`, else copy."""
+    if not isinstance(value, Tile):
+        if isinstance(value, (int, float, np.number)):
+            memset(dst.shape, value, dst.dtype, dst=dst)
+            return
+        raise KernelUsageError(f"cannot assign a {type(value).__name__} to a tile")
+    if dst.size != value.size:
+        if value.ndim == dst.ndim and value.shape[0] == dst.shape[0] and value.size * dst.shape[-1] == dst.size:
+            pass  # [P,1] broadcast along the free axis, handled by the copy below
+        else:
+            raise KernelUsageError(f"cannot assign a tile of shape {value.shape} to a region of shape "
+                                   f"{dst.shape}")
+    sim = current()
+    storage = value.storage
+    producer = storage.producer
+    if (producer is not None and not storage.consumed and value.is_whole and value.size == dst.size
+            and sim.trace.instructions and sim.trace.instructions[-1] is producer
+            and (dst.buffer != HBM or producer.engine == Engine.DMA)):
+        producer.writes = (dst.access(),)
+        if dst.buffer == HBM or storage.buffer == HBM:
+            src_kind = producer.reads[0].buffer if producer.reads else "sbuf"
+            producer.attrs = {**(producer.attrs or {}),
+                              "direction": f"{src_kind}_to_{'hbm' if dst.buffer == HBM else 'sbuf'}"}
+        sim.trace.tensors.pop(storage.id, None)
+        storage.producer = None
+        if sim.numeric:
+            dst.write(value.read())
+        return
+    if dst.buffer == HBM or value.buffer == HBM:
+        dma_copy(value, dst=dst)
+    else:
+        tensor_copy(value, dst=dst)
+
+
+def accumulate(dst: Tile, other: Any, op: str) -> None:
+    """`dst += other` (and -=, *=, /=): PSUM accumulation for matmul results, else an ALU op."""
+    sim = current()
+    if isinstance(other, Tile) and op == "add" and dst.buffer == PSUM:
+        producer = other.storage.producer
+        if (producer is not None and producer.engine == Engine.TENSOR and not other.storage.consumed
+                and sim.trace.instructions and sim.trace.instructions[-1] is producer):
+            if other.size != dst.size:
+                raise KernelUsageError(f"cannot accumulate a result of shape {other.shape} into a PSUM "
+                                       f"region of shape {dst.shape}")
+            producer.writes = (dst.access(),)
+            producer.reads = producer.reads + (dst.access(),)
+            producer.attrs = {**(producer.attrs or {}), "accumulate": True}
+            sim.trace.tensors.pop(other.storage.id, None)
+            other.storage.producer = None
+            if sim.numeric:
+                dst.write(dst.read().astype(np.float32) + other.read().reshape(dst.shape))
+            return
+    if dst.buffer == HBM:
+        raise HardwareRuleError(f"cannot compute on HBM tensor {dst.name} in place; load, compute, store")
+    binary(op, dst, other, dst=dst)
+
+
+# --------------------------------------------------------------------------------------------
+# Vector / Scalar / GpSimd instructions
+# --------------------------------------------------------------------------------------------
+
+
+def _per_partition_operand(x: Any, partitions: int, what: str) -> Any:
+    """A tensor_scalar / activation operand: a scalar, or a [P, 1] tile broadcast along the free axis."""
+    if isinstance(x, Tile):
+        _on_chip(x, what)
+        if x.shape[0] != partitions or x.size != partitions:
+            raise KernelUsageError(f"{what}: a tile operand must have shape [{partitions}, 1], got {x.shape}")
+        return x
+    if isinstance(x, (int, float, np.number, bool)):
+        return x
+    raise KernelUsageError(f"{what}: operand must be a scalar or a [P, 1] tile, got {type(x).__name__}")
+
+
+def _operand_values(x: Any, ndim: int) -> Any:
+    if isinstance(x, Tile):
+        return _f32(x).reshape((x.shape[0],) + (1,) * (ndim - 1))
+    return np.float32(x)
+
+
+def binary(op: Any, a: Any, b: Any, *, dtype: Any = None, mask: Mask | None = None, engine: Any = None,
+           dst: Tile | None = None) -> Tile:
+    """nl.add and friends: tensor_tensor for two tiles, tensor_scalar when one side is a scalar or
+    a [P, 1] column."""
+    if not isinstance(a, Tile) and not isinstance(b, Tile):
+        raise KernelUsageError("an element-wise operation needs at least one tile operand")
+    if isinstance(a, Tile) and isinstance(b, Tile):
+        if a.shape == b.shape or a.size == b.size:
+            return tensor_tensor(a, b, op, dtype=dtype, mask=mask, engine=engine, dst=dst)
+        if b.size == b.shape[0] and b.shape[0] == a.shape[0]:
+            return tensor_scalar(a, op, b, dtype=dtype, mask=mask, engine=engine, dst=dst)
+        if a.size == a.shape[0] and a.shape[0] == b.shape[0]:
+            return tensor_scalar(b, op, a, reverse0=True, dtype=dtype, mask=mask, engine=engine, dst=dst)
+        return tensor_tensor(a, b, op, dtype=dtype, mask=mask, engine=engine, dst=dst)
+    if isinstance(a, Tile):
+        return tensor_scalar(a, op, b, dtype=dtype, mask=mask, engine=engine, dst=dst)
+    return tensor_scalar(b, op, a, reverse0=True, dtype=dtype, mask=mask, engine=engine, dst=dst)
+
+
+def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask: Mask | None = None,
+                  engine: Any = None, dst: Tile | None = None) -> Tile:
+    name, fn = _alu(op)
+    for t in (data1, data2):
+        _on_chip(t, "tensor_tensor")
+    if data1.size == data2.size:
+        shape = data1.shape if data1.ndim >= data2.ndim else data2.shape
+    else:
+        try:
+            shape = tuple(np.broadcast_shapes(data1.shape, data2.shape))
+        except ValueError:
+            raise KernelUsageError(f"tensor_tensor operands of shapes {data1.shape} and {data2.shape} "
+                                   "do not match") from None
+    _check_partitions(shape, "tensor_tensor")
+    if data1.buffer == PSUM and data2.buffer == PSUM:
+        raise HardwareRuleError("tensor_tensor: at most one input may be in PSUM")
+    default = Engine.GPSIMD if name == "power" else Engine.VECTOR
+    eng = _engine(engine, default, (Engine.VECTOR, Engine.GPSIMD))
+    if eng == Engine.GPSIMD and PSUM in (data1.buffer, data2.buffer):
+        raise HardwareRuleError("tensor_tensor on GpSimd cannot read PSUM")
+    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.promote(data1.dtype, data2.dtype)
+    out, fresh = _output(dst, shape, out_dtype)
+    _record(eng, "tensor_tensor", (data1, data2), out, mask=mask, fresh=fresh, attrs={"op": name},
+            work_shape=shape)
+    if current().numeric:
+        if name in BITWISE:
+            values = fn(data1.read().astype(np.int64), data2.read().astype(np.int64))
+        else:
+            left, right = _f32(data1), _f32(data2)
+            if left.shape != right.shape and left.size == right.size:
+                right = right.reshape(left.shape)
+            values = fn(left, right)
+        _store(out, np.asarray(values).reshape(out.shape) if np.size(values) == out.size else values,
+               _mask_values(mask, out.shape))
+    return out
+
+
+def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None,
+                  operand1: Any = None, reverse1: bool = False, *, dtype: Any = None,
+                  mask: Mask | None = None, engine: Any = None, dst: Tile | None = None) -> Tile:
+    _on_chip(data, "tensor_scalar")
+    _check_partitions(data.shape, "tensor_scalar")
+    partitions = data.shape[0]
+    name0, fn0 = _alu(op0)
+    operand0 = _per_partition_operand(operand0, partitions, "tensor_scalar operand0")
+    ops = [name0]
+    srcs: list[Tile] = [data] + [x for x in (operand0,) if isinstance(x, Tile)]
+    fn1 = None
+    if op1 is not None:
+        name1, fn1 = _alu(op1)
+        operand1 = _per_partition_operand(operand1, partitions, "tensor_scalar operand1")
+        ops.append(name1)
+        srcs += [x for x in (operand1,) if isinstance(x, Tile)]
+    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
+    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else data.dtype
+    out, fresh = _output(dst, data.shape, out_dtype)
+    _record(eng, "tensor_scalar", tuple(srcs), out, mask=mask, fresh=fresh,
+            attrs={"op": ops[0], "ops": tuple(ops), "op_count": len(ops)}, work_shape=data.shape)
+    if current().numeric:
+        x = _f32(data)
+        b0 = _operand_values(operand0, x.ndim)
+        x = fn0(b0, x) if reverse0 else fn0(x, b0)
+        if fn1 is not None:
+            b1 = _operand_values(operand1, x.ndim)
+            x = fn1(b1, x) if reverse1 else fn1(x, b1)
+        _store(out, x, _mask_values(mask, out.shape))
+    return out
+
+
+def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, *,
+               reduce_op: Any = None, reduce_res: Tile | None = None, dtype: Any = None,
+               mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+    """Scalar engine: out = op(data * scale + bias), optionally reducing along the free axis."""
+    name, fn = _activation_fn(op)
+    _on_chip(data, "activation")
+    _check_partitions(data.shape, "activation")
+    partitions = data.shape[0]
+    srcs: list[Tile] = [data]
+    if bias is not None:
+        bias = _per_partition_operand(bias, partitions, "activation bias")
+        if isinstance(bias, Tile):
+            srcs.append(bias)
+    scale = _per_partition_operand(scale, partitions, "activation scale")
+    if isinstance(scale, Tile):
+        srcs.append(scale)
+    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else data.dtype
+    out, fresh = _output(dst, data.shape, out_dtype)
+    reduce_name = op_name(reduce_op) if reduce_op is not None else None
+    if reduce_res is not None and reduce_name is None:
+        reduce_name = "add"
+    inst = _record(Engine.SCALAR, "activation", tuple(srcs), out, mask=mask, fresh=fresh,
+                   attrs={"func": name, "reduce": reduce_res is not None}, work_shape=data.shape)
+    if reduce_res is not None:
+        inst.writes = inst.writes + (reduce_res.access(),)
+    if current().numeric:
+        x = _f32(data)
+        x = x * _operand_values(scale, x.ndim)
+        if bias is not None:
+            x = x + _operand_values(bias, x.ndim)
+        with np.errstate(all="ignore"):
+            y = fn(x)
+        _store(out, y, _mask_values(mask, out.shape))
+        if reduce_res is not None:
+            reducer = REDUCTIONS.get(reduce_name or "add")
+            if reducer is None:
+                raise UnsupportedApiError(f"activation reduce_op {reduce_name!r}")
+            flat = y.reshape(partitions, -1)
+            reduce_res.write(reducer(flat, axis=1).reshape(reduce_res.shape))
+    return out
+
+
+def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepdims: bool = False,
+                  dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+    name = op_name(op)
+    reducer = REDUCTIONS.get(name)
+    if reducer is None:
+        raise UnsupportedApiError(f"reduction operator {name!r} is not supported by this simulator")
+    _on_chip(data, "tensor_reduce")
+    _check_partitions(data.shape, "tensor_reduce")
+    axes = tuple(sorted(a % data.ndim for a in ((axis,) if isinstance(axis, int) else tuple(axis))))
+    if 0 in axes:
+        raise HardwareRuleError("tensor_reduce reduces free axes only; reducing the partition axis needs "
+                                "a transpose or a matmul with a ones vector")
+    shape = tuple(1 if i in axes else n for i, n in enumerate(data.shape)) if keepdims else tuple(
+        n for i, n in enumerate(data.shape) if i not in axes)
+    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else data.dtype
+    out, fresh = _output(dst, shape, out_dtype)
+    _record(Engine.VECTOR, "tensor_reduce", (data,), out, mask=mask, fresh=fresh,
+            attrs={"op": name}, work_shape=data.shape)
+    if current().numeric:
+        x = _f32(data)
+        if mask is not None:
+            identity = {"add": 0.0, "mean": 0.0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1.0}
+            x = np.where(_mask_values(mask, data.shape), x, identity.get(name, 0.0))
+        y = reducer(x, axis=axes, keepdims=keepdims)
+        _store(out, -y if negate else y, None)
+    return out
+
+
+def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask | None = None,
+                dst: Tile | None = None) -> Tile:
+    _on_chip(src, "tensor_copy")
+    _check_partitions(src.shape, "tensor_copy")
+    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
+    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
+    out, fresh = _output(dst, src.shape, out_dtype)
+    if out.buffer == HBM:
+        raise HardwareRuleError("compute engines cannot write HBM; use nl.store / nisa.dma_copy")
+    _record(eng, "tensor_copy", (src,), out, mask=mask, fresh=fresh, work_shape=out.shape)
+    if current().numeric:
+        values = src.read()
+        if values.size != out.size:  # [P, 1] broadcast along the free axis
+            values = np.broadcast_to(values.reshape(values.shape[0], 1), (out.shape[0], out.size // out.shape[0]))
+        _store(out, values.astype(np.float32).reshape(out.shape), _mask_values(mask, out.shape))
+    return out
+
+
+def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None, mask: Mask | None = None,
+           buffer: str = SBUF, dst: Tile | None = None) -> Tile:
+    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.GPSIMD))
+    out, fresh = _output(dst, tuple(shape), dtype if dtype is not None else dtypes.float32, buffer)
+    if out.buffer == HBM:
+        raise HardwareRuleError("memset writes SBUF or PSUM, not HBM")
+    _check_partitions(out.shape, "memset")
+    _record(eng, "memset", (), out, mask=mask, fresh=fresh, attrs={"value": float(value)})
+    _store(out, np.float32(value), _mask_values(mask, out.shape))
+    return out
+
+
+def iota(expr: Any, dtype: Any, *, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+    """GpSimd: materialise an index expression as a tile."""
+    if not isinstance(expr, IndexExpr):
+        raise KernelUsageError("iota needs an index expression built from nl.arange or nl.mgrid")
+    shape = expr.shape if len(expr.shape) > 1 else (expr.shape[0], 1)
+    out, fresh = _output(dst, shape, dtype)
+    _record(Engine.GPSIMD, "iota", (), out, mask=mask, fresh=fresh)
+    _store(out, expr.values.reshape(shape), _mask_values(mask, out.shape))
+    return out
+
+
+def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+    _on_chip(data, "reciprocal")
+    out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
+    _record(Engine.VECTOR, "reciprocal", (data,), out, mask=mask, fresh=fresh)
+    if current().numeric:
+        with np.errstate(divide="ignore"):
+            _store(out, 1.0 / _f32(data), _mask_values(mask, out.shape))
+    return out
+
+
+def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: Any, *, dtype: Any = None,
+                       mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+    """Vector engine scan along the free axis: r[i] = op1(op0(d0[i], r[i-1]), d1[i])."""
+    for t in (data0, data1):
+        _on_chip(t, "tensor_tensor_scan")
+    if data0.shape != data1.shape:
+        raise KernelUsageError(f"tensor_tensor_scan operands differ in shape: {data0.shape} vs {data1.shape}")
+    _check_partitions(data0.shape, "tensor_tensor_scan")
+    name0, fn0 = _alu(op0)
+    name1, fn1 = _alu(op1)
+    partitions = data0.shape[0]
+    initial = _per_partition_operand(initial, partitions, "tensor_tensor_scan initial")
+    srcs = (data0, data1) + ((initial,) if isinstance(initial, Tile) else ())
+    out, fresh = _output(dst, data0.shape, dtype if dtype is not None else data0.dtype)
+    _record(Engine.VECTOR, "tensor_tensor_scan", srcs, out, mask=mask, fresh=fresh,
+            attrs={"ops": (name0, name1)})
+    if current().numeric:
+        d0 = _f32(data0).reshape(partitions, -1)
+        d1 = _f32(data1).reshape(partitions, -1)
+        carry = _operand_values(initial, 2)
+        carry = np.broadcast_to(carry, (partitions, 1)).astype(np.float32).reshape(partitions)
+        result = np.empty_like(d0)
+        for i in range(d0.shape[1]):
+            carry = fn1(fn0(d0[:, i], carry), d1[:, i])
+            result[:, i] = carry
+        _store(out, result.reshape(out.shape), _mask_values(mask, out.shape))
+    return out
+
+
+def scalar_tensor_tensor(data: Tile, op0: Any, operand0: Any, op1: Any, operand1: Tile, *,
+                         reverse0: bool = False, reverse1: bool = False, dtype: Any = None,
+                         mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+    """Vector engine: (data op0 operand0) op1 operand1, with operand1 a full tile."""
+    _on_chip(data, "scalar_tensor_tensor")
+    name0, fn0 = _alu(op0)
+    name1, fn1 = _alu(op1)
+    operand0 = _per_partition_operand(operand0, data.shape[0], "scalar_tensor_tensor operand0")
+    srcs = (data, operand1) + ((operand0,) if isinstance(operand0, Tile) else ())
+    out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
+    _record(Engine.VECTOR, "scalar_tensor_tensor", srcs, out, mask=mask, fresh=fresh,
+            attrs={"ops": (name0, name1)})
+    if current().numeric:
+        x = _f32(data)
+        b0 = _operand_values(operand0, x.ndim)
+        x = fn0(b0, x) if reverse0 else fn0(x, b0)
+        y = _f32(operand1).reshape(x.shape)
+        _store(out, fn1(y, x) if reverse1 else fn1(x, y), _mask_values(mask, out.shape))
+    return out
+
+
+def select(predicate: Any, on_true: Any, on_false: Any, *, dtype: Any = None, mask: Mask | None = None,
+           engine: str = Engine.VECTOR, dst: Tile | None = None) -> Tile:
+    """nl.where / nisa.affine_select: pick per element from two tiles or scalars."""
+    tiles = [x for x in (predicate, on_true, on_false) if isinstance(x, Tile)]
+    if not tiles:
+        raise KernelUsageError("select needs at least one tile")
+    shape = next(t.shape for t in tiles if t is not predicate) if any(
+        t is not predicate for t in tiles) else tiles[0].shape
+    for t in tiles:
+        _on_chip(t, "select")
+    base = on_true if isinstance(on_true, Tile) else on_false if isinstance(on_false, Tile) else predicate
+    out, fresh = _output(dst, shape, dtype if dtype is not None else base.dtype)
+    _record(engine, "affine_select" if engine == Engine.GPSIMD else "select", tuple(tiles), out,
+            mask=mask, fresh=fresh)
+    if current().numeric:
+        if isinstance(predicate, Mask):
+            cond = predicate.values
+        elif isinstance(predicate, Tile):
+            cond = _f32(predicate).reshape(predicate.shape) != 0
+        else:
+            cond = bool(predicate)
+        _store(out, np.where(np.broadcast_to(cond, shape), _choice_values(on_true, shape),
+                             _choice_values(on_false, shape)), _mask_values(mask, out.shape))
+    return out
+
+
+def _choice_values(x: Any, shape: tuple[int, ...]) -> Any:
+    if not isinstance(x, Tile):
+        return np.float32(x)
+    values = _f32(x)
+    return values.reshape(shape) if values.size == math.prod(shape) else _operand_values(x, len(shape))
+
+
+# --------------------------------------------------------------------------------------------
+# Tensor engine
+# --------------------------------------------------------------------------------------------
+
+
+def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mask: Mask | None = None,
+              dst: Tile | None = None, accumulate: bool = False, onezero: bool = False) -> Tile:
+    """stationary[K, M].T @ moving[K, N] -> PSUM [M, N] float32 (shared/nki-facts.md B.5)."""
+    limits = current().limits
+    for t, role in ((stationary, "stationary"), (moving, "moving")):
+        if t.buffer != SBUF:
+            raise HardwareRuleError(f"matmul {role} operand {t.name} is in {t.buffer.upper()}; the Tensor "
+                                    "engine reads its inputs from SBUF only")
+        if t.ndim < 2:
+            raise KernelUsageError(f"matmul {role} operand must be a 2-D tile, got shape {t.shape}")
+    k, m = stationary.shape[0], math.prod(stationary.shape[1:])
+    k2, n = moving.shape[0], math.prod(moving.shape[1:])
+    if k != k2:
+        raise KernelUsageError(f"matmul contraction (partition) sizes differ: stationary {stationary.shape} "
+                               f"vs moving {moving.shape}")
+    if k > limits.pmax:
+        raise HardwareRuleError(f"matmul contraction dimension {k} exceeds {limits.pmax} partitions")
+    if m > limits.stationary_fmax:
+        raise HardwareRuleError(f"matmul stationary free size {m} exceeds {limits.stationary_fmax} "
+                                f"(stationary tile {stationary.shape})")
+    if n > limits.moving_fmax:
+        raise HardwareRuleError(f"matmul moving free size {n} exceeds {limits.moving_fmax} "
+                                f"(moving tile {moving.shape})")
+    out, fresh = _output(dst, (m, n), dtypes.float32, PSUM)
+    if out.buffer != PSUM:
+        raise HardwareRuleError("the Tensor engine writes its results to PSUM only")
+    srcs = (stationary, moving) + ((out,) if accumulate else ())
+    op = "nc_transpose" if is_transpose else "nc_matmul"
+    _record(Engine.TENSOR, op, srcs, out, mask=mask, fresh=fresh, flops=2 * k * m * n,
+            attrs={"stationary_free": m, "moving_free": n, "contraction": k, "accumulate": accumulate,
+                   "is_transpose": is_transpose, "onezero": onezero},
+            dtype=stationary.storage.dtype_name)
+    if current().numeric:
+        a = _f32(stationary).reshape(k, m)
+        b = _f32(moving).reshape(k, n)
+        product = a.T @ b
+        if accumulate:
+            product = product + out.read().astype(np.float32).reshape(m, n)
+        _store(out, product.reshape(out.shape), _mask_values(mask, out.shape))
+    return out
+
+
+def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mask | None = None,
+                 dst: Tile | None = None) -> Tile:
+    """Swap partition and free axes: Tensor engine (<=128x128, into PSUM) or Vector (<=32x32)."""
+    _on_chip(data, "nc_transpose")
+    p, f = data.shape[0], math.prod(data.shape[1:])
+    small = p <= 32 and f <= 32
+    eng = _engine(engine, Engine.VECTOR if small and dst is not None and dst.buffer != PSUM else Engine.TENSOR,
+                  (Engine.TENSOR, Engine.VECTOR))
+    if eng == Engine.VECTOR:
+        if not small:
+            raise HardwareRuleError(f"Vector-engine transpose handles at most 32x32, got {p}x{f}")
+        out, fresh = _output(dst, (f, p), dtype if dtype is not None else data.dtype)
+        _record(Engine.VECTOR, "nc_transpose", (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
+        if current().numeric:
+            _store(out, _f32(data).reshape(p, f).T, _mask_values(mask, out.shape))
+        return out
+    if p > 128 or f > 128:
+        raise HardwareRuleError(f"Tensor-engine transpose handles at most 128x128, got {p}x{f}")
+    if data.buffer != SBUF:
+        raise HardwareRuleError("Tensor-engine transpose reads its input from SBUF")
+    out, fresh = _output(dst, (f, p), dtypes.float32 if dtype is None else dtype, PSUM)
+    _record(Engine.TENSOR, "nc_transpose", (data,), out, mask=mask, fresh=fresh, flops=2 * p * p * f,
+            attrs={"stationary_free": f, "moving_free": p, "contraction": p, "accumulate": False,
+                   "is_transpose": True}, dtype=data.storage.dtype_name)
+    if current().numeric:
+        _store(out, _f32(data).reshape(p, f).T, _mask_values(mask, out.shape))
+    return out

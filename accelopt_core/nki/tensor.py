@@ -1,0 +1,404 @@
+"""Tensors, tiles and the running simulation.
+
+A `Storage` is one allocation (an HBM tensor, an SBUF or PSUM buffer). A `Tile` is what kernel
+code holds: a storage plus a subscript, so `t[i_p, i_f]` and a whole tensor are the same kind of
+object. The `Simulation` is the state of one kernel run: mode (numeric or trace-only), hardware
+limits, the loop nest being executed and the trace being recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .errors import HardwareRuleError, KernelUsageError, kernel_location
+from .indexing import Subscript, compose, full_subscript, normalize
+from .trace import DTYPE_SIZES, Access, Instruction, Loop, LoopNest, TensorInfo, Trace
+
+HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
+
+
+class Buffer:
+    """A memory kind as kernels name it (`nl.sbuf`, `nl.psum`, `nl.shared_hbm`, ...)."""
+
+    def __init__(self, name: str, kind: str):
+        self.name = name
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+class ParDim:
+    """`nl.par_dim(n)`: marks which dimension of an on-chip tensor is the partition dimension."""
+
+    def __init__(self, size: int):
+        self.size = int(size)
+
+    def __index__(self) -> int:
+        return self.size
+
+    def __int__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return f"par_dim({self.size})"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The hardware facts the compiler checks (shared/nki-facts.md A.3, A.4)."""
+
+    name: str = "trn1"
+    pmax: int = 128
+    sbuf_partition_bytes: int = 192 * 1024
+    psum_partition_bytes: int = 16 * 1024
+    psum_bank_bytes: int = 2 * 1024
+    stationary_fmax: int = 128
+    moving_fmax: int = 512
+
+    @staticmethod
+    def for_hardware(name: str) -> Limits:
+        if name == "trn1":
+            return Limits()
+        if name == "trn2":
+            return Limits(name="trn2", sbuf_partition_bytes=224 * 1024)
+        raise KernelUsageError(f"unknown hardware {name!r} (expected trn1 or trn2)", "<config>", 0)
+
+
+class Simulation:
+    """One kernel run: mode, limits, loop nest and the trace being recorded."""
+
+    def __init__(self, numeric: bool = True, hardware: str = "trn1", generation: str = "legacy"):
+        self.numeric = numeric
+        self.limits = Limits.for_hardware(hardware)
+        self.generation = generation
+        self.trace = Trace()
+        self.nest: LoopNest = ()
+        self.program_id: tuple[int, ...] = (0,)
+        self.grid: tuple[int, ...] = (1,)
+        self._next_id = 0
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def emit(self, engine: str, op: str, reads: tuple[Access, ...], writes: tuple[Access, ...],
+             partitions: int, free_elements: int, flops: int = 0, attrs: dict[str, Any] | None = None,
+             dtype: str = "float32") -> Instruction:
+        _, line = kernel_location()
+        inst = Instruction(len(self.trace.instructions), engine, op, reads, writes, partitions,
+                           free_elements, flops, line, self.nest, attrs, dtype)
+        self.trace.instructions.append(inst)
+        return inst
+
+    def loop(self, kind: str, args: tuple[int, ...]) -> Iterator[int]:
+        """Iterate like `range(*args)` while recording the loop nest for every instruction inside."""
+        steps = range(*(int(a) for a in args))
+        _, line = kernel_location()
+        parent = self.nest[-1][0] if self.nest else None
+        loop = Loop(len(self.trace.loops), kind, len(steps), line, parent)
+        self.trace.loops.append(loop)
+        outer = self.nest
+        try:
+            for i in steps:
+                self.nest = outer + ((loop, i),)
+                yield i
+        finally:
+            self.nest = outer
+
+
+_current: list[Simulation] = []
+
+
+def current() -> Simulation:
+    if not _current:
+        raise KernelUsageError("NKI API called outside a kernel run (use nki.simulate_kernel or the "
+                               "accelopt checker to run a kernel)")
+    return _current[-1]
+
+
+def push(sim: Simulation) -> None:
+    _current.append(sim)
+
+
+def pop() -> None:
+    _current.pop()
+
+
+class Storage:
+    """One allocation. `data` is None in trace-only mode."""
+
+    __slots__ = ("id", "name", "buffer", "shape", "dtype", "partition_axis", "data", "producer",
+                 "consumed", "itemsize", "dtype_name", "mm_region")
+
+    def __init__(self, sim: Simulation, name: str, buffer: str, shape: tuple[int, ...], dtype: np.dtype,
+                 partition_axis: int, data: np.ndarray | None):
+        self.id = sim.new_id()
+        self.name = name or f"t{self.id}"
+        self.buffer = buffer
+        self.shape = shape
+        self.dtype = dtype
+        self.dtype_name = dtypes.name_of(dtype)
+        self.itemsize = DTYPE_SIZES.get(self.dtype_name, dtype.itemsize)
+        self.partition_axis = partition_axis
+        self.data = data
+        self.producer: Instruction | None = None
+        self.consumed = False
+        self.mm_region: tuple[tuple[int, int], ...] | None = None  # open matmul accumulation (new API)
+        per_partition = 0
+        if buffer != HBM:
+            free = math.prod(shape[partition_axis + 1:])
+            blocks = math.prod(shape[:partition_axis])
+            per_partition = free * blocks * self.itemsize
+        _, line = kernel_location()
+        sim.trace.tensors[self.id] = TensorInfo(self.id, self.name, buffer, shape, self.dtype_name,
+                                                partition_axis if buffer != HBM else -1,
+                                                per_partition, line, sim.nest)
+
+
+class Tile:
+    """A tensor or a region of one, as kernel code sees it."""
+
+    __slots__ = ("storage", "sub", "_inplace")
+
+    def __init__(self, storage: Storage, sub: Subscript):
+        self.storage = storage
+        self.sub = sub
+        self._inplace = False
+
+    # --- what kernels read off a tensor ------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.sub.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.storage.dtype
+
+    @property
+    def buffer(self) -> str:
+        return self.storage.buffer
+
+    @property
+    def name(self) -> str:
+        return self.storage.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.sub.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.sub.shape)
+
+    @property
+    def is_whole(self) -> bool:
+        return self.sub.shape == self.storage.shape and not self.sub.advanced and all(
+            lo == 0 and hi == n for (lo, hi), n in zip(self.sub.region, self.storage.shape, strict=True))
+
+    def __repr__(self) -> str:
+        return f"Tile({self.storage.name}, {self.storage.buffer}, shape={self.shape}, {self.dtype.name})"
+
+    def __len__(self) -> int:
+        return self.sub.shape[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        raise KernelUsageError("tiles cannot be iterated in Python; index them with nl.arange or slices")
+
+    def __bool__(self) -> bool:
+        raise KernelUsageError("a tile has no truth value at trace time (data-dependent control flow "
+                               "is not possible in NKI)")
+
+    # --- indexing ----------------------------------------------------------------------------
+    def __getitem__(self, key: Any) -> Tile:
+        storage = self.storage
+        if self.sub is full_subscript(storage.shape):
+            return Tile(storage, normalize(key, storage.shape, storage.name))
+        return Tile(storage, compose(self.sub, key, storage.name))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        from .ops import assign
+
+        if isinstance(value, Tile) and value._inplace and value.storage is self.storage:
+            value._inplace = False
+            return  # `t[i] += x` already wrote in place
+        assign(self[key], value)
+
+    def reshape(self, *shape: Any) -> Tile:
+        """HBM tensors can be viewed with another shape of the same size (no data moves)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        new_shape = tuple(int(s) for s in shape)
+        if math.prod(new_shape) != self.size:
+            raise KernelUsageError(f"cannot reshape {self.storage.name} of shape {self.shape} to {new_shape}")
+        if not self.is_whole:
+            raise KernelUsageError("only a whole tensor can be reshaped")
+        sim = current()
+        data = self.storage.data.reshape(new_shape) if self.storage.data is not None else None
+        pa = 0 if self.storage.buffer != HBM else -1
+        alias = Storage(sim, f"{self.storage.name}_reshaped", self.storage.buffer, new_shape,
+                        self.storage.dtype, max(pa, 0), data)
+        return Tile(alias, full_subscript(new_shape))
+
+    # --- data, for numeric mode --------------------------------------------------------------
+    def read(self) -> np.ndarray:
+        data = self.storage.data
+        assert data is not None
+        return data[self.sub.numpy_key()]
+
+    def write(self, values: np.ndarray | float, mask: np.ndarray | None = None) -> None:
+        data = self.storage.data
+        assert data is not None
+        key = self.sub.numpy_key()
+        values = np.asarray(values)
+        if values.shape != self.shape and values.size == self.size:
+            values = values.reshape(self.shape)
+        if mask is not None:
+            values = np.where(np.broadcast_to(mask, self.shape), values, data[key])
+        data[key] = values.astype(data.dtype, copy=False)
+
+    def access(self, nbytes: int | None = None) -> Access:
+        storage = self.storage
+        count = self.size
+        size = storage.itemsize
+        moved = count * size if nbytes is None else nbytes
+        if storage.buffer == HBM:
+            run = self.sub.contiguous_elements(storage.shape) * size
+        else:
+            run = moved // max(1, self.sub.shape[0] if self.sub.shape else 1)
+        return Access(storage.id, storage.buffer, storage.dtype_name, self.sub.shape, self.sub.region,
+                      moved, run)
+
+    # --- arithmetic sugar: tiles combine like the nl functions they stand for ------------------
+    def _binary(self, other: Any, op: str, reverse: bool = False) -> Tile:
+        from .ops import binary
+
+        return binary(op, other, self) if reverse else binary(op, self, other)
+
+    def __add__(self, other: Any) -> Tile:
+        return self._binary(other, "add")
+
+    def __radd__(self, other: Any) -> Tile:
+        return self._binary(other, "add", True)
+
+    def __sub__(self, other: Any) -> Tile:
+        return self._binary(other, "subtract")
+
+    def __rsub__(self, other: Any) -> Tile:
+        return self._binary(other, "subtract", True)
+
+    def __mul__(self, other: Any) -> Tile:
+        return self._binary(other, "multiply")
+
+    def __rmul__(self, other: Any) -> Tile:
+        return self._binary(other, "multiply", True)
+
+    def __truediv__(self, other: Any) -> Tile:
+        return self._binary(other, "divide")
+
+    def __rtruediv__(self, other: Any) -> Tile:
+        return self._binary(other, "divide", True)
+
+    def __pow__(self, other: Any) -> Tile:
+        return self._binary(other, "power")
+
+    def __neg__(self) -> Tile:
+        return self._binary(-1.0, "multiply")
+
+    def __lt__(self, other: Any) -> Tile:
+        return self._binary(other, "less")
+
+    def __le__(self, other: Any) -> Tile:
+        return self._binary(other, "less_equal")
+
+    def __gt__(self, other: Any) -> Tile:
+        return self._binary(other, "greater")
+
+    def __ge__(self, other: Any) -> Tile:
+        return self._binary(other, "greater_equal")
+
+    def __and__(self, other: Any) -> Tile:
+        return self._binary(other, "logical_and")
+
+    def __or__(self, other: Any) -> Tile:
+        return self._binary(other, "logical_or")
+
+    def _inplace_op(self, other: Any, op: str) -> Tile:
+        from .ops import accumulate
+
+        accumulate(self, other, op)
+        self._inplace = True
+        return self
+
+    def __iadd__(self, other: Any) -> Tile:
+        return self._inplace_op(other, "add")
+
+    def __isub__(self, other: Any) -> Tile:
+        return self._inplace_op(other, "subtract")
+
+    def __imul__(self, other: Any) -> Tile:
+        return self._inplace_op(other, "multiply")
+
+    def __itruediv__(self, other: Any) -> Tile:
+        return self._inplace_op(other, "divide")
+
+
+def _uninitialized(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """New on-chip memory holds garbage on hardware; NaN (floats) or 4 (ints) makes misuse visible."""
+    fill = np.nan if dtypes.is_float(dtype) else 4
+    return np.full(shape, fill, dtype=dtype)
+
+
+def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = "",
+             data: np.ndarray | None = None) -> Tile:
+    """Allocate a tensor, checking the partition and capacity rules the compiler enforces."""
+    sim = current()
+    kind = buffer.kind if isinstance(buffer, Buffer) else (buffer or SBUF)
+    if kind not in (HBM, SBUF, PSUM):
+        raise KernelUsageError(f"unknown buffer {buffer!r}")
+    if isinstance(shape, (int, np.integer, ParDim)):
+        shape = (shape,)
+    partition_axis = 0
+    dims = tuple(shape)
+    if not all(type(s) is int for s in dims):
+        partition_axis = next((i for i, s in enumerate(dims) if isinstance(s, ParDim)), 0)
+        dims = tuple(int(s) for s in dims)
+    dtype = dtypes.as_dtype(dtype)
+    if any(d <= 0 for d in dims):
+        raise KernelUsageError(f"tensor {name or ''} has an empty or negative dimension: {dims}")
+    if kind != HBM:
+        _check_on_chip(sim.limits, kind, dims, partition_axis, dtype, name)
+    if data is None and sim.numeric:
+        data = np.zeros(dims, dtype=dtype) if kind == HBM else _uninitialized(dims, dtype)
+    storage = Storage(sim, name, kind, dims, dtype, partition_axis, data)
+    return Tile(storage, full_subscript(dims))
+
+
+def _check_on_chip(limits: Limits, kind: str, dims: tuple[int, ...], partition_axis: int,
+                   dtype: np.dtype, name: str) -> None:
+    label = f"{kind.upper()} tensor {name + ' ' if name else ''}of shape {dims}"
+    partitions = dims[partition_axis] if dims else 1
+    if partitions > limits.pmax:
+        raise HardwareRuleError(f"{label}: size of partition dimension {partitions} exceeds the "
+                                f"architecture limit of {limits.pmax}")
+    itemsize = DTYPE_SIZES.get(dtypes.name_of(dtype), dtype.itemsize)
+    tile_bytes = math.prod(dims[partition_axis + 1:]) * itemsize
+    blocks = math.prod(dims[:partition_axis])
+    if kind == SBUF and tile_bytes > limits.sbuf_partition_bytes:
+        raise HardwareRuleError(f"{label}: one tile needs {tile_bytes} bytes per partition, more than "
+                                f"the {limits.sbuf_partition_bytes} bytes of an SBUF partition on "
+                                f"{limits.name}")
+    if kind == PSUM:
+        if tile_bytes > limits.psum_bank_bytes:
+            raise HardwareRuleError(f"{label}: a PSUM tile needs {tile_bytes} bytes per partition; a "
+                                    f"PSUM bank holds {limits.psum_bank_bytes} (512 float32)")
+        if tile_bytes * blocks > limits.psum_partition_bytes:
+            raise HardwareRuleError(f"{label}: needs {tile_bytes * blocks} bytes per partition; PSUM "
+                                    f"has {limits.psum_partition_bytes} (8 banks of 2 KiB)")
+

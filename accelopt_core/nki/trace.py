@@ -1,0 +1,203 @@
+"""The instruction trace: what a kernel did, in the order the simulator executed it.
+
+The simulator appends one `Instruction` per hardware instruction it executes. Everything the
+performance model needs lives here and nowhere else: which engine ran it, what it read and wrote
+(tensor and exact bounding region, so dependencies can be computed), how many elements per
+partition it processed (the `N` of the ISA cost formulas), flops, the kernel source line and the
+loop nest it ran in.
+
+Records use `__slots__` and share interned loop-nest tuples, because a large kernel produces
+hundreds of thousands of them and tracing must stay fast and small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Engine:
+    """Names of the NeuronCore engines an instruction can run on."""
+
+    TENSOR = "tensor"
+    VECTOR = "vector"
+    SCALAR = "scalar"
+    GPSIMD = "gpsimd"
+    DMA = "dma"
+
+    ALL = (TENSOR, VECTOR, SCALAR, GPSIMD, DMA)
+
+
+class LoopKind:
+    """How the iterations of a kernel loop may be scheduled.
+
+    affine: no loop-carried dependency, iterations may overlap across engines.
+    sequential: iterations keep their order (a loop-carried dependency may exist).
+    static: unrolled at trace time (legacy `static_range`, and every loop of the newer `nki` API);
+    only data dependencies order its instructions.
+    """
+
+    AFFINE = "affine"
+    SEQUENTIAL = "sequential"
+    STATIC = "static"
+
+
+@dataclass(slots=True, eq=False)
+class Loop:
+    """One loop statement in the kernel (one object per execution of the `for`, not per iteration)."""
+
+    id: int
+    kind: str
+    trip_count: int
+    line: int
+    parent: Loop | None
+
+
+# A loop nest is a tuple of (loop, iteration index) pairs, outermost first. The simulator builds
+# one tuple per iteration and every instruction of that iteration shares it.
+LoopNest = tuple[tuple[Loop, int], ...]
+
+
+@dataclass(slots=True, eq=False)
+class TensorInfo:
+    """A tensor allocated by the kernel or passed to it."""
+
+    id: int
+    name: str
+    buffer: str  # "hbm", "sbuf" or "psum"
+    shape: tuple[int, ...]
+    dtype: str
+    partition_axis: int  # index of the partition dimension (0 unless par_dim moved it); -1 for HBM
+    bytes_per_partition: int  # on-chip footprint of one partition, all block dims included; 0 for HBM
+    line: int
+    loops: LoopNest
+
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count * DTYPE_SIZES.get(self.dtype, 4)
+
+
+@dataclass(slots=True, frozen=True)
+class Access:
+    """One operand of an instruction: which tensor, which region, how many bytes.
+
+    `region` is a half-open bounding box `((lo, hi), ...)` in the tensor's own coordinates, one pair
+    per tensor dimension. For strided or gathered accesses it is the smallest box that holds every
+    element touched, so dependencies computed from it are conservative, never missed.
+    """
+
+    tensor: int
+    buffer: str
+    dtype: str
+    shape: tuple[int, ...]  # shape of the tile as the instruction sees it (partition dim first)
+    region: tuple[tuple[int, int], ...]
+    nbytes: int  # bytes actually read or written (elements x item size)
+    contiguous_bytes: int  # longest contiguous run in the tensor's memory layout (DMA efficiency)
+
+    @property
+    def partitions(self) -> int:
+        return self.shape[0] if self.shape else 1
+
+
+@dataclass(slots=True, eq=False)
+class Instruction:
+    """One executed hardware instruction.
+
+    `partitions` and `free_elements` describe the work: an instruction processes `free_elements`
+    elements on each of `partitions` lanes (for DMA, `free_elements` is per partition of the
+    on-chip side). `attrs` carries op-specific facts the cost model needs, e.g. for `nc_matmul`:
+    `stationary_free`, `moving_free`, `contraction`, `accumulate`, `is_transpose`; for
+    `activation`: `func`; for DMA: `direction` ("hbm_to_sbuf", "sbuf_to_hbm", ...).
+    """
+
+    index: int
+    engine: str
+    op: str
+    reads: tuple[Access, ...]
+    writes: tuple[Access, ...]
+    partitions: int
+    free_elements: int
+    flops: int
+    line: int
+    loops: LoopNest
+    attrs: dict[str, Any] | None = None
+    dtype: str = "float32"  # dtype the engine computes or moves
+
+
+@dataclass(slots=True)
+class Trace:
+    """Every instruction a kernel executed, plus the tensors it used."""
+
+    instructions: list[Instruction] = field(default_factory=list)
+    tensors: dict[int, TensorInfo] = field(default_factory=dict)
+    loops: list[Loop] = field(default_factory=list)
+    kernel_file: str = ""
+    kernel_name: str = ""
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+    def count_by_engine(self) -> dict[str, int]:
+        counts = dict.fromkeys(Engine.ALL, 0)
+        for inst in self.instructions:
+            counts[inst.engine] += 1
+        return counts
+
+    def summary(self) -> dict[str, Any]:
+        """Counts that need no timing model: instructions, flops and bytes moved by level."""
+        hbm_read = hbm_write = sbuf_read = sbuf_write = psum_read = psum_write = 0
+        flops = transpose_flops = 0
+        for inst in self.instructions:
+            for acc in inst.reads:
+                if acc.buffer == "hbm":
+                    hbm_read += acc.nbytes
+                elif acc.buffer == "sbuf":
+                    sbuf_read += acc.nbytes
+                else:
+                    psum_read += acc.nbytes
+            for acc in inst.writes:
+                if acc.buffer == "hbm":
+                    hbm_write += acc.nbytes
+                elif acc.buffer == "sbuf":
+                    sbuf_write += acc.nbytes
+                else:
+                    psum_write += acc.nbytes
+            if inst.engine == Engine.TENSOR:
+                flops += inst.flops
+                if inst.attrs and inst.attrs.get("is_transpose"):
+                    transpose_flops += inst.flops
+        return {
+            "instruction_count": len(self.instructions),
+            "instructions_by_engine": self.count_by_engine(),
+            "hbm_read_bytes": hbm_read,
+            "hbm_write_bytes": hbm_write,
+            "sbuf_read_bytes": sbuf_read,
+            "sbuf_write_bytes": sbuf_write,
+            "psum_read_bytes": psum_read,
+            "psum_write_bytes": psum_write,
+            "hardware_flops": flops,
+            "transpose_flops": transpose_flops,
+        }
+
+
+DTYPE_SIZES: dict[str, int] = {
+    "float32": 4,
+    "tfloat32": 4,
+    "int32": 4,
+    "uint32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int16": 2,
+    "uint16": 2,
+    "float8_e4m3": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float64": 8,
+    "int64": 8,
+}
