@@ -1,0 +1,1 @@
+"""AccelOpt's engine: NKI simulator, Trainium performance model, tasks, profiling and search."""

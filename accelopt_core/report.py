@@ -1,0 +1,69 @@
+"""Human-readable rendering of a profile for the terminal."""
+
+from __future__ import annotations
+
+import linecache
+
+from .profiling import ProfileResult
+
+ENGINES = (("tensor", "tensor_engine_active_time_percent"), ("vector", "vector_engine_active_time_percent"),
+           ("scalar", "scalar_engine_active_time_percent"), ("gpsimd", "gpsimd_engine_active_time_percent"),
+           ("dma", "dma_active_time_percent"))
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _bar(percent: float, width: int = 24) -> str:
+    filled = round(max(0.0, min(100.0, percent)) / 100 * width)
+    return "█" * filled + "·" * (width - filled)
+
+
+def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) -> str:
+    """The summary, engine activity bars and the most expensive kernel lines."""
+    p = result.profile
+    out = [f"kernel    {result.kernel}",
+           f"task      {result.task}    hardware {result.hardware} (simulated)    backend {result.backend}"]
+    if result.error:
+        out.append(f"error     {result.error}")
+        return "\n".join(out)
+    if result.correct is None:
+        out.append("check     skipped (--no-check)")
+    elif result.correct:
+        out.append(f"check     correct on {len(result.seeds)} seeds (relative L2 error {result.rel_l2_error:.2e}, "
+                   f"max abs error {result.max_abs_error:.2e})")
+    else:
+        out.append(f"check     WRONG RESULTS: {result.check_message}")
+    if result.latency_ms is not None:
+        peak = f"{result.peak_percent:.1f}% of peak" if result.peak_percent is not None else "no peak formula"
+        out.append(f"latency   {result.latency_ms:.4g} ms    {peak}    bound by {result.bottleneck}")
+        out.append("engines")
+        for name, key in ENGINES:
+            value = p.get(key)
+            if value is not None:
+                out.append(f"  {name:<7} {_bar(value)} {value:5.1f}%")
+        out.append(f"memory    HBM read {_bytes(p.get('hbm_read_bytes'))}, write {_bytes(p.get('hbm_write_bytes'))}"
+                   f"  ·  SBUF read {_bytes(p.get('sbuf_read_bytes'))}, write {_bytes(p.get('sbuf_write_bytes'))}"
+                   f"  ·  PSUM read {_bytes(p.get('psum_read_bytes'))}, write {_bytes(p.get('psum_write_bytes'))}")
+        spills = (p.get("spill_save_bytes") or 0) + (p.get("spill_reload_bytes") or 0)
+        if spills:
+            out.append(f"spills    save {_bytes(p.get('spill_save_bytes'))}, reload {_bytes(p.get('spill_reload_bytes'))}")
+        flops = p.get("hardware_flops")
+        if flops is not None:
+            out.append(f"flops     {flops / 1e9:.3g} GFLOP on the Tensor engine "
+                       f"({(p.get('transpose_flops') or 0) / 1e9:.3g} GFLOP of it transposes)")
+    if result.lines:
+        out.append("top lines")
+        total = sum(line["time_ms"] for line in result.lines) or 1.0
+        for line in result.lines[:top]:
+            text = linecache.getline(kernel_path, line["line"]).strip() if kernel_path else ""
+            out.append(f"  {line['line']:>4}  {line['time_ms']:8.4f} ms {100 * line['time_ms'] / total:5.1f}%  "
+                       f"{line['engine']:<6} {line['instructions']:>7} instr  {text}")
+    return "\n".join(out)

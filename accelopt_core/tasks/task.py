@@ -1,0 +1,139 @@
+"""Tasks: a reference implementation plus the inputs a kernel is run and checked on.
+
+Two file formats are read:
+- the public NKIBench reference module: `get_inputs()`, `forward(*inputs)`, and optionally
+  `transform_to_nki_inputs(inputs)` and `transform_nki_outputs(out, ref)`; randomness comes from
+  NumPy's global generator (and torch's, when the module uses torch), which we seed per check;
+- our native form: `make_inputs(rng: numpy.random.Generator) -> sequence of arrays` and
+  `reference(*inputs) -> array or tuple of arrays`, optionally `RTOL` and
+  `peak_work(*inputs) -> PeakWork`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+DEFAULT_RTOL = 2e-5
+
+
+class TaskError(Exception):
+    """The reference file is unusable (missing function, failing import, bad shapes)."""
+
+
+@dataclass(frozen=True)
+class PeakWork:
+    """The analytic work of a task (shared/nkibench.md): matmul flops, vector flops, HBM bytes."""
+
+    mm_flops: float
+    vec_flops: float
+    hbm_bytes: float
+
+
+@dataclass
+class Case:
+    """One seed of a task: the kernel's inputs, the reference outputs (computed on demand) and how
+    to bring the kernel's outputs into the reference's layout."""
+
+    inputs: list[np.ndarray]
+    reference: Callable[[], list[np.ndarray]]
+    convert: Callable[[list[np.ndarray]], list[np.ndarray]] = lambda outputs: outputs
+
+
+@dataclass
+class Task:
+    """A checkable task: `make_case(seed)` draws inputs; `peak_work(inputs)` gives its analytic work."""
+
+    name: str
+    make_case: Callable[[int], Case]
+    rtol: float = DEFAULT_RTOL
+    peak_work: Callable[[list[np.ndarray]], PeakWork] | None = None
+    source_path: str | None = None
+
+
+def _as_list(value: Any) -> list[np.ndarray]:
+    items = value if isinstance(value, (tuple, list)) else [value]
+    return [_to_numpy(v) for v in items]
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach"):  # a torch tensor
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _import_reference(path: str) -> types.ModuleType:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+    except OSError as exc:
+        raise TaskError(f"cannot read reference {path}: {exc.strerror}") from None
+    try:
+        code = compile(source, path, "exec")
+    except SyntaxError as exc:
+        raise TaskError(f"{os.path.basename(path)}:{exc.lineno}: syntax error in reference: {exc.msg}") from None
+    module = types.ModuleType(f"accelopt_reference_{abs(hash(path))}")
+    module.__file__ = path
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    try:
+        exec(code, module.__dict__)  # noqa: S102 - references are the user's own trusted files
+    except Exception as exc:
+        raise TaskError(f"{path}: importing the reference failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.remove(folder)
+    return module
+
+
+def _seed_everything(module: types.ModuleType, seed: int) -> None:
+    np.random.seed(seed % 2**32)
+    torch = sys.modules.get("torch")
+    if torch is not None and any(v is torch for v in vars(module).values()):
+        torch.manual_seed(seed)
+
+
+def load_reference(path: str, name: str | None = None) -> Task:
+    """Read a reference file in either format."""
+    module = _import_reference(path)
+    task_name = name or os.path.splitext(os.path.basename(path))[0]
+    rtol = float(getattr(module, "RTOL", DEFAULT_RTOL))
+    peak = getattr(module, "peak_work", None)
+    peak_fn = (lambda inputs: peak(*inputs)) if callable(peak) else None
+    if callable(getattr(module, "make_inputs", None)) and callable(getattr(module, "reference", None)):
+        def native_case(seed: int) -> Case:
+            inputs = _as_list(module.make_inputs(np.random.default_rng(seed)))
+            return Case(inputs, functools.cache(
+                lambda: _as_list(module.reference(*[np.array(a, copy=True) for a in inputs]))))
+
+        return Task(task_name, native_case, rtol, peak_fn, path)
+    missing = [f for f in ("get_inputs", "forward") if not callable(getattr(module, f, None))]
+    if missing:
+        raise TaskError(f"{path}: a reference needs make_inputs() and reference() (native form) or "
+                        f"get_inputs() and forward() (NKIBench form); missing {', '.join(missing)}")
+    to_nki = getattr(module, "transform_to_nki_inputs", None)
+    from_nki = getattr(module, "transform_nki_outputs", None)
+
+    def bench_case(seed: int) -> Case:
+        _seed_everything(module, seed)
+        originals = module.get_inputs()
+        originals = list(originals) if isinstance(originals, (tuple, list)) else [originals]
+        inputs = _as_list(to_nki(originals) if callable(to_nki) else originals)
+        case = Case(inputs, functools.cache(lambda: _as_list(module.forward(*originals))))
+        if callable(from_nki):
+            def convert(outputs: list[np.ndarray]) -> list[np.ndarray]:
+                ref = case.reference()
+                return _as_list(from_nki(outputs[0] if len(outputs) == 1 else outputs,
+                                         ref[0] if len(ref) == 1 else ref))
+            case.convert = convert
+        return case
+
+    return Task(task_name, bench_case, rtol, peak_fn, path)
