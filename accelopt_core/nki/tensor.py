@@ -259,6 +259,11 @@ class Tile:
         values = np.asarray(values)
         if values.shape != self.shape and values.size == self.size:
             values = values.reshape(self.shape)
+        if self.sub.overhang is not None:  # write only the masked-in elements, all inside the tensor
+            keep = self.sub.in_bounds() if mask is None else np.broadcast_to(mask, self.shape) & self.sub.in_bounds()
+            index = tuple(np.broadcast_to(k, self.shape)[keep] for k in key)
+            data[index] = np.broadcast_to(values, self.shape)[keep].astype(data.dtype, copy=False)
+            return
         if mask is not None:
             values = np.where(np.broadcast_to(mask, self.shape), values, data[key])
         data[key] = values.astype(data.dtype, copy=False)
@@ -375,7 +380,7 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
     if kind != HBM:
         _check_on_chip(sim.limits, kind, dims, partition_axis, dtype, name)
     if data is None and sim.numeric:
-        data = np.zeros(dims, dtype=dtype) if kind == HBM else _uninitialized(dims, dtype)
+        data = _uninitialized(dims, dtype)
     storage = Storage(sim, name, kind, dims, dtype, partition_axis, data)
     return Tile(storage, full_subscript(dims))
 

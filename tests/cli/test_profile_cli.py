@@ -1,0 +1,183 @@
+"""`accelopt profile` and `accelopt demo` as a user runs them: a real subprocess each time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CONTRACT_FIELDS = ["latency_ms", "correct", "peak_percent", "bottleneck", "hardware", "backend",
+                   "hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes",
+                   "psum_read_bytes", "psum_write_bytes", "hardware_flops", "transpose_flops",
+                   "hfu_estimated_percent", "scalar_engine_active_time_percent",
+                   "vector_engine_active_time_percent", "gpsimd_engine_active_time_percent", "lines"]
+
+ADD_KERNEL = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(x, y):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(x.shape[0] // 128):
+            a = nl.load(x[i * 128:(i + 1) * 128, :])
+            b = nl.load(y[i * 128:(i + 1) * 128, :])
+            nl.store(out[i * 128:(i + 1) * 128, :], value=nl.add(a, b))
+        return out
+''')
+
+ADD_REFERENCE = textwrap.dedent('''
+    import numpy as np
+
+
+    def make_inputs(rng):
+        return [rng.standard_normal((256, 512), dtype=np.float32), rng.standard_normal((256, 512), dtype=np.float32)]
+
+
+    def reference(x, y):
+        return x + y
+''')
+
+
+def accelopt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "accelopt_core", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "add.py").write_text(ADD_KERNEL)
+    (tmp_path / "add_ref.py").write_text(ADD_REFERENCE)
+    return tmp_path
+
+
+def test_demo_profiles_the_bundled_kernel() -> None:
+    run = accelopt("demo", "--json")
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    for name in CONTRACT_FIELDS:
+        assert name in data, name
+    assert data["correct"] is True and data["backend"] == "simulator" and data["hardware"] == "trn1"
+    assert data["latency_ms"] > 0 and 0 < data["peak_percent"] <= 100
+    assert all({"line", "time_ms", "engine", "instructions"} <= set(line) for line in data["lines"])
+
+
+def test_profile_json_follows_the_contract(files: Path) -> None:
+    run = accelopt("profile", str(files / "add.py"), "--reference", str(files / "add_ref.py"), "--json")
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["correct"] is True and len(data["seeds"]) == 5
+    assert data["hbm_read_bytes"] == 2 * 256 * 512 * 4 and data["hbm_write_bytes"] == 256 * 512 * 4
+    assert data["peak_percent"] is None  # the reference gives no peak formula
+    assert {line["line"] for line in data["lines"]} == {10, 11, 12}
+
+
+def test_profile_no_check_is_trace_only(files: Path) -> None:
+    run = accelopt("profile", str(files / "add.py"), "--reference", str(files / "add_ref.py"), "--json",
+                   "--no-check", "--hardware", "trn2")
+    data = json.loads(run.stdout)
+    assert run.returncode == 0 and data["correct"] is None and data["hardware"] == "trn2"
+    assert data["latency_ms"] > 0
+
+
+def test_readable_report_names_lines(files: Path) -> None:
+    run = accelopt("profile", str(files / "add.py"), "--reference", str(files / "add_ref.py"), "--seed", "7")
+    assert run.returncode == 0, run.stderr
+    assert "correct on 1 seeds" in run.stdout and "nl.load(x[i * 128" in run.stdout
+
+
+def test_profile_with_named_task() -> None:
+    run = accelopt("profile", "accelopt_core/examples/matmul.py", "--task", "matmul", "--no-check", "--json",
+                   cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["peak_percent"] > 0
+
+
+def _one_line(run: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, run.stderr
+    return lines[0]
+
+
+def test_not_python_is_bad_input(files: Path) -> None:
+    (files / "notes.py").write_text("this is not python {\n")
+    run = accelopt("profile", str(files / "notes.py"), "--reference", str(files / "add_ref.py"))
+    assert run.returncode == 2
+    assert "syntax error" in _one_line(run)
+
+
+def test_file_without_kernel_is_bad_input(files: Path) -> None:
+    (files / "helpers.py").write_text("def helper():\n    return 1\n\ndef other():\n    return 2\n")
+    run = accelopt("profile", str(files / "helpers.py"), "--reference", str(files / "add_ref.py"))
+    assert run.returncode == 2
+    assert "cannot tell which function is the kernel" in _one_line(run)
+
+
+def test_reference_missing_function_is_bad_input(files: Path) -> None:
+    (files / "bad_ref.py").write_text("def get_inputs():\n    return []\n")
+    run = accelopt("profile", str(files / "add.py"), "--reference", str(files / "bad_ref.py"))
+    assert run.returncode == 2
+    assert "missing forward" in _one_line(run)
+
+
+def test_missing_task_is_bad_input(files: Path) -> None:
+    run = accelopt("profile", str(files / "add.py"))
+    assert run.returncode == 2
+    assert "--reference" in _one_line(run)
+
+
+def test_mismatched_input_shapes_fail_with_one_line(files: Path) -> None:
+    (files / "fixed.py").write_text(ADD_KERNEL.replace(", :]", ", 0:512]"))
+    (files / "small_ref.py").write_text(ADD_REFERENCE.replace("(256, 512)", "(256, 300)"))
+    run = accelopt("profile", str(files / "fixed.py"), "--reference", str(files / "small_ref.py"))
+    assert run.returncode == 1
+    assert "out of bounds" in _one_line(run)
+
+
+def test_hardware_rule_error_names_the_kernel_line(files: Path) -> None:
+    (files / "wide.py").write_text(ADD_KERNEL.replace("x[i * 128:(i + 1) * 128, :]", "x[0:256, :]"))
+    run = accelopt("profile", str(files / "wide.py"), "--reference", str(files / "add_ref.py"))
+    assert run.returncode == 1
+    line = _one_line(run)
+    assert "wide.py:10" in line and "256" in line and "128" in line
+
+
+def test_unwritten_output_is_not_correct(files: Path) -> None:
+    (files / "lazy.py").write_text(ADD_KERNEL.replace("x.shape[0] // 128", "x.shape[0] // 256"))
+    run = accelopt("profile", str(files / "lazy.py"), "--reference", str(files / "add_ref.py"))
+    assert run.returncode == 3
+    assert "NaN" in _one_line(run)
+
+
+def test_wrong_results_exit_3(files: Path) -> None:
+    (files / "sub.py").write_text(ADD_KERNEL.replace("nl.add(a, b)", "nl.subtract(a, b)"))
+    run = accelopt("profile", str(files / "sub.py"), "--reference", str(files / "add_ref.py"), "--json")
+    assert run.returncode == 3
+    assert json.loads(run.stdout)["correct"] is False
+    assert "relative L2 error" in _one_line(run)
+
+
+def test_nkibench_reference_form(files: Path) -> None:
+    (files / "bench_ref.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+        def get_inputs():
+            return [np.random.randn(256, 512).astype(np.float32), np.random.randn(256, 512).astype(np.float32)]
+
+        def forward(x, y):
+            return (x + y).T
+
+        def transform_to_nki_inputs(inputs):
+            return inputs
+
+        def transform_nki_outputs(out, ref):
+            return out.T
+    '''))
+    run = accelopt("profile", str(files / "add.py"), "--reference", str(files / "bench_ref.py"), "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["correct"] is True
