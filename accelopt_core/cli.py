@@ -12,7 +12,7 @@ from .nki import KernelLoadError, NkiError, load_kernel
 from .profiling import ProfileResult, profile_kernel
 from .report import render
 from .tasks import Task, TaskError, load_reference
-from .tasks.registry import example_kernel_path, find_task
+from .tasks.registry import EXAMPLES_DIR, example_kernel_path, find_task
 
 EXIT_KERNEL_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -63,8 +63,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The embedded default: profile and check the bundled matmul example on the simulator."""
     path = example_kernel_path("matmul")
-    kernel = load_kernel(path)
-    result = profile_kernel(kernel, find_task("matmul"), args.hardware, kernel_label="examples/matmul.py")
+    task = load_reference(os.path.join(EXAMPLES_DIR, "matmul_ref.py"), "matmul")
+    result = profile_kernel(load_kernel(path), task, args.hardware, kernel_label=os.path.relpath(path))
     return _emit(result, args, path)
 
 

@@ -86,7 +86,7 @@ def _import_reference(path: str) -> types.ModuleType:
     folder = os.path.dirname(os.path.abspath(path))
     sys.path.insert(0, folder)
     try:
-        exec(code, module.__dict__)  # noqa: S102 - references are the user's own trusted files
+        exec(code, module.__dict__)  # references are the user's own trusted files
     except Exception as exc:
         raise TaskError(f"{path}: importing the reference failed: {type(exc).__name__}: {exc}") from None
     finally:
@@ -101,16 +101,18 @@ def _seed_everything(module: types.ModuleType, seed: int) -> None:
         torch.manual_seed(seed)
 
 
-def load_reference(path: str, name: str | None = None) -> Task:
-    """Read a reference file in either format."""
+def load_reference(path: str, name: str | None = None, variant: str | None = None) -> Task:
+    """Read a reference file in either format. A native reference may define size `VARIANTS`
+    (e.g. {"full": {...}, "small": {...}}): `make_inputs(rng, **sizes)` then gets the chosen one."""
     module = _import_reference(path)
     task_name = name or os.path.splitext(os.path.basename(path))[0]
     rtol = float(getattr(module, "RTOL", DEFAULT_RTOL))
+    sizes = _variant_sizes(module, path, variant)
     peak = getattr(module, "peak_work", None)
     peak_fn = (lambda inputs: peak(*inputs)) if callable(peak) else None
     if callable(getattr(module, "make_inputs", None)) and callable(getattr(module, "reference", None)):
         def native_case(seed: int) -> Case:
-            inputs = _as_list(module.make_inputs(np.random.default_rng(seed)))
+            inputs = _as_list(module.make_inputs(np.random.default_rng(seed), **sizes))
             return Case(inputs, functools.cache(
                 lambda: _as_list(module.reference(*[np.array(a, copy=True) for a in inputs]))))
 
@@ -137,3 +139,15 @@ def load_reference(path: str, name: str | None = None) -> Task:
         return case
 
     return Task(task_name, bench_case, rtol, peak_fn, path)
+
+
+def _variant_sizes(module: types.ModuleType, path: str, variant: str | None) -> dict[str, int]:
+    variants = getattr(module, "VARIANTS", None)
+    if not variants:
+        if variant:
+            raise TaskError(f"{path} defines no size variants (asked for {variant!r})")
+        return {}
+    chosen = variant or next(iter(variants))
+    if chosen not in variants:
+        raise TaskError(f"{path}: unknown variant {chosen!r}; variants: {', '.join(variants)}")
+    return dict(variants[chosen])
