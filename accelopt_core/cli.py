@@ -8,11 +8,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .nki import KernelLoadError, NkiError, load_kernel
-from .profiling import ProfileResult, profile_kernel
+from .blas import single_threaded_blas
+from .nki import KernelLoadError, NkiError
+from .nki.loader import check_source
+from .profiling import ProfileResult, SimulatorProfiler, TaskRef
 from .report import render
-from .tasks import Task, TaskError, load_reference
-from .tasks.registry import EXAMPLES_DIR, example_kernel_path, find_task
+from .tasks import TaskError
+from .tasks.registry import EXAMPLES_DIR, example_kernel_path
 
 EXIT_KERNEL_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -23,14 +25,29 @@ class CliError(Exception):
     """Bad input: printed as one line, exit code 2."""
 
 
-def _task_for(args: argparse.Namespace) -> Task:
+def _task_for(args: argparse.Namespace) -> TaskRef:
     if args.reference and args.task:
         raise CliError("give either --reference or --task, not both")
     if args.reference:
-        return load_reference(args.reference)
-    if args.task:
-        return find_task(args.task)
-    raise CliError("a kernel is checked against a task: pass --reference REF.py or --task NAME")
+        ref = TaskRef(reference=args.reference)
+    elif args.task:
+        ref = TaskRef(name=args.task)
+    else:
+        raise CliError("a kernel is checked against a task: pass --reference REF.py or --task NAME")
+    ref.load()  # bad references are bad input, reported before anything runs
+    return ref
+
+
+def _read_kernel(path: str, name: str | None) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+    except OSError as exc:
+        raise CliError(f"cannot read kernel file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"{path} is not a text file") from None
+    check_source(source, path, name)
+    return source
 
 
 def _emit(result: ProfileResult, args: argparse.Namespace, kernel_path: str) -> int:
@@ -47,25 +64,29 @@ def _emit(result: ProfileResult, args: argparse.Namespace, kernel_path: str) -> 
     return 0
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
-    task = _task_for(args)
-    kernel = load_kernel(args.kernel, args.kernel_name)
-    seeds = args.seed or None
-    if seeds is None and args.seeds is not None:
-        from .tasks.check import fresh_seeds
+def _profile(path: str, task: TaskRef, args: argparse.Namespace, seeds: list[int] | None = None) -> int:
+    source = _read_kernel(path, getattr(args, "kernel_name", None))
+    profiler = SimulatorProfiler(seeds=getattr(args, "seeds", None) or 5, rtol=getattr(args, "rtol", None))
+    result = profiler.profile(source, task, args.hardware, check=not getattr(args, "no_check", False), seeds=seeds,
+                              kernel_label=os.path.relpath(path), kernel_name=getattr(args, "kernel_name", None))
+    return _emit(result, args, path)
 
-        seeds = fresh_seeds(args.seeds)
-    result = profile_kernel(kernel, task, args.hardware, check=not args.no_check, seeds=seeds,
-                            rtol=args.rtol, kernel_label=os.path.relpath(args.kernel))
-    return _emit(result, args, args.kernel)
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    return _profile(args.kernel, _task_for(args), args, args.seed)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The embedded default: profile and check the bundled matmul example on the simulator."""
-    path = example_kernel_path("matmul")
-    task = load_reference(os.path.join(EXAMPLES_DIR, "matmul_ref.py"), "matmul")
-    result = profile_kernel(load_kernel(path), task, args.hardware, kernel_label=os.path.relpath(path))
-    return _emit(result, args, path)
+    return _profile(example_kernel_path("matmul"), TaskRef(reference=os.path.join(EXAMPLES_DIR, "matmul_ref.py")),
+                    args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """NKIBench: every task's baseline checked and profiled (the runner lives with the benchmark)."""
+    from nkibench.bench import main as bench_main
+
+    return bench_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,6 +110,17 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--json", action="store_true", help="print the result as one JSON object")
     profile.set_defaults(func=cmd_profile)
 
+    bench = sub.add_parser("bench", help="check and profile the NKIBench baselines, print a table")
+    bench.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
+    bench.add_argument("--tasks", nargs="+", help="task names (default: all 14)")
+    bench.add_argument("--small", action="store_true", help="the small size variants (seconds, not minutes)")
+    bench.add_argument("--seeds", type=int, default=1, help="seeds checked per task (default 1)")
+    bench.add_argument("--no-check", action="store_true", help="time only (trace-only mode)")
+    bench.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    bench.add_argument("--json", help="write all results to this JSON file")
+    bench.add_argument("--plot", help="write a bar chart of %% of peak per task to this PNG file")
+    bench.set_defaults(func=cmd_bench)
+
     demo = sub.add_parser("demo", help="profile and check a bundled example kernel on the simulator")
     demo.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
     demo.add_argument("--json", action="store_true")
@@ -98,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    single_threaded_blas()
     try:
         return int(args.func(args))
     except (CliError, TaskError, KernelLoadError) as exc:

@@ -37,13 +37,14 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
     if result.correct is None:
         out.append("check     skipped (--no-check)")
     elif result.correct:
-        out.append(f"check     correct on {len(result.seeds)} seeds (relative L2 error {result.rel_l2_error:.2e}, "
-                   f"max abs error {result.max_abs_error:.2e})")
+        out.append(f"check     correct on {len(result.seeds)} seeds (relative L2 error "
+                   f"{result.rel_l2_error:.2e}, max abs error {result.max_abs_error:.2e})")
     else:
         out.append(f"check     WRONG RESULTS: {result.check_message}")
     if result.latency_ms is not None:
         peak = f"{result.peak_percent:.1f}% of peak" if result.peak_percent is not None else "no peak formula"
-        out.append(f"latency   {result.latency_ms:.4g} ms    {peak}    bound by {result.bottleneck}")
+        bound = f" (the task is {result.bound}-bound at peak)" if result.bound else ""
+        out.append(f"latency   {result.latency_ms:.4g} ms    {peak}    bottleneck: {result.bottleneck}{bound}")
         out.append("engines")
         for name, key in ENGINES:
             value = p.get(key)
@@ -54,7 +55,8 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
                    f"  ·  PSUM read {_bytes(p.get('psum_read_bytes'))}, write {_bytes(p.get('psum_write_bytes'))}")
         spills = (p.get("spill_save_bytes") or 0) + (p.get("spill_reload_bytes") or 0)
         if spills:
-            out.append(f"spills    save {_bytes(p.get('spill_save_bytes'))}, reload {_bytes(p.get('spill_reload_bytes'))}")
+            save, reload = _bytes(p.get("spill_save_bytes")), _bytes(p.get("spill_reload_bytes"))
+            out.append(f"spills    save {save}, reload {reload}")
         flops = p.get("hardware_flops")
         if flops is not None:
             out.append(f"flops     {flops / 1e9:.3g} GFLOP on the Tensor engine "

@@ -34,7 +34,7 @@ def load_module(source: str, filename: str, name: str = "accelopt_kernel") -> ty
     module.range = lambda *args: legacy_language.KernelRange(kind, *args)  # type: ignore[attr-defined]
     module.__accelopt_generation__ = generation  # type: ignore[attr-defined]
     with nki_imports():
-        exec(code, module.__dict__)  # noqa: S102 - kernels run in sandboxed workers, never in the server
+        exec(code, module.__dict__)  # kernels run in sandboxed workers, never in the server
     return module
 
 
@@ -101,3 +101,33 @@ def load_kernel(path: str, name: str | None = None) -> Kernel:
     except Exception as exc:  # an import error or a failing top-level statement in the kernel file
         raise KernelLoadError(f"{path}: loading the kernel module failed: {type(exc).__name__}: {exc}") from None
     return find_kernel(module, name)
+
+
+def check_source(source: str, filename: str, name: str | None = None) -> str:
+    """Without running anything: the kernel function's name, or KernelLoadError (syntax error,
+    no recognisable kernel). Lets a caller reject bad input before starting a sandboxed run."""
+    try:
+        tree = ast.parse(source, filename)
+    except SyntaxError as exc:
+        raise KernelLoadError(f"{os.path.basename(filename)}:{exc.lineno}: syntax error: {exc.msg}") from None
+    functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    names = [f.name for f in functions]
+    if name:
+        if name not in names:
+            raise KernelLoadError(f"no function named {name!r} in {filename}")
+        return name
+    for known in KERNEL_NAMES:
+        if known in names:
+            return known
+    decorated = [f.name for f in functions if any(_is_jit(d) for d in f.decorator_list)]
+    if len(decorated) == 1:
+        return decorated[0]
+    found = ", ".join(decorated) or "none"
+    raise KernelLoadError(f"{filename}: cannot tell which function is the kernel (found: {found}); name it "
+                          "`kernel`, decorate exactly one function with @nki.jit, or pass --kernel-name")
+
+
+def _is_jit(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+    return name in ("jit", "trace", "baremetal", "benchmark", "profile", "simulate")

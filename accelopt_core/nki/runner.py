@@ -15,6 +15,7 @@ import numpy as np
 
 from . import dtypes
 from .errors import KernelUsageError
+from .hook import nki_imports
 from .indexing import full_subscript
 from .tensor import HBM, Simulation, Storage, Tile, pop, push
 from .trace import Trace
@@ -40,6 +41,7 @@ class RunResult:
     trace: Trace
     output_shapes: list[tuple[int, ...]] = field(default_factory=list)
     returned_input: bool = False
+    input_ids: set[int] = field(default_factory=set)  # trace tensor ids of the kernel's inputs
 
 
 class Kernel:
@@ -100,9 +102,15 @@ def _as_input(sim: Simulation, name: str, value: Any) -> Any:
 
 
 def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any] | None = None,
-               numeric: bool = True, hardware: str = "trn1", generation: str | None = None) -> RunResult:
-    """Run a kernel on the simulator. Array arguments become HBM tensors; others pass through."""
+               numeric: bool = True, hardware: str | None = None, generation: str | None = None) -> RunResult:
+    """Run a kernel on the simulator. Array arguments become HBM tensors; others pass through.
+
+    `hardware` defaults to the kernel's `platform_target=` option (`@nki.jit(platform_target=...)`),
+    else trn1."""
     kwargs = dict(kwargs or {})
+    if hardware is None:
+        target = kernel.options.get("platform_target") if isinstance(kernel, Kernel) else None
+        hardware = target if target in ("trn1", "trn2") else "trn1"
     func = kernel.func if isinstance(kernel, Kernel) else kernel
     gen = generation or (kernel.generation if isinstance(kernel, Kernel) else "legacy")
     grid = kernel.grid if isinstance(kernel, Kernel) else (1,)
@@ -123,9 +131,11 @@ def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs:
         kw_tiles = {k: _as_input(sim, k, v) for k, v in kwargs.items()}
         returned: Any = None
         sim.grid = grid
-        for index in np.ndindex(*grid):
-            sim.program_id = tuple(int(i) for i in index)
-            returned = func(*tiles, **kw_tiles)
+        with nki_imports():  # kernels may import NKI inside their body
+            for index in np.ndindex(*grid):
+                sim.program_id = tuple(int(i) for i in index)
+                sim.shared_cursor = 0
+                returned = func(*tiles, **kw_tiles)
     finally:
         pop()
         if gc_was_enabled:
@@ -150,5 +160,5 @@ def _collect(sim: Simulation, returned: Any, inputs: list[Any]) -> RunResult:
         returned_input = returned_input or item.storage.id in input_ids
         shapes.append(item.shape)
         outputs.append(np.array(item.read()) if sim.numeric else None)
-    return RunResult(outputs, sim.trace, shapes, returned_input)
+    return RunResult(outputs, sim.trace, shapes, returned_input, input_ids)
 

@@ -1,6 +1,7 @@
-"""Profiling a kernel: check it against its task and time it on a backend (the simulator for now)."""
+"""Profiling a kernel: check it against its task and time it, with the kernel in a sandbox."""
 
+from .profiler import Profiler, SimulatorProfiler, TaskRef
 from .result import ProfileResult
-from .simulator import profile_kernel
+from .sandbox import SandboxLimits
 
-__all__ = ["ProfileResult", "profile_kernel"]
+__all__ = ["ProfileResult", "Profiler", "SandboxLimits", "SimulatorProfiler", "TaskRef"]

@@ -20,6 +20,7 @@ class ProfileResult:
     latency_ms: float | None = None
     peak_percent: float | None = None
     bottleneck: str | None = None
+    bound: str | None = None  # what limits the task at peak: "matmul", "vector" or "memory"
     rel_l2_error: float | None = None
     max_abs_error: float | None = None
     seeds: list[int] = field(default_factory=list)
@@ -44,6 +45,7 @@ class ProfileResult:
             "correct": self.correct,
             "peak_percent": self.peak_percent,
             "bottleneck": self.bottleneck,
+            "bound": self.bound,
             "rel_l2_error": self.rel_l2_error,
             "max_abs_error": self.max_abs_error,
             "seeds": self.seeds,
@@ -56,7 +58,7 @@ class ProfileResult:
     @staticmethod
     def from_dict(data: dict[str, Any]) -> ProfileResult:
         own = {k: data.get(k) for k in ("kernel", "task", "hardware", "backend", "latency_ms", "correct",
-                                         "peak_percent", "bottleneck", "rel_l2_error", "max_abs_error",
+                                         "peak_percent", "bottleneck", "bound", "rel_l2_error", "max_abs_error",
                                          "check_message", "error", "error_line")}
         skip = set(own) | {"seeds", "lines"}
         return ProfileResult(**own, seeds=list(data.get("seeds") or []), lines=list(data.get("lines") or []),

@@ -29,7 +29,7 @@ def _nkibench_dir() -> str | None:
     spec = importlib.util.find_spec("nkibench")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return list(spec.submodule_search_locations)[0]
+    return next(iter(spec.submodule_search_locations))
 
 
 def example_kernel_path(name: str) -> str:

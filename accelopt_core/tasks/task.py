@@ -105,7 +105,7 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
     """Read a reference file in either format. A native reference may define size `VARIANTS`
     (e.g. {"full": {...}, "small": {...}}): `make_inputs(rng, **sizes)` then gets the chosen one."""
     module = _import_reference(path)
-    task_name = name or os.path.splitext(os.path.basename(path))[0]
+    task_name = name or os.path.splitext(os.path.basename(path))[0].removesuffix("_ref")
     rtol = float(getattr(module, "RTOL", DEFAULT_RTOL))
     sizes = _variant_sizes(module, path, variant)
     peak = getattr(module, "peak_work", None)

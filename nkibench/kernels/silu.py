@@ -1,4 +1,4 @@
-"""Baseline silu: the formula as written, one 128-row by 2048-column tile at a time."""
+"""Baseline silu: the formula as written, one 128-row by 512-column tile at a time."""
 
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
@@ -8,7 +8,7 @@ import neuronxcc.nki.language as nl
 def kernel(x):
     rows, cols = x.shape
     tile_p = nl.tile_size.pmax
-    tile_f = min(cols, 2048)
+    tile_f = min(cols, 512)
     out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
     for r in nl.affine_range(rows // tile_p):
         for c in nl.affine_range(cols // tile_f):

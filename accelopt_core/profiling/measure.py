@@ -1,0 +1,79 @@
+"""Running a kernel for a profile: its outputs on each case's inputs, the timing of one trace, and
+the facts the anti-cheating guards need. This is what a sandboxed worker executes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..hardware import load_hardware
+from ..nki import Kernel, NkiError, RunResult, TensorSpec, Trace, run_kernel
+from ..perfmodel import estimate
+from .errors import describe_kernel_exception
+
+
+@dataclass
+class Measurement:
+    """What one kernel did: outputs per case, performance-model report, trace facts, or an error."""
+
+    outputs: list[list[np.ndarray]] = field(default_factory=list)
+    report: dict[str, Any] | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    error_line: int | None = None
+
+
+def trace_facts(run: RunResult) -> dict[str, Any]:
+    """Counts the guards compare with a task's analytic minimum, and misuse the trace reveals."""
+    summary = run.trace.summary()
+    return {
+        "instruction_count": summary["instruction_count"],
+        "hardware_flops": summary["hardware_flops"],
+        "transpose_flops": summary["transpose_flops"],
+        "hbm_read_bytes": summary["hbm_read_bytes"],
+        "hbm_write_bytes": summary["hbm_write_bytes"],
+        "returned_input": run.returned_input,
+        "uninitialized_read": first_uninitialized_read(run.trace, run.input_ids),
+    }
+
+
+def first_uninitialized_read(trace: Trace, input_ids: set[int]) -> int | None:
+    """Line of the first read of a kernel-allocated HBM tensor (e.g. its own output) before any write."""
+    written: set[int] = set()
+    for inst in trace.instructions:
+        for access in inst.reads:
+            if access.buffer == "hbm" and access.tensor not in input_ids and access.tensor not in written:
+                info = trace.tensors.get(access.tensor)
+                if info is not None and info.name != "constant":
+                    return inst.line
+        for access in inst.writes:
+            written.add(access.tensor)
+    return None
+
+
+def measure(kernel: Kernel, check_inputs: Sequence[Sequence[np.ndarray]], timing_specs: Sequence[TensorSpec],
+            hardware: str) -> Measurement:
+    """Run numerically on every case, then time the trace of the timing shapes (reusing the first
+    numeric run when the shapes are the same, else a trace-only run)."""
+    result = Measurement()
+    try:
+        timing_run: RunResult | None = None
+        for inputs in check_inputs:
+            run = run_kernel(kernel, [np.array(a, copy=True) for a in inputs], numeric=True, hardware=hardware)
+            result.outputs.append([o for o in run.outputs if o is not None])
+            if timing_run is None and [TensorSpec.of(a) for a in inputs] == list(timing_specs):
+                timing_run = run
+        if timing_run is None:
+            timing_run = run_kernel(kernel, list(timing_specs), numeric=False, hardware=hardware)
+    except NkiError as exc:
+        result.error, result.error_line = str(exc), exc.line
+        return result
+    except Exception as exc:  # a Python error in the kernel's own code
+        result.error, result.error_line = describe_kernel_exception(exc, kernel.func)
+        return result
+    result.facts = trace_facts(timing_run)
+    result.report = estimate(timing_run.trace, load_hardware(hardware)).to_dict()
+    return result

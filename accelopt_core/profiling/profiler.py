@@ -1,0 +1,152 @@
+"""The `Profiler` interface and its simulator backend.
+
+`profile(kernel_source, task, hardware, check)` checks a kernel against its task and times it.
+The kernel runs in a sandboxed child (see sandbox.py); everything that decides whether it is
+correct — the reference outputs, the comparison, the guards against gamed checks — runs here, in
+the trusted parent, where the kernel cannot reach it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..hardware import load_hardware
+from ..nki import TensorSpec
+from ..perfmodel import peak_percent
+from ..tasks import PeakWork, Task, load_reference
+from ..tasks.check import compare, fresh_seeds
+from ..tasks.registry import find_task
+from .guards import guard_violation
+from .result import ProfileResult
+from .sandbox import SandboxJob, SandboxLimits, run_sandboxed
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """A task by name (`silu`, `silu:small`) or by reference file; picklable, loaded where needed."""
+
+    name: str | None = None
+    reference: str | None = None
+
+    def load(self, variant: str | None = None) -> Task:
+        if self.reference:
+            return load_reference(self.reference, variant=variant)
+        if not self.name:
+            raise ValueError("a TaskRef needs a name or a reference path")
+        base = self.name.split(":", 1)[0]
+        return find_task(f"{base}:{variant}" if variant else self.name)
+
+    @property
+    def key(self) -> str:
+        return self.name or os.path.abspath(self.reference or "")
+
+
+class Profiler(Protocol):
+    """Checks and times kernels on one backend."""
+
+    backend: str
+
+    def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True) -> ProfileResult:
+        ...
+
+
+def kernel_hash(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def zero_arrays(specs: Sequence[TensorSpec]) -> list[np.ndarray]:
+    """Stand-ins of the right shapes that allocate nothing (for formulas that only read shapes)."""
+    return [np.broadcast_to(np.zeros((), dtype=s.dtype), s.shape) for s in specs]
+
+
+class SimulatorProfiler:
+    """Profiles on the CPU simulator and the Trainium performance model.
+
+    `check_variant` checks correctness on a size variant of the task (e.g. "small", as the search
+    does: seconds instead of minutes) while timing stays at the task's own size; guards against
+    skipped work use the timed size.
+    """
+
+    backend = "simulator"
+
+    def __init__(self, seeds: int = 5, check_variant: str | None = None, limits: SandboxLimits | None = None,
+                 forbidden_paths: Sequence[str] = (), cache: Any = None, rtol: float | None = None):
+        self.seed_count = seeds
+        self.check_variant = check_variant
+        self.limits = limits or SandboxLimits()
+        self.forbidden_paths = list(forbidden_paths)
+        self.cache = cache if cache is not None else {}
+        self.rtol = rtol
+        self._specs: dict[str, list[TensorSpec]] = {}
+
+    def _timing_specs(self, task: Task, ref: TaskRef) -> list[TensorSpec]:
+        if ref.key not in self._specs:
+            self._specs[ref.key] = [TensorSpec.of(a) for a in task.make_case(0).inputs]
+        return self._specs[ref.key]
+
+    def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
+                seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
+                kernel_name: str | None = None) -> ProfileResult:
+        cache_key = (kernel_hash(kernel_source), task.key, self.check_variant, hardware, self.backend, check)
+        if seeds is None and cache_key in self.cache:
+            return self.cache[cache_key]
+        timing_task = task.load()
+        specs = self._timing_specs(timing_task, task)
+        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend)
+        cases = []
+        if check:
+            check_task = task.load(self.check_variant) if self.check_variant else timing_task
+            result.seeds = list(seeds) if seeds is not None else fresh_seeds(self.seed_count)
+            cases = [check_task.make_case(seed) for seed in result.seeds]
+        forbidden = self.forbidden_paths + [p for p in (timing_task.source_path,) if p]
+        job = SandboxJob(kernel_source, [c.inputs for c in cases], specs, hardware, forbidden, kernel_name,
+                         kernel_label)
+        measured = run_sandboxed(job, self.limits)
+        if measured.error:
+            result.error, result.error_line = measured.error, measured.error_line
+            return result
+        work = timing_task.peak_work(zero_arrays(specs)) if timing_task.peak_work else None
+        if check:
+            self._judge(result, cases, measured.outputs, check_task.rtol if self.rtol is None else self.rtol)
+        violation = guard_violation(measured.facts, work)
+        if violation:
+            result.correct = False
+            result.check_message = violation
+        _fill_timing(result, measured.report or {}, work, hardware)
+        if seeds is None:
+            self.cache[cache_key] = result
+        return result
+
+    @staticmethod
+    def _judge(result: ProfileResult, cases: Sequence[Any], outputs: Sequence[Sequence[np.ndarray]],
+               rtol: float) -> None:
+        result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
+        for seed, case, produced in zip(result.seeds, cases, outputs, strict=True):
+            rel, abs_err, problem = compare(case.convert(list(produced)), case.reference(), rtol)
+            result.rel_l2_error = max(result.rel_l2_error, rel)
+            result.max_abs_error = max(result.max_abs_error, abs_err)
+            if problem:
+                result.correct = False
+                result.check_message = f"seed {seed}: {problem}"
+                return
+
+
+def _fill_timing(result: ProfileResult, report: dict[str, Any], work: PeakWork | None, hardware: str) -> None:
+    data = dict(report)
+    result.latency_ms = data.pop("latency_ms", None)
+    result.bottleneck = data.pop("bottleneck", None)
+    result.lines = data.pop("lines", [])
+    result.profile = data
+    if work is not None and result.latency_ms:
+        hw = load_hardware(hardware)
+        result.peak_percent = peak_percent(result.latency_ms / 1000.0, work.mm_flops, work.vec_flops,
+                                           work.hbm_bytes, hw)
+        times = {"matmul": work.mm_flops / hw.peak.matmul_flops, "vector": work.vec_flops / hw.peak.vector_flops,
+                 "memory": work.hbm_bytes / hw.peak.hbm_bandwidth}
+        result.bound = max(times, key=lambda k: times[k])

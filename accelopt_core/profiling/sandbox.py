@@ -1,0 +1,166 @@
+"""Running untrusted kernel code (anything a model wrote) in a child process.
+
+Each evaluation gets a fresh Python process (no state leaks between candidates, and nothing it
+does can reach the caller's process) with:
+- a wall-clock limit (the parent kills it) and an address-space limit (RLIMIT_AS);
+- a fresh temporary working directory, the only place it may write;
+- an environment with secrets (API keys, tokens) removed;
+- an audit hook that refuses writes outside its directory, reads of the task's reference files and
+  of the optimization memory, subprocesses, sockets, SQLite and ctypes.
+A candidate that hangs, exhausts memory, exits early or crashes costs one failed evaluation.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..nki import TensorSpec
+from .measure import Measurement
+
+SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
+_BLOCKED_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                   "os.forkpty", "socket.connect", "socket.bind", "sqlite3.connect", "ctypes.dlopen",
+                   "ctypes.dlsym", "os.kill", "os.killpg", "os.remove", "os.unlink", "os.rename", "os.rmdir",
+                   "os.chmod", "os.chown", "shutil.rmtree", "os.symlink", "os.link", "os.truncate")
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits for one evaluation."""
+
+    seconds: float = 300.0
+    memory_mb: int = 8192
+
+
+@dataclass
+class SandboxJob:
+    """Everything a worker needs, nothing more: kernel source, inputs (as files), shapes to time."""
+
+    kernel_source: str
+    check_inputs: list[list[np.ndarray]]
+    timing_specs: list[TensorSpec]
+    hardware: str
+    forbidden_paths: list[str] = field(default_factory=list)
+    kernel_name: str | None = None
+    kernel_filename: str = "candidate.py"  # how errors name the kernel file
+
+
+def clean_environment(environ: dict[str, str]) -> dict[str, str]:
+    """The environment without anything that looks like a credential."""
+    return {k: v for k, v in environ.items() if not SECRET_PATTERN.search(k)}
+
+
+def _install_guard(workdir: str, forbidden: Sequence[str]) -> None:
+    """Refuse the child's dangerous operations from now on (an audit hook cannot be removed)."""
+    workdir = os.path.realpath(workdir)
+    forbidden_real = [os.path.realpath(p) for p in forbidden]
+
+    def inside(path: str, root: str) -> bool:
+        return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            path, mode, flags = args[0], args[1], args[2]
+            if not isinstance(path, (str, bytes)):
+                return
+            real = os.path.realpath(os.fsdecode(path))
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
+            if writing and not inside(real, workdir):
+                raise PermissionError(f"sandbox: writing {real} is not allowed")
+            if any(inside(real, root) for root in forbidden_real):
+                raise PermissionError(f"sandbox: reading {real} is not allowed")
+        elif event.startswith(_BLOCKED_EVENTS):
+            raise PermissionError(f"sandbox: {event} is not allowed")
+
+    sys.addaudithook(hook)
+
+
+def worker_main() -> None:
+    """Body of `python -m accelopt_core.profiling.sandbox WORKDIR MEMORY_MB`: read the job, apply the
+    limits and the guard, measure, and leave the result in WORKDIR/result.pkl."""
+    import resource
+
+    from ..blas import single_threaded_blas
+    from ..nki import load_module
+    from ..nki.loader import KernelLoadError, find_kernel
+    from .measure import measure
+
+    workdir, memory_mb = sys.argv[1], int(sys.argv[2])
+    single_threaded_blas()
+    limit = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    os.chdir(workdir)
+    with open(os.path.join(workdir, "job.pkl"), "rb") as handle:
+        job: SandboxJob = pickle.load(handle)
+    os.remove(os.path.join(workdir, "job.pkl"))
+    _install_guard(workdir, job.forbidden_paths)
+    try:
+        kernel = find_kernel(load_module(job.kernel_source, job.kernel_filename), job.kernel_name)
+        result = measure(kernel, job.check_inputs, job.timing_specs, job.hardware)
+    except KernelLoadError as exc:
+        result = Measurement(error=str(exc))
+    except MemoryError:
+        result = Measurement(error="the kernel ran out of memory (sandbox limit)")
+    except Exception as exc:  # import-time failure of the candidate module
+        result = Measurement(error=f"loading the kernel failed: {type(exc).__name__}: {exc}")
+    with open(os.path.join(workdir, "result.pkl"), "wb") as handle:
+        pickle.dump(result, handle)
+
+
+def _scratch_root() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def run_sandboxed(job: SandboxJob, limits: SandboxLimits = SandboxLimits()) -> Measurement:
+    """Measure a kernel in a fresh child process; failures of any kind come back as an error."""
+    workdir = tempfile.mkdtemp(prefix="accelopt-eval-", dir=_scratch_root())
+    try:
+        with open(os.path.join(workdir, "job.pkl"), "wb") as handle:
+            pickle.dump(job, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        command = [sys.executable, "-m", "accelopt_core.profiling.sandbox", workdir, str(limits.memory_mb)]
+        env = clean_environment(dict(os.environ))
+        with subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as child:
+            try:
+                _, stderr = child.communicate(timeout=limits.seconds)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.communicate()
+                return Measurement(error=f"the kernel did not finish within {limits.seconds:g} s (sandbox limit)")
+        result_path = os.path.join(workdir, "result.pkl")
+        if child.returncode == 0 and os.path.exists(result_path):
+            with open(result_path, "rb") as handle:
+                return pickle.load(handle)
+        detail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] if stderr else []
+        return Measurement(error=_exit_reason(child.returncode) + (f": {detail[0]}" if detail else ""))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "the kernel's worker process did not report a result"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"the kernel's worker process was killed by signal {name} (crash or memory limit)"
+    return f"the kernel's worker process exited with status {code} before reporting a result"
+
+
+if __name__ == "__main__":
+    worker_main()
