@@ -1,0 +1,89 @@
+"""Untrusted kernels in the sandbox: every way a candidate can misbehave costs one failed
+evaluation with a clear reason, never the caller."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from accelopt_core.profiling import SandboxLimits, SimulatorProfiler, TaskRef
+from accelopt_core.tasks.registry import task_files
+
+SILU = Path(task_files("silu").kernel).read_text()
+TASK = TaskRef("silu")
+
+
+def candidate(body: str, before_return: bool = True) -> str:
+    """The silu baseline with `body` inserted at the start of the kernel function."""
+    marker = "    rows, cols = x.shape\n"
+    return SILU.replace(marker, body + marker) if before_return else SILU + body
+
+
+@pytest.fixture(scope="module")
+def profiler() -> SimulatorProfiler:
+    return SimulatorProfiler(seeds=2, check_variant="small", limits=SandboxLimits(seconds=20, memory_mb=2048))
+
+
+def test_honest_candidate_passes(profiler: SimulatorProfiler) -> None:
+    result = profiler.profile(SILU, TASK)
+    assert result.ok and result.correct is True and result.latency_ms > 0
+
+
+def test_hang_is_stopped(profiler: SimulatorProfiler) -> None:
+    quick = SimulatorProfiler(seeds=1, check_variant="small", limits=SandboxLimits(seconds=3))
+    result = quick.profile(candidate("    while True:\n        pass\n"), TASK)
+    assert "did not finish within 3 s" in result.error
+
+
+def test_huge_allocation_is_refused(profiler: SimulatorProfiler) -> None:
+    result = profiler.profile(candidate("    import numpy\n    numpy.ones(50 * 2**30 // 8)\n"), TASK)
+    assert "memory" in result.error.lower()
+
+
+def test_early_exit_is_a_failure(profiler: SimulatorProfiler) -> None:
+    result = profiler.profile(candidate("    import os\n    os._exit(0)\n"), TASK)
+    assert "before reporting a result" in result.error
+
+
+def test_segfault_is_a_failure(profiler: SimulatorProfiler) -> None:
+    result = profiler.profile(candidate("    import faulthandler\n    faulthandler._sigsegv()\n"), TASK)
+    assert "SIGSEGV" in result.error
+
+
+def test_writing_outside_the_workdir_is_refused(profiler: SimulatorProfiler, tmp_path: Path) -> None:
+    target = tmp_path / "escaped.txt"
+    result = profiler.profile(candidate(f"    open({str(target)!r}, 'w').write('x')\n"), TASK)
+    assert "not allowed" in result.error and not target.exists()
+
+
+def test_reference_is_not_readable(profiler: SimulatorProfiler) -> None:
+    reference = task_files("silu").reference
+    result = profiler.profile(candidate(f"    open({reference!r}).read()\n"), TASK)
+    assert "not allowed" in result.error
+
+
+def test_reference_is_not_importable(profiler: SimulatorProfiler) -> None:
+    result = profiler.profile(candidate("    import nkibench.reference.silu\n"), TASK)
+    assert "not allowed" in result.error
+
+
+def test_memory_database_cannot_be_opened(profiler: SimulatorProfiler) -> None:
+    result = profiler.profile(candidate("    import sqlite3\n    sqlite3.connect('memory.db')\n"), TASK)
+    assert "sqlite3.connect is not allowed" in result.error
+
+
+def test_subprocesses_are_refused(profiler: SimulatorProfiler) -> None:
+    result = profiler.profile(candidate("    import subprocess\n    subprocess.run(['true'])\n"), TASK)
+    assert "not allowed" in result.error
+
+
+def test_secrets_are_not_inherited(profiler: SimulatorProfiler, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-do-not-leak")
+    monkeypatch.setenv("ACCELOPT_LLM_API_KEY", "also-secret")
+    fresh = SimulatorProfiler(seeds=1, check_variant="small")
+    body = "    import os\n    raise RuntimeError(repr(sorted(k for k in os.environ if 'KEY' in k)))\n"
+    result = fresh.profile(candidate(body), TASK)
+    assert "RuntimeError: []" in result.error
+    assert os.environ["OPENAI_API_KEY"] == "sk-do-not-leak"  # the caller's own environment is untouched
