@@ -197,21 +197,37 @@ def matmul(x: Tile, y: Tile, transpose_x: bool = False, mask: Mask | None = None
     """x @ y into PSUM. Without transpose_x the compiler first transposes x on the Tensor engine."""
     if not transpose_x:
         if x.buffer != SBUF:
-            raise HardwareRuleError("nl.matmul reads x from SBUF")
+            raise HardwareRuleError(f"nl.matmul reads x from SBUF; {x.name} is in {x.buffer.upper()}")
+        contraction = math.prod(x.shape[1:])
+        if contraction > current().limits.pmax:
+            raise HardwareRuleError(f"matmul contraction dimension {contraction} exceeds "
+                                    f"{current().limits.pmax} partitions (x tile {x.shape}, contracted over "
+                                    "its free axis)")
         x = ops.tensor_copy(ops.nc_transpose(x), dtype=x.dtype)
     return ops.nc_matmul(x, y, mask=mask)
 
 
 def broadcast_to(x: Tile, shape: Any) -> Tile:
-    """Broadcast a [1, F] tile across partitions (a ones-matmul) or a [P, 1] tile along the free axis."""
+    """Broadcast a [1, F] tile across partitions or a [P, 1] tile along the free axis.
+
+    Across partitions the compiler multiplies by a ones vector on the Tensor engine (shared/nki-facts.md
+    A.3): one matmul per 512-column PSUM bank, each copied into the SBUF result.
+    """
     shape = tuple(int(s) for s in shape)
     if x.shape == shape:
         return x
-    if x.shape[0] == 1 and shape[0] > 1:
-        ones_row = ops.memset((1, shape[0]), 1.0, float32)
-        out = ops.nc_matmul(ones_row, x if x.dtype == float32 else ops.tensor_copy(x, dtype=float32))
-        return ops.tensor_copy(out, dtype=x.dtype) if math.prod(shape) == out.size else out
     out = ops.allocate(shape, x.dtype, SBUF)
+    if x.shape[0] == 1 and shape[0] > 1:
+        if x.ndim != 2 or len(shape) != 2 or x.shape[1] != shape[1]:
+            raise KernelUsageError(f"broadcast_to across partitions needs a [1, F] tile and a [P, F] shape, "
+                                   f"got {x.shape} -> {shape}")
+        ones_row = ops.memset((1, shape[0]), 1.0, float32)
+        row = x if x.dtype == float32 else ops.tensor_copy(x, dtype=float32)
+        bank = tile_size.psum_fmax
+        for start in builtins.range(0, shape[1], bank):
+            stop = builtins.min(start + bank, shape[1])
+            ops.tensor_copy(ops.nc_matmul(ones_row, row[:, start:stop]), dst=out[:, start:stop])
+        return out
     return ops.tensor_copy(x, dst=out)
 
 
@@ -284,7 +300,7 @@ reciprocal._nki_op = "reciprocal"  # type: ignore[attr-defined]
 
 
 def logical_not(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
-    return ops.tensor_scalar(x, "equal", 0, dtype=dtype if dtype is not None else uint8, mask=mask)
+    return ops.tensor_scalar(x, "equal", 0, dtype=dtype if dtype is not None else bool_, mask=mask)
 
 
 def invert(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
@@ -307,8 +323,26 @@ sum = _reduction("sum", "add")  # noqa: A001
 max = _reduction("max", "maximum")  # noqa: A001
 min = _reduction("min", "minimum")  # noqa: A001
 prod = _reduction("prod", "multiply")
-mean = _reduction("mean", "mean")
-all = _reduction("all", "logical_and")  # noqa: A001
+_all = _reduction("all", "logical_and")
+
+
+def all(x: Tile, axis: Any, dtype: Any = None, mask: Mask | None = None, **kwargs: Any) -> Tile:  # noqa: A001
+    """Whether all elements along free axes are true; a bool tile unless dtype= says otherwise."""
+    return _all(x, axis, dtype=dtype if dtype is not None else bool_, mask=mask, **kwargs)
+
+
+all._nki_op = "logical_and"  # type: ignore[attr-defined]
+
+
+def mean(x: Tile, axis: Any, dtype: Any = None, mask: Mask | None = None, keepdims: bool = False,
+         **_: Any) -> Tile:
+    """Mean over free axes on the Vector engine; integer inputs give float32 (as documented)."""
+    if dtype is None and not dtypes.is_float(x.dtype):
+        dtype = float32
+    return ops.tensor_reduce("mean", x, axis, dtype=dtype, mask=mask, keepdims=keepdims)
+
+
+mean._nki_op = "mean"  # type: ignore[attr-defined]
 
 
 def softmax(x: Tile, axis: Any = -1, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -92,7 +93,7 @@ class SimulatorProfiler:
 
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
-                kernel_name: str | None = None) -> ProfileResult:
+                kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
         cache_key = (kernel_hash(kernel_source), task.key, self.check_variant, hardware, self.backend, check)
         if seeds is None and cache_key in self.cache:
             return self.cache[cache_key]
@@ -107,9 +108,11 @@ class SimulatorProfiler:
         forbidden = self.forbidden_paths + [p for p in (timing_task.source_path,) if p]
         job = SandboxJob(kernel_source, [c.inputs for c in cases], specs, hardware, forbidden, kernel_name,
                          kernel_label)
-        measured = run_sandboxed(job, self.limits)
+        measured = run_sandboxed(job, self.limits, cancel)
         if measured.error:
             result.error, result.error_line = measured.error, measured.error_line
+            if measured.error_line is not None and seeds is None:  # a deterministic kernel error, not a limit
+                self.cache[cache_key] = result
             return result
         work = timing_task.peak_work(zero_arrays(specs)) if timing_task.peak_work else None
         if check:

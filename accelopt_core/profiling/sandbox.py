@@ -20,6 +20,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,8 +126,13 @@ def _scratch_root() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def run_sandboxed(job: SandboxJob, limits: SandboxLimits = SandboxLimits()) -> Measurement:
-    """Measure a kernel in a fresh child process; failures of any kind come back as an error."""
+CANCELLED = "evaluation cancelled"
+
+
+def run_sandboxed(job: SandboxJob, limits: SandboxLimits = SandboxLimits(),
+                  cancel: threading.Event | None = None) -> Measurement:
+    """Measure a kernel in a fresh child process; failures of any kind come back as an error.
+    Setting `cancel` kills the child within a quarter of a second."""
     workdir = tempfile.mkdtemp(prefix="accelopt-eval-", dir=_scratch_root())
     try:
         with open(os.path.join(workdir, "job.pkl"), "wb") as handle:
@@ -134,12 +141,18 @@ def run_sandboxed(job: SandboxJob, limits: SandboxLimits = SandboxLimits()) -> M
         env = clean_environment(dict(os.environ))
         with subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as child:
-            try:
-                _, stderr = child.communicate(timeout=limits.seconds)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.communicate()
-                return Measurement(error=f"the kernel did not finish within {limits.seconds:g} s (sandbox limit)")
+            deadline = time.monotonic() + limits.seconds
+            while True:
+                try:
+                    _, stderr = child.communicate(timeout=max(0.0, min(0.25, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    stopped = cancel is not None and cancel.is_set()
+                    if stopped or time.monotonic() >= deadline:
+                        os.killpg(child.pid, signal.SIGKILL)
+                        child.communicate()
+                        return Measurement(error=CANCELLED if stopped else
+                                           f"the kernel did not finish within {limits.seconds:g} s (sandbox limit)")
         result_path = os.path.join(workdir, "result.pkl")
         if child.returncode == 0 and os.path.exists(result_path):
             with open(result_path, "rb") as handle:

@@ -1,0 +1,39 @@
+"""Baseline rmsnorm_matmul. For each 128-row tile of x: load the full rows, square them, take the
+mean over the free axis, divide the rows by its square root; then transpose the normalised tile on
+the Tensor engine, 128 columns at a time through PSUM, so the contraction dim K sits on partitions.
+Each 128 x 512 output tile accumulates K/128 matmuls in PSUM, loading the matching 128 x 512 slice
+of W for each, and is copied to SBUF and stored.
+"""
+
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def kernel(x, w):
+    m_size, k_size = x.shape
+    _, n_size = w.shape
+    tile_m = nl.tile_size.gemm_stationary_fmax  # 128 rows of x per tile
+    tile_k = nl.tile_size.pmax  # 128: contraction on partitions
+    tile_n = nl.tile_size.gemm_moving_fmax  # 512: one PSUM bank of float32
+    out = nl.ndarray((m_size, n_size), dtype=x.dtype, buffer=nl.shared_hbm)
+
+    for m in nl.affine_range(m_size // tile_m):
+        rows = nl.load(x[m * tile_m:(m + 1) * tile_m, :])
+        mean_sq = nl.mean(nl.square(rows), axis=1, keepdims=True)
+        normed = nl.divide(rows, nl.sqrt(mean_sq))
+
+        normed_t = nl.ndarray((tile_k, k_size // tile_k * tile_m), dtype=nl.float32, buffer=nl.sbuf)
+        for k in nl.affine_range(k_size // tile_k):
+            normed_t[:, k * tile_m:(k + 1) * tile_m] = nl.copy(
+                nisa.nc_transpose(normed[:, k * tile_k:(k + 1) * tile_k]))
+
+        for n in nl.affine_range(n_size // tile_n):
+            acc = nl.zeros((tile_m, tile_n), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(k_size // tile_k):
+                w_tile = nl.load(w[k * tile_k:(k + 1) * tile_k, n * tile_n:(n + 1) * tile_n])
+                acc += nisa.nc_matmul(normed_t[:, k * tile_m:(k + 1) * tile_m], w_tile)
+            result = nl.copy(acc, dtype=out.dtype)
+            nl.store(out[m * tile_m:(m + 1) * tile_m, n * tile_n:(n + 1) * tile_n], value=result)
+    return out

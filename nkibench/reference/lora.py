@@ -1,0 +1,35 @@
+"""lora: out = x @ W + (x @ A) @ B in float32 (a linear layer plus its rank-R low-rank update).
+
+Inputs, in the order the kernel takes them: `x` is M x K, `w` is K x N, `a` is K x R, `b` is R x N
+(all row-major, contraction on the last axis of the left operand). The output is M x N. All entries
+are drawn from N(0, 1).
+"""
+
+import numpy as np
+
+from accelopt_core.tasks import PeakWork
+
+VARIANTS = {"full": {"M": 4096, "K": 5120, "N": 12288, "R": 128},
+            "small": {"M": 256, "K": 512, "N": 1024, "R": 128}}
+RTOL = 2e-5
+
+
+def make_inputs(rng: np.random.Generator, M: int, K: int, N: int, R: int) -> list[np.ndarray]:
+    x = rng.standard_normal((M, K), dtype=np.float32)
+    w = rng.standard_normal((K, N), dtype=np.float32)
+    a = rng.standard_normal((K, R), dtype=np.float32)
+    b = rng.standard_normal((R, N), dtype=np.float32)
+    return [x, w, a, b]
+
+
+def reference(x: np.ndarray, w: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return (x64 @ w.astype(np.float64) + (x64 @ a.astype(np.float64)) @ b.astype(np.float64)).astype(np.float32)
+
+
+def peak_work(x: np.ndarray, w: np.ndarray, a: np.ndarray, b: np.ndarray) -> PeakWork:
+    m, k = x.shape
+    n = w.shape[1]
+    r = a.shape[1]
+    return PeakWork(mm_flops=2 * m * n * k + 2 * m * k * r + 2 * m * n * r, vec_flops=m * n,
+                    hbm_bytes=4 * (m * k + k * n + k * r + r * n + m * n))

@@ -1,0 +1,28 @@
+"""adamw: the baseline kernel passes the check on the small variant, and the peak work at the full
+size matches the nkibench.md formulas (0, 7MN, 20MN)."""
+
+import numpy as np
+
+from accelopt_core.nki import load_kernel
+from accelopt_core.tasks.check import check_kernel
+from accelopt_core.tasks.registry import find_task, task_files
+
+SEEDS = [11, 22, 33, 44, 55]
+
+
+def test_small_baseline_is_correct_on_five_seeds() -> None:
+    task = find_task("adamw:small")
+    kernel = load_kernel(task_files("adamw").kernel)
+    result = check_kernel(kernel, task, seeds=SEEDS)
+    assert result.correct, result.message
+    assert result.seeds == SEEDS
+
+
+def test_peak_work_at_full_size() -> None:
+    # M=10944, N=2048: theta, g, m and v are all [M, N]
+    task = find_task("adamw")
+    shapes = [(10944, 2048)] * 4
+    work = task.peak_work([np.broadcast_to(np.float32(0), shape) for shape in shapes])
+    assert work.mm_flops == 0
+    assert work.vec_flops == 156893184
+    assert work.hbm_bytes == 448266240

@@ -1,0 +1,33 @@
+"""NKIBench lora: the baseline kernel passes the check, and the peak work matches nkibench.md."""
+
+from pathlib import Path
+
+import numpy as np
+
+from accelopt_core.nki import load_kernel
+from accelopt_core.tasks.check import check_kernel
+from accelopt_core.tasks.registry import find_task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_small_baseline_is_correct_on_five_seeds() -> None:
+    task = find_task("lora:small")
+    kernel = load_kernel(str(ROOT / "nkibench" / "kernels" / "lora.py"))
+    result = check_kernel(kernel, task, seeds=[1, 2, 3, 4, 5])
+    assert result.correct, result.message
+
+
+def test_peak_work_at_full_size() -> None:
+    task = find_task("lora")
+    # M=4096, K=5120, N=12288, R=128: x is M x K, W is K x N, A is K x R, B is R x N
+    x = np.broadcast_to(np.float32(0), (4096, 5120))
+    w = np.broadcast_to(np.float32(0), (5120, 12288))
+    a = np.broadcast_to(np.float32(0), (5120, 128))
+    b = np.broadcast_to(np.float32(0), (128, 12288))
+    work = task.peak_work([x, w, a, b])
+    # 2MNK + 2MKR + 2MNR = 515,396,075,520 + 5,368,709,120 + 12,884,901,888
+    assert work.mm_flops == 533_649_686_528
+    assert work.vec_flops == 50_331_648  # MN
+    # 4(MK + KN + KR + RN + MN) = 4(20,971,520 + 62,914,560 + 655,360 + 1,572,864 + 50,331,648)
+    assert work.hbm_bytes == 545_783_808

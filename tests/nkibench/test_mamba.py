@@ -1,0 +1,28 @@
+"""mamba: the baseline kernel passes the check on the small variant, and the peak work at the full
+size matches the nkibench.md formulas (0, 8MCS, 4(2CM + CS + 2SM + CM))."""
+
+import numpy as np
+
+from accelopt_core.nki import load_kernel
+from accelopt_core.tasks.check import check_kernel
+from accelopt_core.tasks.registry import find_task, task_files
+
+SEEDS = [11, 22, 33, 44, 55]
+
+
+def test_small_baseline_is_correct_on_five_seeds() -> None:
+    task = find_task("mamba:small")
+    kernel = load_kernel(task_files("mamba").kernel)
+    result = check_kernel(kernel, task, seeds=SEEDS)
+    assert result.correct, result.message
+    assert result.seeds == SEEDS
+
+
+def test_peak_work_at_full_size() -> None:
+    # M=7168, C=256, S=16: delta and u are [C, M], A is [C, S], B and C are [S, M]
+    task = find_task("mamba")
+    shapes = [(256, 7168), (256, 7168), (256, 16), (16, 7168), (16, 7168)]
+    work = task.peak_work([np.broadcast_to(np.float32(0), shape) for shape in shapes])
+    assert work.mm_flops == 0
+    assert work.vec_flops == 234881024
+    assert work.hbm_bytes == 22953984

@@ -1,0 +1,28 @@
+"""rope_single_freq_apply: the baseline kernel passes the check on the small variant, and the peak work at the full
+size matches the nkibench.md formulas (0, 3BHND, 12BHND)."""
+
+import numpy as np
+
+from accelopt_core.nki import load_kernel
+from accelopt_core.tasks.check import check_kernel
+from accelopt_core.tasks.registry import find_task, task_files
+
+SEEDS = [11, 22, 33, 44, 55]
+
+
+def test_small_baseline_is_correct_on_five_seeds() -> None:
+    task = find_task("rope_single_freq_apply:small")
+    kernel = load_kernel(task_files("rope_single_freq_apply").kernel)
+    result = check_kernel(kernel, task, seeds=SEEDS)
+    assert result.correct, result.message
+    assert result.seeds == SEEDS
+
+
+def test_peak_work_at_full_size() -> None:
+    # B=1, H=64, N=4096, D=128: x is [D, B*H*N], cos and sin are [D/2, B*H*N]
+    task = find_task("rope_single_freq_apply")
+    shapes = [(128, 262144), (64, 262144), (64, 262144)]
+    work = task.peak_work([np.broadcast_to(np.float32(0), shape) for shape in shapes])
+    assert work.mm_flops == 0
+    assert work.vec_flops == 100663296
+    assert work.hbm_bytes == 402653184
