@@ -1,0 +1,285 @@
+"""NeuronCore hardware profiles, read from TOML data files.
+
+The numbers live in `trn1.toml` / `trn2.toml` (each with its source beside it) rather than in code,
+so the performance model can be recalibrated or pointed at a custom profile without edits. Loading
+is strict: a missing or unknown key is an error, because a silently defaulted constant would skew
+every estimate without anyone noticing.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+_DATA_DIR = Path(__file__).resolve().parent
+BUILTIN_PROFILES: tuple[str, ...] = ("trn1", "trn2")
+
+
+class HardwareProfileError(ValueError):
+    """A hardware profile name or file could not be turned into a `HardwareProfile`."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorEngineSpec:
+    """PE array geometry and the matmul cost-model constants (fact sheet A.3)."""
+
+    clock_hz: float
+    array_rows: int
+    array_cols: int
+    stationary_free_max: int
+    moving_free_max: int
+    fast_weight_load_free: int
+    mm_init_latency_cycles: float
+    fp32_transpose_factor: float
+    default_dtype_factor: float
+    dtype_factor: tuple[tuple[str, float], ...]
+
+    def factor(self, dtype: str) -> float:
+        """Cycle multiplier of a matmul whose inputs have `dtype` (FP32 is 4x BF16)."""
+        for name, value in self.dtype_factor:
+            if name == dtype:
+                return value
+        return self.default_dtype_factor
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeEngineSpec:
+    """Vector, Scalar or GpSimd: widths and the per-instruction overheads of fact sheet B.8."""
+
+    clock_hz: float
+    lanes: int
+    elements_per_cycle: float
+    elements_per_cycle_16bit: float
+    elements_per_cycle_8bit: float
+    min_ii_cycles: float
+    startup_cycles: float
+    static_overhead_cycles: float
+    access_start_cycles: float
+    perf_mode_copy_speedup: float
+    perf_mode_other_speedup: float
+
+    def rate(self, item_size: int) -> float:
+        """Elements per partition per cycle for data of `item_size` bytes."""
+        if item_size <= 1:
+            return self.elements_per_cycle_8bit
+        if item_size == 2:
+            return self.elements_per_cycle_16bit
+        return self.elements_per_cycle
+
+
+@dataclass(frozen=True, slots=True)
+class DmaSpec:
+    """DMA engines and queues, per-engine bandwidth and small-transfer efficiency (fact sheet A.6)."""
+
+    engines: int
+    queues_per_engine: int
+    partitions_per_engine: int
+    engine_bandwidth: float
+    fixed_cost_s: float
+    transpose_efficiency_hbm: float
+    transpose_efficiency_sbuf: float
+    efficiency_curve: tuple[tuple[float, float], ...]
+
+    def efficiency(self, element_bytes: float) -> float:
+        """Share of the engine bandwidth reached when each descriptor element has this many bytes."""
+        curve = self.efficiency_curve
+        if element_bytes <= curve[0][0]:
+            return curve[0][1]
+        if element_bytes >= curve[-1][0]:
+            return curve[-1][1]
+        x = math.log2(element_bytes)
+        for (b0, e0), (b1, e1) in itertools.pairwise(curve):
+            if element_bytes <= b1:
+                x0, x1 = math.log2(b0), math.log2(b1)
+                return e0 + (e1 - e0) * (x - x0) / (x1 - x0)
+        return curve[-1][1]
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySpec:
+    """HBM bandwidth per core and on-chip buffer sizes (fact sheet A.4 / A.6)."""
+
+    hbm_bandwidth: float
+    sbuf_partitions: int
+    sbuf_bytes_per_partition: int
+    sbuf_usable_bytes_per_partition: int
+    psum_bytes_per_partition: int
+    psum_banks: int
+    psum_bank_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeakSpec:
+    """Peak rates used for "% of peak" (nkibench.md) and for HFU (profiler definition)."""
+
+    hbm_bandwidth: float
+    vector_flops: float
+    matmul_flops: float
+    tensor_flops: float
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareProfile:
+    """One NeuronCore generation, as the performance model needs it."""
+
+    name: str
+    description: str
+    base_clock_hz: float
+    tensor: TensorEngineSpec
+    vector: ComputeEngineSpec
+    scalar: ComputeEngineSpec
+    gpsimd: ComputeEngineSpec
+    dma: DmaSpec
+    memory: MemorySpec
+    peak: PeakSpec
+    source: str
+
+    def compute_engine(self, engine: str) -> ComputeEngineSpec:
+        """The spec of "vector", "scalar" or "gpsimd"."""
+        if engine == "vector":
+            return self.vector
+        if engine == "scalar":
+            return self.scalar
+        if engine == "gpsimd":
+            return self.gpsimd
+        raise KeyError(f"{engine!r} is not a Vector/Scalar/GpSimd engine")
+
+
+def available_hardware() -> tuple[str, ...]:
+    """Names accepted by `load_hardware` besides a path to a TOML file."""
+    return BUILTIN_PROFILES
+
+
+def load_hardware(name: str | os.PathLike[str]) -> HardwareProfile:
+    """Load a built-in profile ("trn1", "trn2") or a custom TOML file given by path."""
+    text = os.fspath(name)
+    key = text.strip().lower()
+    if key in BUILTIN_PROFILES:
+        return _load_builtin(key)
+    path = Path(text).expanduser()
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise HardwareProfileError(f"hardware profile file not found: {path}")
+        return _load_file(path)
+    known = ", ".join(BUILTIN_PROFILES)
+    raise HardwareProfileError(
+        f"unknown hardware {text!r}: use one of {known}, or a path to a .toml profile"
+    )
+
+
+@functools.cache
+def _load_builtin(key: str) -> HardwareProfile:
+    return _load_file(_DATA_DIR / f"{key}.toml")
+
+
+def _load_file(path: Path) -> HardwareProfile:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise HardwareProfileError(f"{path}: invalid TOML: {exc}") from exc
+    return profile_from_dict(data, source=str(path))
+
+
+def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareProfile:
+    """Validate parsed TOML data and build the profile; every key must be present and known."""
+    top = _take(data, source, "", {"name", "description", "base_clock_hz", "tensor", "vector",
+                                   "scalar", "gpsimd", "dma", "memory", "peak"})
+    tensor_data = dict(_section(top, source, "tensor"))
+    dtype_table = tensor_data.pop("dtype_factor", None)
+    if not isinstance(dtype_table, dict) or not dtype_table:
+        raise HardwareProfileError(f"{source}: [tensor.dtype_factor] is missing or empty")
+    tensor_data["dtype_factor"] = tuple(
+        (str(k), _number(v, source, f"tensor.dtype_factor.{k}")) for k, v in dtype_table.items()
+    )
+    dma_data = dict(_section(top, source, "dma"))
+    curve = dma_data.get("efficiency_curve")
+    dma_data["efficiency_curve"] = _curve(curve, source)
+    return HardwareProfile(
+        name=str(top["name"]),
+        description=str(top["description"]),
+        base_clock_hz=_number(top["base_clock_hz"], source, "base_clock_hz"),
+        tensor=_build(TensorEngineSpec, tensor_data, source, "tensor"),
+        vector=_build(ComputeEngineSpec, _section(top, source, "vector"), source, "vector"),
+        scalar=_build(ComputeEngineSpec, _section(top, source, "scalar"), source, "scalar"),
+        gpsimd=_build(ComputeEngineSpec, _section(top, source, "gpsimd"), source, "gpsimd"),
+        dma=_build(DmaSpec, dma_data, source, "dma"),
+        memory=_build(MemorySpec, _section(top, source, "memory"), source, "memory"),
+        peak=_build(PeakSpec, _section(top, source, "peak"), source, "peak"),
+        source=source,
+    )
+
+
+def _take(data: dict[str, Any], source: str, where: str, expected: set[str]) -> dict[str, Any]:
+    missing = sorted(expected - data.keys())
+    unknown = sorted(data.keys() - expected)
+    label = f"[{where}]" if where else "top level"
+    if missing:
+        raise HardwareProfileError(f"{source}: {label} is missing keys: {', '.join(missing)}")
+    if unknown:
+        raise HardwareProfileError(f"{source}: {label} has unknown keys: {', '.join(unknown)}")
+    return data
+
+
+def _section(top: dict[str, Any], source: str, name: str) -> dict[str, Any]:
+    value = top[name]
+    if not isinstance(value, dict):
+        raise HardwareProfileError(f"{source}: [{name}] must be a table")
+    return value
+
+
+def _number(value: Any, source: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise HardwareProfileError(f"{source}: {key} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise HardwareProfileError(f"{source}: {key} must be a finite non-negative number")
+    return value
+
+
+def _curve(curve: Any, source: str) -> tuple[tuple[float, float], ...]:
+    if not isinstance(curve, list) or not curve:
+        raise HardwareProfileError(f"{source}: dma.efficiency_curve must be a non-empty list")
+    points: list[tuple[float, float]] = []
+    for point in curve:
+        if not isinstance(point, list) or len(point) != 2:
+            raise HardwareProfileError(f"{source}: dma.efficiency_curve points are [bytes, efficiency]")
+        size = _number(point[0], source, "dma.efficiency_curve bytes")
+        eff = _number(point[1], source, "dma.efficiency_curve efficiency")
+        if size <= 0 or not 0 < eff <= 1:
+            raise HardwareProfileError(f"{source}: dma.efficiency_curve point {point} out of range")
+        if points and size <= points[-1][0]:
+            raise HardwareProfileError(f"{source}: dma.efficiency_curve bytes must increase")
+        points.append((size, eff))
+    return tuple(points)
+
+
+# Keys that divide something: zero would crash or give infinite times, so reject it at load time.
+_MUST_BE_POSITIVE = frozenset({
+    "clock_hz", "array_rows", "array_cols", "lanes", "elements_per_cycle",
+    "elements_per_cycle_16bit", "elements_per_cycle_8bit", "perf_mode_copy_speedup",
+    "perf_mode_other_speedup", "engines", "queues_per_engine", "partitions_per_engine",
+    "engine_bandwidth", "transpose_efficiency_hbm", "transpose_efficiency_sbuf", "hbm_bandwidth",
+    "sbuf_partitions", "sbuf_usable_bytes_per_partition", "psum_banks", "psum_bank_bytes",
+    "vector_flops", "matmul_flops", "tensor_flops", "default_dtype_factor", "fp32_transpose_factor",
+})
+
+
+def _build(cls: type, data: dict[str, Any], source: str, where: str) -> Any:
+    names = {f.name for f in fields(cls)}
+    _take(data, source, where, names)
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        value = data[f.name]
+        if f.type in ("int", "float"):
+            value = _number(value, source, f"{where}.{f.name}")
+            if f.name in _MUST_BE_POSITIVE and value <= 0:
+                raise HardwareProfileError(f"{source}: {where}.{f.name} must be positive")
+            value = int(value) if f.type == "int" else float(value)
+        values[f.name] = value
+    return cls(**values)

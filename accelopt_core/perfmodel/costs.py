@@ -1,0 +1,283 @@
+"""Per-instruction costs from the ISA formulas of the NKI fact sheet (B.8, A.3, A.5, A.6).
+
+Compute instructions get an occupancy (how long the engine is busy, the initiation interval of
+back-to-back work) and a tail latency (how much later a dependent instruction may start: the
+static overhead plus the SBUF/PSUM access start, or MM_INIT_LATENCY on the Tensor engine). Keeping
+the two apart is what lets independent instructions stream at the formula rate while a chain of
+dependent ones pays the overhead every step, as the perf guide measures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from accelopt_core.hardware import ComputeEngineSpec, HardwareProfile
+from accelopt_core.nki.trace import DTYPE_SIZES, Access, Engine, Instruction
+
+# tensor_tensor ops that run at one element per cycle for all-BF16 SBUF operands (fact sheet B.8).
+_FAST_TT_OPS = frozenset({"add", "subtract", "multiply", "sub", "mul"})
+_FAST_REDUCE_OPS = frozenset({"add", "max", "maximum"})
+_SIXTEEN_BIT = frozenset({"bfloat16", "float16"})
+
+
+@dataclass(frozen=True, slots=True)
+class DmaCost:
+    """What one DMA transfer asks of the queues and the shared DMA bandwidth."""
+
+    fixed: float  # seconds of setup before data moves (descriptors, semaphores)
+    work_bytes: float  # bytes charged to the shared bandwidth: payload / efficiency
+    rate: float  # bytes/s this transfer can reach alone (the engines it spans)
+    engines: int  # DMA engines the transfer is split over (profiler "transfers")
+    payload: int  # bytes actually moved
+
+    @property
+    def standalone(self) -> float:
+        """Duration with the DMA engines to itself."""
+        return self.fixed + self.work_bytes / self.rate
+
+
+class CostModel:
+    """Prices instructions for one hardware profile; memoises the repetitive cases."""
+
+    def __init__(self, hardware: HardwareProfile) -> None:
+        self.hw = hardware
+        dma = hardware.dma
+        self.aggregate_dma_rate = min(dma.engines * dma.engine_bandwidth,
+                                      hardware.memory.hbm_bandwidth)
+        self.unknown_ops: dict[tuple[str, str], int] = {}
+        self._dma_cache: dict[tuple[object, ...], DmaCost] = {}
+        self._mm_cache: dict[tuple[object, ...], float] = {}
+        self._tails: dict[str, float] = {}
+        self._clock: dict[str, float] = {Engine.TENSOR: hardware.tensor.clock_hz}
+        for name in (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD):
+            spec = hardware.compute_engine(name)
+            self._clock[name] = spec.clock_hz
+            self._tails[name] = (spec.static_overhead_cycles + spec.access_start_cycles) / spec.clock_hz
+        self._tails[Engine.TENSOR] = hardware.tensor.mm_init_latency_cycles / hardware.tensor.clock_hz
+
+    # ----------------------------------------------------------------- compute engines
+    def tail(self, engine: str) -> float:
+        """Seconds after an instruction's occupancy ends before a dependent one may start."""
+        return self._tails.get(engine, 0.0)
+
+    def occupancy(self, inst: Instruction) -> float:
+        """Seconds the instruction's engine is busy with it (not valid for DMA)."""
+        engine = inst.engine
+        if engine == Engine.TENSOR:
+            return self._matmul_seconds(inst)
+        spec = self.hw.compute_engine(engine)
+        if engine == Engine.VECTOR:
+            cycles = self._vector_cycles(inst, spec)
+        elif engine == Engine.SCALAR:
+            cycles = self._scalar_cycles(inst, spec)
+        else:
+            cycles = self._gpsimd_cycles(inst, spec)
+        return cycles / spec.clock_hz
+
+    def _matmul_seconds(self, inst: Instruction) -> float:
+        attrs = inst.attrs or {}
+        stationary = attrs.get("stationary_free")
+        moving = attrs.get("moving_free")
+        if stationary is None or moving is None:
+            stationary, moving = _matmul_shape_from_operands(inst)
+        transpose = bool(attrs.get("is_transpose")) or inst.op == "nc_transpose"
+        onezero = bool(attrs.get("onezero"))
+        key = (stationary, moving, inst.dtype, transpose, onezero)
+        seconds = self._mm_cache.get(key)
+        if seconds is None:
+            spec = self.hw.tensor
+            factor = spec.factor(inst.dtype)
+            four_byte = DTYPE_SIZES.get(inst.dtype, 4) == 4
+            if transpose and four_byte:
+                factor = min(factor, spec.fp32_transpose_factor)
+            if onezero and four_byte:
+                factor = max(1.0, factor / 2)  # an all-0/1 operand doubles FP32 speed (fact sheet A.3)
+            base = max(min(spec.fast_weight_load_free, stationary), moving)
+            seconds = base * factor / spec.clock_hz
+            self._mm_cache[key] = seconds
+        return seconds
+
+    def _vector_cycles(self, inst: Instruction, spec: ComputeEngineSpec) -> float:
+        op = inst.op
+        attrs = inst.attrs or {}
+        ii = spec.min_ii_cycles
+        n = inst.free_elements / spec.rate(DTYPE_SIZES.get(inst.dtype, 4))
+        if op in ("tensor_scalar", "tensor_copy"):
+            cycles = max(ii, n / self._vector_perf_mode(inst, spec))
+            if attrs.get("reduce"):
+                cycles += ii
+            return cycles
+        if op == "tensor_tensor":
+            fast = _any_in(inst.reads, "psum") or (
+                _all_sixteen_bit(inst) and _all_in(inst.reads, "sbuf")
+                and attrs.get("op") in _FAST_TT_OPS and _contiguous(inst))
+            return max(ii, n if fast else 2 * n)
+        if op == "memset":
+            value = attrs.get("value", None)
+            if value == 0 and _all_sixteen_bit(inst):
+                return max(ii, n / 2)
+            return max(ii, n)
+        if op == "tensor_reduce":
+            half = _all_sixteen_bit(inst) and attrs.get("op") in _FAST_REDUCE_OPS
+            return max(ii, n / 2 if half else n)
+        if op == "tensor_tensor_scan":
+            return max(ii, 2 * n)
+        if op == "scalar_tensor_tensor":
+            fast = (_all_sixteen_bit(inst) and attrs.get("op0") == "subtract"
+                    and attrs.get("op1") == "multiply" and inst.free_elements % 2 == 0)
+            return max(ii, n if fast else 2 * n)
+        if op == "reciprocal":
+            return max(ii, 8 * n)
+        if op == "bn_aggr":
+            return max(ii, 13 * n / 3)
+        if op == "select":
+            # priced as tensor_copy_predicated (B.8): 1x with one side in PSUM, 2x SBUF to SBUF
+            psum = _any_in(inst.reads, "psum") or _any_in(inst.writes, "psum")
+            return max(ii, n if psum else 2 * n)
+        if op not in ("nc_transpose", "bn_stats"):
+            self._note_unknown(inst)
+        return max(ii, n)
+
+    def _vector_perf_mode(self, inst: Instruction, spec: ComputeEngineSpec) -> float:
+        """trn2 VectorE performance mode for 16-bit copies and tensor_scalar (fact sheet A.5)."""
+        if spec.perf_mode_copy_speedup == 1 and spec.perf_mode_other_speedup == 1:
+            return 1.0
+        if not _all_sixteen_bit(inst):
+            return 1.0
+        if _all_in(inst.reads, "sbuf") and _all_in(inst.writes, "sbuf") and _contiguous(inst):
+            return spec.perf_mode_copy_speedup
+        return spec.perf_mode_other_speedup
+
+    def _scalar_cycles(self, inst: Instruction, spec: ComputeEngineSpec) -> float:
+        attrs = inst.attrs or {}
+        ii = spec.min_ii_cycles
+        n = inst.free_elements / spec.rate(DTYPE_SIZES.get(inst.dtype, 4))
+        if inst.op not in ("activation", "tensor_scalar", "tensor_copy"):
+            self._note_unknown(inst)
+        cycles = max(ii, n)
+        if attrs.get("reduce"):
+            cycles += ii  # reading the accumulators out (ActReadAccumulator ~64 cycles, A.5)
+        return cycles
+
+    def _gpsimd_cycles(self, inst: Instruction, spec: ComputeEngineSpec) -> float:
+        # Only iota/affine_select are documented (150 + N); the rest reuse that shape, with two
+        # passes for two-input and cross-partition ops (UNCERTAIN, to calibrate).
+        op = inst.op
+        passes = 2 if op in ("tensor_tensor", "tensor_partition_reduce") else 1
+        if op not in ("iota", "memset", "tensor_tensor", "tensor_scalar", "tensor_copy",
+                      "affine_select", "tensor_partition_reduce"):
+            self._note_unknown(inst)
+        n = inst.free_elements / spec.rate(DTYPE_SIZES.get(inst.dtype, 4))
+        return max(spec.min_ii_cycles, spec.startup_cycles + passes * n)
+
+    def _note_unknown(self, inst: Instruction) -> None:
+        key = (inst.engine, inst.op)
+        self.unknown_ops[key] = self.unknown_ops.get(key, 0) + 1
+
+    # ----------------------------------------------------------------------------- DMA
+    def dma(self, inst: Instruction) -> DmaCost:
+        """Cost of a `dma_copy`: fixed setup plus payload over the engines it spans."""
+        src = inst.reads[0] if inst.reads else None
+        dst = inst.writes[0] if inst.writes else None
+        attrs = inst.attrs or {}
+        transpose = bool(attrs.get("transpose"))
+        hbm_side = _hbm_side(src, dst)
+        if hbm_side is not None:
+            payload = hbm_side.nbytes
+            contiguous = hbm_side.contiguous_bytes
+        else:
+            sides = [a for a in (src, dst) if a is not None]
+            payload = max((a.nbytes for a in sides), default=0)
+            contiguous = min((a.contiguous_bytes for a in sides), default=0)
+        partitions = max(1, inst.partitions)
+        key = (payload, contiguous, partitions, transpose, hbm_side is not None,
+               attrs.get("direction") == "hbm_to_hbm")
+        cost = self._dma_cache.get(key)
+        if cost is None:
+            cost = self._dma_cost(payload, contiguous, partitions, transpose,
+                                  hbm=hbm_side is not None, hbm_only=bool(key[5]))
+            self._dma_cache[key] = cost
+        return cost
+
+    def spill_dma(self, payload: int, partitions: int, fraction: float) -> DmaCost:
+        """Expected cost of spilling (or reloading) `fraction` of an access of `payload` bytes.
+
+        The compiler moves whole tiles, so efficiency is that of the full access; only the given
+        share of its bytes and of the fixed cost is charged (an expected value, see spill.py).
+        """
+        partitions = max(1, min(partitions, self.hw.memory.sbuf_partitions))
+        full = self._dma_cost(max(1, payload), max(1, payload // partitions), partitions, False,
+                              hbm=True, hbm_only=False)
+        return DmaCost(fixed=full.fixed * fraction, work_bytes=full.work_bytes * fraction, rate=full.rate,
+                       engines=full.engines, payload=max(1, round(payload * fraction)))
+
+    def _dma_cost(self, payload: int, contiguous: int, partitions: int, transpose: bool,
+                  hbm: bool, hbm_only: bool) -> DmaCost:
+        spec = self.hw.dma
+        element = contiguous if contiguous > 0 else payload
+        if not hbm_only:
+            element = min(element, payload / partitions)
+        efficiency = spec.efficiency(max(element, 1.0))
+        if transpose:
+            efficiency *= spec.transpose_efficiency_hbm if hbm else spec.transpose_efficiency_sbuf
+        engines = min(spec.engines, max(1, math.ceil(partitions / spec.partitions_per_engine)))
+        rate = min(engines * spec.engine_bandwidth, self.aggregate_dma_rate)
+        return DmaCost(fixed=spec.fixed_cost_s, work_bytes=max(payload, 1) / efficiency,
+                       rate=rate, engines=engines, payload=payload)
+
+    # ------------------------------------------------------------------------ helpers
+    def standalone(self, inst: Instruction) -> float:
+        """Seconds from start to a dependent-visible result with no contention at all."""
+        if inst.engine == Engine.DMA:
+            return self.dma(inst).standalone
+        return self.occupancy(inst) + self.tail(inst.engine)
+
+
+def _hbm_side(src: Access | None, dst: Access | None) -> Access | None:
+    if src is not None and src.buffer == "hbm":
+        return src
+    if dst is not None and dst.buffer == "hbm":
+        return dst
+    return None
+
+
+def _matmul_shape_from_operands(inst: Instruction) -> tuple[int, int]:
+    """Stationary and moving free sizes when the simulator gave no attrs."""
+    def free(acc: Access | None) -> int:
+        if acc is None or not acc.shape:
+            return inst.free_elements
+        count = 1
+        for size in acc.shape[1:]:
+            count *= size
+        return count
+
+    stationary = inst.reads[0] if inst.reads else None
+    moving = inst.reads[1] if len(inst.reads) > 1 else None
+    if inst.op == "nc_transpose":
+        return free(stationary), stationary.partitions if stationary else inst.partitions
+    return free(stationary), free(moving)
+
+
+def _any_in(accesses: tuple[Access, ...], buffer: str) -> bool:
+    return any(a.buffer == buffer for a in accesses)
+
+
+def _all_in(accesses: tuple[Access, ...], buffer: str) -> bool:
+    return all(a.buffer == buffer for a in accesses)
+
+
+def _all_sixteen_bit(inst: Instruction) -> bool:
+    if inst.dtype not in _SIXTEEN_BIT:
+        return False
+    return all(a.dtype in _SIXTEEN_BIT for a in inst.reads) and all(
+        a.dtype in _SIXTEEN_BIT for a in inst.writes)
+
+
+def _contiguous(inst: Instruction) -> bool:
+    """Every on-chip operand's free data is one contiguous run per partition."""
+    for acc in inst.reads + inst.writes:
+        per_partition = acc.nbytes // max(1, acc.partitions)
+        if acc.contiguous_bytes < per_partition:
+            return False
+    return True

@@ -1,0 +1,241 @@
+"""`estimate`: schedule a trace and summarise it the way neuron-profile does."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+
+from accelopt_core.hardware import HardwareProfile
+from accelopt_core.nki.trace import Trace
+from accelopt_core.perfmodel.costs import CostModel
+from accelopt_core.perfmodel.report import PerfReport
+from accelopt_core.perfmodel.scheduler import ENGINES, Schedule, schedule
+
+
+def estimate(trace: Trace, hardware: HardwareProfile) -> PerfReport:
+    """Estimated latency, engine activity, traffic, bottleneck and per-line time of a trace."""
+    costs = CostModel(hardware)
+    # The scheduler allocates many small, acyclic records; the cyclic collector would rescan the
+    # whole trace over and over while they pile up, so it is paused for the duration.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        sched = schedule(trace, hardware, costs)
+        return _report(trace, hardware, costs, sched)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Schedule) -> PerfReport:
+    n = len(trace.instructions)
+    pressure = sched.pressure
+    latency = sched.latency
+    summary = trace.summary()
+    codes = np.asarray(sched.engine, dtype=np.int64)
+    start = np.asarray(sched.start, dtype=np.float64)
+    end = np.asarray(sched.end, dtype=np.float64)
+    busy_time = np.asarray(sched.busy, dtype=np.float64)
+    counts = np.bincount(codes, minlength=len(ENGINES)) if n else np.zeros(len(ENGINES), int)
+    busy_by_code = (np.bincount(codes, weights=busy_time, minlength=len(ENGINES))
+                    if n else np.zeros(len(ENGINES)))
+    busy = {name: float(busy_by_code[c]) for c, name in enumerate(ENGINES)}
+    busy["dma"] = _union_length(sched.dma_data)
+
+    def percent(value: float) -> float:
+        return 100.0 * value / latency if latency > 0 else 0.0
+
+    spill_save = round(sched.spill_save)
+    spill_reload = round(sched.spill_reload)
+    hbm_read = summary["hbm_read_bytes"] + spill_reload
+    hbm_write = summary["hbm_write_bytes"] + spill_save
+    hw_flops = summary["hardware_flops"]
+    tr_flops = summary["transpose_flops"]
+    peak = hardware.peak
+    critical = _critical_path(sched)
+    bottleneck = max(critical, key=lambda name: critical[name]) if latency > 0 else "none"
+    if bottleneck != "none" and critical[bottleneck] <= 0:
+        bottleneck = "none"
+    idle = {name: max(0.0, 100.0 - percent(busy[name])) for name in ENGINES}
+
+    notes: list[str] = []
+    for (engine, op), count in sorted(costs.unknown_ops.items()):
+        notes.append(f"{count} '{op}' instruction(s) on {engine} have no documented cost;"
+                     " priced as max(MIN_II, N)")
+    if pressure.fractions is not None:
+        notes.append(
+            f"live SBUF peaks at {pressure.peak_bytes_per_partition} B/partition, above the usable"
+            f" {pressure.capacity_bytes_per_partition} B: the overflow is priced as spill traffic")
+
+    return PerfReport(
+        hardware=hardware.name,
+        latency=latency,
+        latency_ms=latency * 1e3,
+        total_time=latency,
+        neuroncore_cycle_count=round(latency * hardware.base_clock_hz),
+        instruction_count=n,
+        tensor_engine_active_time=busy["tensor"],
+        vector_engine_active_time=busy["vector"],
+        scalar_engine_active_time=busy["scalar"],
+        gpsimd_engine_active_time=busy["gpsimd"],
+        dma_active_time=busy["dma"],
+        tensor_engine_active_time_percent=percent(busy["tensor"]),
+        vector_engine_active_time_percent=percent(busy["vector"]),
+        scalar_engine_active_time_percent=percent(busy["scalar"]),
+        gpsimd_engine_active_time_percent=percent(busy["gpsimd"]),
+        dma_active_time_percent=percent(busy["dma"]),
+        tensor_engine_instruction_count=int(counts[0]),
+        vector_engine_instruction_count=int(counts[1]),
+        scalar_engine_instruction_count=int(counts[2]),
+        gpsimd_engine_instruction_count=int(counts[3]),
+        dma_instruction_count=int(counts[4]),
+        matmul_instruction_count=int(counts[0]),
+        hbm_read_bytes=int(hbm_read),
+        hbm_write_bytes=int(hbm_write),
+        sbuf_read_bytes=int(summary["sbuf_read_bytes"] + spill_save),
+        sbuf_write_bytes=int(summary["sbuf_write_bytes"] + spill_reload),
+        psum_read_bytes=int(summary["psum_read_bytes"]),
+        psum_write_bytes=int(summary["psum_write_bytes"]),
+        spill_save_bytes=spill_save,
+        spill_reload_bytes=spill_reload,
+        sbuf_peak_live_bytes_per_partition=pressure.peak_bytes_per_partition,
+        sbuf_usable_bytes_per_partition=pressure.capacity_bytes_per_partition,
+        hardware_flops=int(hw_flops),
+        transpose_flops=int(tr_flops),
+        hfu_estimated_percent=percent(hw_flops / peak.tensor_flops),
+        mfu_inst_estimated_percent=percent((hw_flops - tr_flops) / peak.tensor_flops),
+        mm_arithmetic_intensity=((hw_flops - tr_flops) / (hbm_read + hbm_write)
+                                 if hbm_read + hbm_write else 0.0),
+        mbu_estimated_percent=percent((hbm_read + hbm_write) / peak.hbm_bandwidth),
+        dma_transfer_count=sched.dma_transfers,
+        dma_transfer_total_bytes=sched.dma_bytes,
+        dma_transfer_average_bytes=(sched.dma_bytes / sched.dma_transfers
+                                    if sched.dma_transfers else 0.0),
+        bottleneck=bottleneck,
+        bottleneck_summary=_bottleneck_summary(bottleneck, critical, idle),
+        critical_path_time=critical,
+        engine_busy_time=busy,
+        idle_percent=idle,
+        lines=_lines(trace, codes, busy_time),
+        loops=_loops(sched, start, end, busy_time),
+        notes=notes,
+    )
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total time covered by at least one interval."""
+    if not intervals:
+        return 0.0
+    data = np.asarray(intervals, dtype=np.float64)
+    data = data[np.argsort(data[:, 0], kind="stable")]
+    starts, ends = data[:, 0], data[:, 1]
+    reach = np.maximum.accumulate(ends)
+    # a new covered block begins where an interval starts after everything before it ended
+    new_block = np.empty(len(starts), dtype=bool)
+    new_block[0] = True
+    new_block[1:] = starts[1:] > reach[:-1]
+    block_id = np.cumsum(new_block) - 1
+    block_start = starts[new_block]
+    block_end = np.zeros(len(block_start))
+    np.maximum.at(block_end, block_id, ends)
+    return float(np.sum(block_end - block_start))
+
+
+def _critical_path(sched: Schedule) -> dict[str, float]:
+    """Time per engine along the chain of instructions that fixed the final time.
+
+    Walking back from the last result, each instruction is credited with the part of its
+    start-to-end interval before the time its successor on the chain started, so overlapping
+    transfers are never counted twice and the total never exceeds the latency.
+    """
+    critical = dict.fromkeys(ENGINES, 0.0)
+    if not sched.ready:
+        return critical
+    i = int(np.argmax(np.asarray(sched.ready)))
+    cursor = sched.ready[i]
+    while i >= 0:
+        s = sched.start[i]
+        covered = min(cursor, sched.end[i]) - s
+        if covered > 0:
+            critical[ENGINES[sched.engine[i]]] += covered
+        if s < cursor:
+            cursor = s
+        i = sched.pred[i]
+    return critical
+
+
+def _bottleneck_summary(bottleneck: str, critical: dict[str, float],
+                        idle: dict[str, float]) -> str:
+    if bottleneck == "none":
+        return "empty trace"
+    total = sum(critical.values()) or 1.0
+    share = 100.0 * critical[bottleneck] / total
+    others = ", ".join(f"{name} {idle[name]:.0f}%" for name in ENGINES if name != bottleneck)
+    return (f"{bottleneck}-bound: {share:.0f}% of the critical path's busy time is on {bottleneck};"
+            f" idle: {others}")
+
+
+def _lines(trace: Trace, codes: np.ndarray, duration: np.ndarray) -> list[dict[str, Any]]:
+    """Busy time per kernel source line, the engine that dominates it, sorted by time."""
+    if not len(codes):
+        return []
+    lines = np.fromiter((inst.line for inst in trace.instructions), dtype=np.int64,
+                        count=len(codes))
+    keys = lines * len(ENGINES) + codes
+    unique, inverse = np.unique(keys, return_inverse=True)
+    time = np.bincount(inverse, weights=duration)
+    count = np.bincount(inverse)
+    per_line: dict[int, dict[str, Any]] = {}
+    for key, t, c in zip(unique.tolist(), time.tolist(), count.tolist(), strict=True):
+        line, code = divmod(key, len(ENGINES))
+        entry = per_line.setdefault(line, {"line": line, "time_ms": 0.0, "engine": "",
+                                           "instructions": 0, "engines": {}})
+        entry["engines"][ENGINES[code]] = t * 1e3
+        entry["time_ms"] += t * 1e3
+        entry["instructions"] += c
+    for entry in per_line.values():
+        engines = entry["engines"]
+        entry["engine"] = max(engines, key=lambda name: engines[name])
+    return sorted(per_line.values(), key=lambda e: (-e["time_ms"], e["line"]))
+
+
+def _loops(sched: Schedule, start: np.ndarray, end: np.ndarray,
+           duration: np.ndarray) -> list[dict[str, Any]]:
+    """Busy time and wall span per source loop, all executions of that loop together."""
+    if not sched.nests:
+        return []
+    nest = np.asarray(sched.nest, dtype=np.int64)
+    count = len(sched.nests)
+    busy = np.bincount(nest, weights=duration, minlength=count)
+    number = np.bincount(nest, minlength=count)
+    first = np.full(count, np.inf)
+    last = np.zeros(count)
+    np.minimum.at(first, nest, start)
+    np.maximum.at(last, nest, end)
+    per_line: dict[int, dict[str, Any]] = {}
+    seen: dict[int, set[int]] = {}
+    for info in sched.nests:
+        k = info.index
+        for loop in info.loops:
+            entry = per_line.get(loop.line)
+            if entry is None:
+                entry = per_line[loop.line] = {
+                    "line": loop.line, "kind": loop.kind, "executions": 0, "iterations": 0,
+                    "instructions": 0, "time_ms": 0.0, "_first": np.inf, "_last": 0.0}
+                seen[loop.line] = set()
+            if id(loop) not in seen[loop.line]:
+                seen[loop.line].add(id(loop))
+                entry["executions"] += 1
+                entry["iterations"] += loop.trip_count
+            entry["instructions"] += int(number[k])
+            entry["time_ms"] += float(busy[k]) * 1e3
+            entry["_first"] = min(entry["_first"], float(first[k]))
+            entry["_last"] = max(entry["_last"], float(last[k]))
+    result = []
+    for entry in per_line.values():
+        span = entry.pop("_last") - entry.pop("_first")
+        entry["span_ms"] = max(0.0, span) * 1e3 if entry["instructions"] else 0.0
+        result.append(entry)
+    return sorted(result, key=lambda e: (-e["time_ms"], e["line"]))

@@ -1,0 +1,94 @@
+"""The performance model's result and the NKIBench "% of peak" metric.
+
+Field names follow the neuron-profile summary JSON (fact sheet C) so a planner prompt, the editor
+and the benchmark runner read the same keys whether the numbers came from this model or from a
+profile of real hardware.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from accelopt_core.hardware import HardwareProfile
+
+
+@dataclass(slots=True)
+class PerfReport:
+    """Estimated timing and traffic of one kernel run on one NeuronCore."""
+
+    hardware: str
+    latency: float  # seconds, from the first instruction's start to the last result
+    latency_ms: float
+    total_time: float  # profiler name for the same latency, seconds
+    neuroncore_cycle_count: int
+    instruction_count: int
+
+    tensor_engine_active_time: float
+    vector_engine_active_time: float
+    scalar_engine_active_time: float
+    gpsimd_engine_active_time: float
+    dma_active_time: float  # union of the intervals where some DMA moves data
+    tensor_engine_active_time_percent: float
+    vector_engine_active_time_percent: float
+    scalar_engine_active_time_percent: float
+    gpsimd_engine_active_time_percent: float
+    dma_active_time_percent: float
+
+    tensor_engine_instruction_count: int
+    vector_engine_instruction_count: int
+    scalar_engine_instruction_count: int
+    gpsimd_engine_instruction_count: int
+    dma_instruction_count: int
+    matmul_instruction_count: int
+
+    hbm_read_bytes: int
+    hbm_write_bytes: int
+    sbuf_read_bytes: int
+    sbuf_write_bytes: int
+    psum_read_bytes: int
+    psum_write_bytes: int
+    spill_save_bytes: int
+    spill_reload_bytes: int
+    sbuf_peak_live_bytes_per_partition: int
+    sbuf_usable_bytes_per_partition: int
+
+    hardware_flops: int
+    transpose_flops: int
+    hfu_estimated_percent: float
+    mfu_inst_estimated_percent: float
+    mm_arithmetic_intensity: float
+    mbu_estimated_percent: float
+
+    dma_transfer_count: int  # per-engine pieces, as the profiler counts transfers
+    dma_transfer_total_bytes: int
+    dma_transfer_average_bytes: float
+
+    bottleneck: str  # "tensor", "vector", "scalar", "gpsimd", "dma" or "none"
+    bottleneck_summary: str
+    critical_path_time: dict[str, float] = field(default_factory=dict)  # seconds per engine
+    engine_busy_time: dict[str, float] = field(default_factory=dict)  # seconds per engine
+    idle_percent: dict[str, float] = field(default_factory=dict)
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    loops: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (plain numbers, strings, lists and dicts)."""
+        return asdict(self)
+
+
+def peak_percent(report: PerfReport | float, mm_flops: float, vec_flops: float,
+                 hbm_bytes: float, hardware: HardwareProfile) -> float:
+    """NKIBench "% of peak": the best possible latency over the achieved one, in percent.
+
+    The best latency is the largest of matmul time, vector time and memory time at the hardware's
+    peak rates (nkibench.md). `report` may also be a latency in seconds, e.g. a measured one.
+    """
+    latency = report.latency if isinstance(report, PerfReport) else float(report)
+    if latency <= 0:
+        raise ValueError("peak_percent needs a positive latency")
+    peak = hardware.peak
+    best = max(mm_flops / peak.matmul_flops, vec_flops / peak.vector_flops,
+               hbm_bytes / peak.hbm_bandwidth)
+    return 100.0 * best / latency

@@ -1,0 +1,426 @@
+"""List scheduling of an instruction trace onto the NeuronCore engines and DMA queues.
+
+Instructions are placed in program order. Each compute engine runs its own instructions in that
+order; an instruction starts once its engine is free and the data it needs is there:
+
+* RAW: after every earlier write that overlaps a region it reads has produced its result;
+* WAR / WAW: before overwriting a region, after the earlier readers and writers of it are done
+  (this is how buffer reuse limits overlap);
+* PSUM banks: a new accumulation group in a bank waits until the group before it in that bank has
+  been read out, since a bank holds one group at a time;
+* `sequential_range`: an iteration starts after everything of the previous iteration finished;
+  affine and static iterations are ordered by data only.
+
+Dependencies are found per tensor: for each one the model keeps the writes and reads that may
+still constrain someone, in program order with a running maximum of their times, so a query walks
+back only over entries that finish later than what the instruction already waits for. A write that
+covers the whole tensor replaces everything before it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelopt_core.hardware import HardwareProfile
+from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Loop, LoopKind, Trace
+from accelopt_core.perfmodel.costs import CostModel, DmaCost
+from accelopt_core.perfmodel.dma import DmaTimeline
+from accelopt_core.perfmodel.spill import SbufPressure, sbuf_pressure
+
+ENGINES: tuple[str, ...] = (Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD, Engine.DMA)
+_CODE = {name: code for code, name in enumerate(ENGINES)}
+_DMA_CODE = _CODE[Engine.DMA]
+_BANK_BOX = ((0, 1),)  # every PSUM access covers its whole bank pseudo-tensor
+
+
+def _overlaps(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
+    if a == b:
+        return True
+    # an explicit loop: this is the hottest function of the model and all() over a generator is slower
+    for (alo, ahi), (blo, bhi) in zip(a, b, strict=False):  # noqa: SIM110
+        if alo >= bhi or blo >= ahi:
+            return False
+    return True
+
+
+class _TensorDeps:
+    """Earlier writes and reads of one tensor that may still delay a later access."""
+
+    __slots__ = ("rbox", "rfinish", "ridx", "rmax", "wbox", "wfinish", "widx", "wmax", "wready", "wtensor")
+
+    def __init__(self) -> None:
+        self.wbox: list[tuple[tuple[int, int], ...]] = []
+        self.wready: list[float] = []
+        self.wfinish: list[float] = []
+        self.wtensor: list[bool] = []  # written by the Tensor engine (PSUM accumulation)
+        self.widx: list[int] = []
+        self.wmax: list[float] = []  # running max of wready: lets a query stop early
+        self.rbox: list[tuple[tuple[int, int], ...]] = []
+        self.rfinish: list[float] = []
+        self.ridx: list[int] = []
+        self.rmax: list[float] = []
+
+    def after_writes(self, box: tuple[tuple[int, int], ...], bound: float, pred: int,
+                     tensor_reader: bool) -> tuple[float, int]:
+        """Raise `bound` to when every overlapping earlier write's result is usable."""
+        wmax = self.wmax
+        wready = self.wready
+        i = len(wmax) - 1
+        while i >= 0 and wmax[i] > bound:
+            if wready[i] > bound and _overlaps(self.wbox[i], box):
+                # back-to-back matmuls into one PSUM region accumulate near memory: no init gap
+                t = self.wfinish[i] if tensor_reader and self.wtensor[i] else wready[i]
+                if t > bound:
+                    bound = t
+                    pred = self.widx[i]
+            i -= 1
+        return bound, pred
+
+    def after_reads(self, box: tuple[tuple[int, int], ...], bound: float,
+                    pred: int) -> tuple[float, int]:
+        """Raise `bound` to when every overlapping earlier read has finished."""
+        rmax = self.rmax
+        rfinish = self.rfinish
+        i = len(rmax) - 1
+        while i >= 0 and rmax[i] > bound:
+            if rfinish[i] > bound and _overlaps(self.rbox[i], box):
+                bound = rfinish[i]
+                pred = self.ridx[i]
+            i -= 1
+        return bound, pred
+
+    def add_write(self, box: tuple[tuple[int, int], ...], ready: float, finish: float,
+                  tensor: bool, index: int, covers_all: bool) -> None:
+        if covers_all:
+            # This write waited for every earlier access, so none of them can matter any more.
+            self.wbox = [box]
+            self.wready = [ready]
+            self.wfinish = [finish]
+            self.wtensor = [tensor]
+            self.widx = [index]
+            self.wmax = [ready]
+            if self.rbox:
+                self.rbox = []
+                self.rfinish = []
+                self.ridx = []
+                self.rmax = []
+            return
+        self.wbox.append(box)
+        self.wready.append(ready)
+        self.wfinish.append(finish)
+        self.wtensor.append(tensor)
+        self.widx.append(index)
+        wmax = self.wmax
+        wmax.append(ready if not wmax or ready > wmax[-1] else wmax[-1])
+
+    def add_read(self, box: tuple[tuple[int, int], ...], finish: float, index: int) -> None:
+        self.rbox.append(box)
+        self.rfinish.append(finish)
+        self.ridx.append(index)
+        rmax = self.rmax
+        rmax.append(finish if not rmax or finish > rmax[-1] else rmax[-1])
+
+
+class _NestInfo:
+    """What the scheduler needs from one loop nest, computed once per distinct nest tuple."""
+
+    __slots__ = ("index", "loops", "sequential")
+
+    def __init__(self, sequential: tuple[tuple[list[Any], int], ...], index: int,
+                 loops: tuple[Loop, ...]) -> None:
+        self.sequential = sequential  # (state of a sequential loop, this iteration index)
+        self.index = index
+        self.loops = loops
+
+
+class Schedule:
+    """Times of every instruction after list scheduling, plus what the report needs."""
+
+    def __init__(self, n: int, pressure: SbufPressure) -> None:
+        self.pressure = pressure
+        self.start = [0.0] * n  # engine or queue start
+        self.end = [0.0] * n  # engine busy until (DMA: transfer complete)
+        self.ready = [0.0] * n  # result usable by dependants
+        self.pred = [-1] * n  # the instruction that fixed this one's start (critical path)
+        # Busy time charged to the instruction: engine occupancy, or for DMA its share of the shared
+        # pipe (bytes over the aggregate rate, plus the setup spread over the queues it overlaps on).
+        self.busy = [0.0] * n
+        self.engine = [0] * n
+        self.nest = [0] * n
+        self.nests: list[_NestInfo] = []
+        self.dma_data: list[tuple[float, float]] = []
+        self.dma_transfers = 0
+        self.dma_bytes = 0
+        self.spill_save = 0.0
+        self.spill_reload = 0.0
+        self.latency = 0.0
+
+    def add_transfer(self, cost: DmaCost, data_start: float, end: float) -> None:
+        """Account one booked DMA transfer (a trace instruction or a spill)."""
+        self.dma_data.append((data_start, end))
+        self.dma_transfers += cost.engines
+        self.dma_bytes += cost.payload
+
+
+def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Schedule:
+    """Place every instruction of `trace` in time; see the module docstring for the rules."""
+    instructions = trace.instructions
+    n = len(instructions)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    last_write: dict[int, int] = {}
+    for i, inst in enumerate(instructions):
+        for acc in inst.reads:
+            t = acc.tensor
+            if t not in first:
+                first[t] = i
+            last[t] = i
+        for acc in inst.writes:
+            t = acc.tensor
+            if t not in first:
+                first[t] = i
+            last[t] = i
+            last_write[t] = i
+    pressure = sbuf_pressure(trace, first, last, hardware.memory.sbuf_usable_bytes_per_partition)
+    fractions = pressure.fractions
+
+    sched = Schedule(n, pressure)
+    start, end, ready, pred, busy = sched.start, sched.end, sched.ready, sched.pred, sched.busy
+    queues = hardware.dma.queues_per_engine
+    aggregate = costs.aggregate_dma_rate
+    engine_codes, nest_of = sched.engine, sched.nest
+    timeline = DmaTimeline(queues, aggregate)
+    engine_free = [0.0] * len(ENGINES)
+    engine_last = [-1] * len(ENGINES)
+    tails = [costs.tail(name) for name in ENGINES]
+    deps: dict[int, _TensorDeps] = {}
+    full_region: dict[int, tuple[tuple[int, int], ...] | None] = {}
+    tensors = trace.tensors
+    nest_cache: dict[int, _NestInfo] = {}
+    loop_state: dict[int, list[Any]] = {}
+    psum = _PsumBanks(tensors, hardware.memory)
+    last_dma = -1
+    latency = 0.0
+
+    for i, inst in enumerate(instructions):
+        code = _CODE.get(inst.engine)
+        if code is None:
+            raise ValueError(f"instruction {i} runs on unknown engine {inst.engine!r}")
+        engine_codes[i] = code
+        nest_key = id(inst.loops)
+        info = nest_cache.get(nest_key)
+        if info is None:
+            info = _nest_info(inst.loops, loop_state, len(sched.nests))
+            nest_cache[nest_key] = info
+            sched.nests.append(info)
+        nest_of[i] = info.index
+
+        # Start from when the engine (or the soonest DMA queue) is free: the start cannot be earlier,
+        # and it lets dependency queries skip every entry that finished before that.
+        # With spilled operands the floor is the soonest DMA queue instead, when that is earlier, so
+        # the reload is issued as soon as data and a queue allow (the compiler prefetches reloads).
+        spill = fractions[i] if fractions is not None and code != _DMA_CODE else 0.0
+        if code == _DMA_CODE or (spill > 0.0 and timeline.earliest()[0] < engine_free[code]):
+            bound, p = timeline.earliest()
+        else:
+            bound = engine_free[code]
+            p = engine_last[code]
+        for state, iteration in info.sequential:
+            if state[0] != iteration:
+                if state[1] > state[3]:
+                    state[3] = state[1]
+                    state[4] = state[2]
+                state[0] = iteration
+                state[1] = 0.0
+            if state[3] > bound:
+                bound = state[3]
+                p = state[4]
+
+        tensor_engine = code == 0
+        psum_write_banks: list[int] = []
+        for acc in inst.reads:
+            d = deps.get(acc.tensor)
+            if d is not None and d.wmax:
+                bound, p = d.after_writes(acc.region, bound, p, tensor_engine)
+        for acc in inst.writes:
+            t = acc.tensor
+            d = deps.get(t)
+            if d is not None:
+                if d.wmax:
+                    bound, p = d.after_writes(acc.region, bound, p, tensor_engine)
+                if d.rmax:
+                    bound, p = d.after_reads(acc.region, bound, p)
+            if acc.buffer == "psum":
+                for key in psum.keys(acc):
+                    psum_write_banks.append(key)
+                    d = deps.get(key)
+                    if d is not None:
+                        if d.wmax:
+                            bound, p = d.after_writes(_BANK_BOX, bound, p, tensor_engine)
+                        if d.rmax:
+                            bound, p = d.after_reads(_BANK_BOX, bound, p)
+
+        if spill > 0.0:
+            reload = sum(a.nbytes for a in inst.reads if a.buffer == "sbuf")
+            if reload > 0:
+                cost = costs.spill_dma(reload, inst.partitions, spill)
+                _, data_start, done = timeline.issue(bound, cost, -1)
+                sched.add_transfer(cost, data_start, done)
+                sched.spill_reload += reload * spill
+                if done > bound:
+                    bound = done
+                    p = last_dma
+                if done > latency:
+                    latency = done
+
+        if code == _DMA_CODE:
+            cost = costs.dma(inst)
+            s, data_start, e = timeline.issue(bound, cost, i)
+            if e > s + cost.standalone * (1.0 + 1e-9) + 1e-15 and last_dma >= 0:
+                p = last_dma  # stretched by other transfers sharing the bandwidth
+            sched.add_transfer(cost, data_start, e)
+            last_dma = i
+            r = e
+            busy[i] = cost.work_bytes / aggregate + cost.fixed / queues
+        else:
+            if engine_free[code] > bound:
+                bound = engine_free[code]
+                p = engine_last[code]
+            s = bound
+            occupancy = costs.occupancy(inst)
+            busy[i] = occupancy
+            e = s + occupancy
+            r = e + tails[code]
+            engine_free[code] = e
+            engine_last[code] = i
+        start[i] = s
+        end[i] = e
+
+        if spill > 0.0:
+            save = sum(a.nbytes for a in inst.writes if a.buffer == "sbuf")
+            if save > 0:
+                cost = costs.spill_dma(save, inst.partitions, spill)
+                _, data_start, done = timeline.issue(e, cost, -1)
+                sched.add_transfer(cost, data_start, done)
+                sched.spill_save += save * spill
+                if done > r:
+                    r = done  # the result is whole again only once the evicted part is saved
+        ready[i] = r
+        pred[i] = p
+        if r > latency:
+            latency = r
+
+        for acc in inst.reads:
+            t = acc.tensor
+            if last_write.get(t, -1) > i:
+                d = deps.get(t)
+                if d is None:
+                    d = deps[t] = _TensorDeps()
+                d.add_read(acc.region, e, i)
+            if acc.buffer == "psum":
+                for key in psum.keys(acc):
+                    d = deps.get(key)
+                    if d is None:
+                        d = deps[key] = _TensorDeps()
+                    d.add_read(_BANK_BOX, e, i)
+        for acc in inst.writes:
+            t = acc.tensor
+            if last[t] > i:
+                d = deps.get(t)
+                if d is None:
+                    d = deps[t] = _TensorDeps()
+                full = full_region.get(t, 0)
+                if full == 0:
+                    full = _full_region(t, tensors)
+                    full_region[t] = full
+                d.add_write(acc.region, r, e, tensor_engine, i, acc.region == full)
+        for key in psum_write_banks:
+            d = deps.get(key)
+            if d is None:
+                d = deps[key] = _TensorDeps()
+            d.add_write(_BANK_BOX, r, e, tensor_engine, i, True)
+
+        for state, _ in info.sequential:
+            if r > state[1]:
+                state[1] = r
+                state[2] = i
+
+    sched.latency = latency
+    return sched
+
+
+def _nest_info(nest: tuple[tuple[Loop, int], ...], loop_state: dict[int, list[Any]],
+               index: int) -> _NestInfo:
+    sequential: list[tuple[list[Any], int]] = []
+    for loop, iteration in nest:
+        if loop.kind == LoopKind.SEQUENTIAL:
+            state = loop_state.get(id(loop))
+            if state is None:
+                # [current iteration, its max ready, at index, barrier, barrier index]
+                state = loop_state[id(loop)] = [-1, 0.0, -1, 0.0, -1]
+            sequential.append((state, iteration))
+    return _NestInfo(tuple(sequential), index, tuple(loop for loop, _ in nest))
+
+
+def _full_region(tensor: int, tensors: dict[int, Any]) -> tuple[tuple[int, int], ...] | None:
+    info = tensors.get(tensor)
+    if info is None:
+        return None
+    return tuple((0, size) for size in info.shape)
+
+
+class _PsumBanks:
+    """PSUM bank pseudo-tensors: round-robin allocation at first touch, and the banks an access covers.
+
+    The trace has no PSUM addresses, so each PSUM tensor gets as many consecutive banks as its
+    footprint needs, in first-touch order, the way a rotating allocator would hand them out.
+    """
+
+    def __init__(self, tensors: dict[int, Any], memory: Any) -> None:
+        self._tensors = tensors
+        self._banks = memory.psum_banks
+        self._bank_bytes = memory.psum_bank_bytes
+        self._cursor = 0
+        # tensor -> (bank keys, byte stride of each dim within a partition row, partition axis)
+        self._layout: dict[int, tuple[tuple[int, ...], tuple[int, ...] | None, int]] = {}
+
+    def keys(self, acc: Any) -> tuple[int, ...]:
+        """Dependency keys (negative ints) of the banks holding the bytes `acc` touches."""
+        layout = self._layout.get(acc.tensor)
+        if layout is None:
+            layout = self._allocate(acc)
+        keys, strides, partition_axis = layout
+        if len(keys) == 1 or strides is None:
+            return keys
+        lo = hi = 0
+        for dim, (start, stop) in enumerate(acc.region):
+            if dim != partition_axis:
+                lo += start * strides[dim]
+                hi += (stop - 1) * strides[dim]
+        last = len(keys) - 1
+        return keys[min(lo // self._bank_bytes, last):min(hi // self._bank_bytes, last) + 1]
+
+    def _allocate(self, acc: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None, int]:
+        info = self._tensors.get(acc.tensor)
+        strides: tuple[int, ...] | None = None
+        partition_axis = 0
+        size = 0
+        if info is not None and info.bytes_per_partition > 0:
+            size = info.bytes_per_partition
+            partition_axis = max(0, info.partition_axis)
+            item = DTYPE_SIZES.get(info.dtype, 4)
+            stride = item
+            reverse: list[int] = []
+            for dim in range(len(info.shape) - 1, -1, -1):
+                reverse.append(0 if dim == partition_axis else stride)
+                if dim != partition_axis:
+                    stride *= info.shape[dim]
+            strides = tuple(reversed(reverse))
+        if size <= 0:
+            size = acc.nbytes // max(1, acc.partitions)
+        count = max(1, min(self._banks, -(-size // self._bank_bytes)))
+        keys = tuple(-1 - (self._cursor + j) % self._banks for j in range(count))
+        self._cursor = (self._cursor + count) % self._banks
+        layout = (keys, strides, partition_axis)
+        self._layout[acc.tensor] = layout
+        return layout

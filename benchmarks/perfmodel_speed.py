@@ -1,0 +1,115 @@
+"""Performance-model speed on synthetic tiled-matmul traces.
+
+The trace imitates a naive tiled fp32 matmul C = A @ B: for every 128x512 output tile, K/128 pairs
+of loads (a 128x128 stationary tile of A^T and a 128x512 moving tile of B) each followed by a
+matmul accumulating into PSUM, then a PSUM->SBUF copy and a store. At 4096x5120 @ 5120x12288 that
+is about 94k instructions, the size of trace a real NKIBench kernel produces.
+
+Usage: python3 benchmarks/perfmodel_speed.py [--hardware trn1] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from accelopt_core.hardware import load_hardware
+from accelopt_core.nki.trace import Access, Instruction, Loop, LoopKind, TensorInfo, Trace
+from accelopt_core.perfmodel import estimate
+
+SIZES: tuple[tuple[int, int, int], ...] = ((1024, 2048, 3072), (2048, 5120, 6144), (4096, 5120, 12288))
+TILE_M, TILE_K, TILE_N = 128, 128, 512
+
+
+def matmul_trace(m: int, k: int, n: int) -> Trace:
+    """The instruction trace of a naive tiled fp32 matmul with loads inside the k loop."""
+    trace = Trace(kernel_file="synthetic_matmul.py", kernel_name="matmul")
+
+    def tensor(name: str, buffer: str, shape: tuple[int, ...], nest: tuple[tuple[Loop, int], ...]) -> int:
+        tid = len(trace.tensors) + 1
+        per_partition = 0 if buffer == "hbm" else 4 * shape[1]
+        trace.tensors[tid] = TensorInfo(tid, name, buffer, shape, "float32", 0 if buffer != "hbm" else -1,
+                                        per_partition, 1, nest)
+        return tid
+
+    def access(tid: int, region: tuple[tuple[int, int], ...], contiguous: int) -> Access:
+        info = trace.tensors[tid]
+        shape = tuple(hi - lo for lo, hi in region)
+        return Access(tid, info.buffer, "float32", shape, region, 4 * shape[0] * shape[1], contiguous)
+
+    def emit(engine: str, op: str, reads: tuple[Access, ...], writes: tuple[Access, ...], free: int, flops: int,
+             line: int, nest: tuple[tuple[Loop, int], ...], attrs: dict[str, object]) -> None:
+        trace.instructions.append(Instruction(len(trace.instructions), engine, op, reads, writes, 128, free, flops,
+                                              line, nest, attrs, "float32"))
+
+    a_t = tensor("a_t", "hbm", (k, m), ())
+    b = tensor("b", "hbm", (k, n), ())
+    c = tensor("c", "hbm", (m, n), ())
+    m_loop = Loop(1, LoopKind.AFFINE, m // TILE_M, 10, None)
+    trace.loops.append(m_loop)
+    for mi in range(m // TILE_M):
+        n_loop = Loop(len(trace.loops) + 1, LoopKind.AFFINE, n // TILE_N, 11, m_loop)
+        trace.loops.append(n_loop)
+        for ni in range(n // TILE_N):
+            outer = ((m_loop, mi), (n_loop, ni))
+            psum = tensor("acc", "psum", (TILE_M, TILE_N), outer)
+            psum_box = ((0, TILE_M), (0, TILE_N))
+            k_loop = Loop(len(trace.loops) + 1, LoopKind.AFFINE, k // TILE_K, 13, n_loop)
+            trace.loops.append(k_loop)
+            for ki in range(k // TILE_K):
+                nest = (*outer, (k_loop, ki))
+                rows = (ki * TILE_K, (ki + 1) * TILE_K)
+                lhs = tensor("lhsT", "sbuf", (TILE_K, TILE_M), nest)
+                rhs = tensor("rhs", "sbuf", (TILE_K, TILE_N), nest)
+                lhs_box = ((0, TILE_K), (0, TILE_M))
+                rhs_box = ((0, TILE_K), (0, TILE_N))
+                emit("dma", "dma_copy", (access(a_t, (rows, (mi * TILE_M, (mi + 1) * TILE_M)), 4 * TILE_M),),
+                     (access(lhs, lhs_box, 4 * TILE_M),), TILE_M, 0, 14, nest,
+                     {"direction": "hbm_to_sbuf", "transpose": False})
+                emit("dma", "dma_copy", (access(b, (rows, (ni * TILE_N, (ni + 1) * TILE_N)), 4 * TILE_N),),
+                     (access(rhs, rhs_box, 4 * TILE_N),), TILE_N, 0, 15, nest,
+                     {"direction": "hbm_to_sbuf", "transpose": False})
+                reads = (access(lhs, lhs_box, 4 * TILE_M), access(rhs, rhs_box, 4 * TILE_N))
+                if ki:
+                    reads = (*reads, access(psum, psum_box, 4 * TILE_N))
+                emit("tensor", "nc_matmul", reads, (access(psum, psum_box, 4 * TILE_N),), TILE_N,
+                     2 * TILE_K * TILE_M * TILE_N, 16, nest,
+                     {"stationary_free": TILE_M, "moving_free": TILE_N, "contraction": TILE_K,
+                      "accumulate": ki > 0, "is_transpose": False})
+            res = tensor("res", "sbuf", (TILE_M, TILE_N), outer)
+            res_box = ((0, TILE_M), (0, TILE_N))
+            emit("vector", "tensor_copy", (access(psum, psum_box, 4 * TILE_N),), (access(res, res_box, 4 * TILE_N),),
+                 TILE_N, 0, 17, outer, {})
+            out_box = ((mi * TILE_M, (mi + 1) * TILE_M), (ni * TILE_N, (ni + 1) * TILE_N))
+            emit("dma", "dma_copy", (access(res, res_box, 4 * TILE_N),), (access(c, out_box, 4 * TILE_N),), TILE_N, 0,
+                 18, outer, {"direction": "sbuf_to_hbm", "transpose": False})
+    return trace
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hardware", default="trn1")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per size; the best is reported")
+    args = parser.parse_args()
+    hardware = load_hardware(args.hardware)
+    print(f"{'size (MxKxN)':>22} {'instructions':>12} {'seconds':>8} {'instr/s':>10} {'model latency':>14} bottleneck")
+    for m, k, n in SIZES:
+        trace = matmul_trace(m, k, n)
+        best = float("inf")
+        report = None
+        for _ in range(max(1, args.repeat)):
+            began = time.perf_counter()
+            report = estimate(trace, hardware)
+            best = min(best, time.perf_counter() - began)
+        assert report is not None
+        count = len(trace.instructions)
+        print(f"{f'{m}x{k}x{n}':>22} {count:>12} {best:>8.3f} {count / best:>10.0f} "
+              f"{report.latency_ms:>11.3f} ms {report.bottleneck}")
+
+
+if __name__ == "__main__":
+    main()

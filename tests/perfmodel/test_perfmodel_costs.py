@@ -1,0 +1,114 @@
+"""Per-instruction costs against the ISA formulas of the fact sheet (B.8, A.3, A.5)."""
+
+from __future__ import annotations
+
+import pytest
+from perf_trace_builder import TraceBuilder
+
+from accelopt_core.hardware import HardwareProfile, load_hardware
+from accelopt_core.nki.trace import Instruction
+from accelopt_core.perfmodel import CostModel
+
+TRN1 = load_hardware("trn1")
+TRN2 = load_hardware("trn2")
+
+
+def cycles(hw: HardwareProfile, inst: Instruction) -> float:
+    engine = inst.engine
+    clock = hw.tensor.clock_hz if engine == "tensor" else hw.compute_engine(engine).clock_hz
+    return CostModel(hw).occupancy(inst) * clock
+
+
+@pytest.mark.parametrize(("dtype", "m", "n", "expected"), [
+    ("bfloat16", 128, 512, 512),  # max(min(64, 128), 512)
+    ("float32", 128, 512, 4 * 512),  # FP32 is 4x
+    ("bfloat16", 128, 1, 64),  # short moving operand: fast weight load bound
+    ("bfloat16", 32, 16, 32),  # short stationary: min(64, 32)
+])
+def test_matmul_cost(dtype: str, m: int, n: int, expected: int) -> None:
+    b = TraceBuilder()
+    st = b.tensor("st", "sbuf", (128, m), dtype=dtype)
+    mv = b.tensor("mv", "sbuf", (128, n), dtype=dtype)
+    mm = b.matmul(st, mv, b.tensor("acc", "psum", (m, n)))
+    assert cycles(TRN1, mm) == pytest.approx(expected)
+
+
+def test_matmul_peak_rate_matches_the_fact_sheet() -> None:
+    b = TraceBuilder()
+    st = b.tensor("st", "sbuf", (128, 128), dtype="bfloat16")
+    mv = b.tensor("mv", "sbuf", (128, 512), dtype="bfloat16")
+    mm = b.matmul(st, mv, b.tensor("acc", "psum", (128, 512)))
+    seconds = CostModel(TRN1).occupancy(mm)
+    assert seconds == pytest.approx(183e-9, rel=0.01)  # A.3: 512 cycles at 2.8 GHz
+    assert mm.flops / seconds == pytest.approx(TRN1.peak.tensor_flops)
+
+
+def test_zero_one_operand_doubles_fp32_matmul_speed() -> None:
+    b = TraceBuilder()
+    st = b.tensor("st", "sbuf", (128, 128))
+    mv = b.tensor("mv", "sbuf", (128, 512))
+    mm = b.matmul(st, mv, b.tensor("acc", "psum", (128, 512)))
+    assert mm.attrs is not None
+    mm.attrs["onezero"] = True
+    assert cycles(TRN1, mm) == pytest.approx(2 * 512)
+
+
+def test_fp32_transpose_is_faster_on_trn2_only() -> None:
+    b = TraceBuilder()
+    st = b.tensor("st", "sbuf", (128, 128))
+    ident = b.tensor("id", "sbuf", (128, 128))
+    tr = b.matmul(st, ident, b.tensor("acc", "psum", (128, 128)), is_transpose=True)
+    assert cycles(TRN1, tr) == pytest.approx(4 * 128)
+    assert cycles(TRN2, tr) == pytest.approx(2 * 128)
+
+
+@pytest.mark.parametrize(("engine", "op", "free", "reads_psum", "expected"), [
+    ("vector", "tensor_scalar", 512, False, 512),
+    ("vector", "tensor_scalar", 8, False, 64),  # MIN_II floor
+    ("vector", "tensor_copy", 1024, False, 1024),
+    ("vector", "tensor_tensor", 512, False, 1024),  # two inputs: 2N
+    ("vector", "tensor_tensor", 512, True, 512),  # one input in PSUM: N
+    ("vector", "tensor_tensor_scan", 512, False, 1024),
+    ("vector", "reciprocal", 512, False, 8 * 512),
+    ("vector", "bn_aggr", 300, False, 1300),
+    ("vector", "tensor_reduce", 512, False, 512),
+    ("scalar", "activation", 512, False, 512),
+    ("gpsimd", "iota", 512, False, 150 + 512),
+])
+def test_compute_costs(engine: str, op: str, free: int, reads_psum: bool, expected: float) -> None:
+    b = TraceBuilder()
+    first = b.tensor("a", "psum" if reads_psum else "sbuf", (128, free))
+    second = b.tensor("b", "sbuf", (128, free))
+    out = b.tensor("o", "sbuf", (128, free))
+    reads = [first, second] if op == "tensor_tensor" else [first]
+    inst = b.compute(engine, op, reads, [out])
+    assert cycles(TRN1, inst) == pytest.approx(expected)
+
+
+def test_activation_with_reduce_pays_the_accumulator_read() -> None:
+    b = TraceBuilder()
+    x, y = b.tensor("x", "sbuf", (128, 512)), b.tensor("y", "sbuf", (128, 512))
+    inst = b.compute("scalar", "activation", [x], [y], attrs={"func": "exp", "reduce": True})
+    assert cycles(TRN1, inst) == pytest.approx(512 + 64)
+
+
+def test_trn2_vector_performance_mode_for_16_bit_copies() -> None:
+    b = TraceBuilder()
+    x = b.tensor("x", "sbuf", (128, 1024), dtype="bfloat16")
+    y = b.tensor("y", "sbuf", (128, 1024), dtype="bfloat16")
+    copy = b.compute("vector", "tensor_copy", [x], [y], dtype="bfloat16")
+    assert cycles(TRN2, copy) == pytest.approx(1024 / 4)
+    assert cycles(TRN1, copy) == pytest.approx(1024)
+    fp32 = TraceBuilder()
+    a, c = fp32.tensor("a", "sbuf", (128, 1024)), fp32.tensor("c", "sbuf", (128, 1024))
+    assert cycles(TRN2, fp32.compute("vector", "tensor_copy", [a], [c])) == pytest.approx(1024)
+
+
+def test_standalone_time_adds_the_dependency_tail() -> None:
+    b = TraceBuilder()
+    x, y = b.tensor("x", "sbuf", (128, 512)), b.tensor("y", "sbuf", (128, 512))
+    inst = b.compute("vector", "tensor_copy", [x], [y])
+    costs = CostModel(TRN1)
+    spec = TRN1.vector
+    tail = (spec.static_overhead_cycles + spec.access_start_cycles) / spec.clock_hz
+    assert costs.standalone(inst) == pytest.approx(costs.occupancy(inst) + tail)

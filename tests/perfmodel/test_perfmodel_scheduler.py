@@ -1,0 +1,380 @@
+"""Scheduler behaviour on small hand-made traces, with expectations derived from the cost model."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+
+import pytest
+from perf_trace_builder import TraceBuilder
+
+from accelopt_core.hardware import HardwareProfile, load_hardware
+from accelopt_core.nki.trace import Instruction, LoopKind, Trace
+from accelopt_core.perfmodel import CostModel, estimate
+from accelopt_core.perfmodel.scheduler import Schedule, schedule
+
+
+@pytest.fixture
+def trn1() -> HardwareProfile:
+    return load_hardware("trn1")
+
+
+def run(trace: Trace, hw: HardwareProfile) -> Schedule:
+    return schedule(trace, hw, CostModel(hw))
+
+
+def times(hw: HardwareProfile, inst: Instruction) -> tuple[float, float]:
+    """(occupancy, tail) of a compute instruction."""
+    costs = CostModel(hw)
+    return costs.occupancy(inst), costs.tail(inst.engine)
+
+
+# ------------------------------------------------------------------------------- compute engines
+def test_independent_engines_overlap(trn1: HardwareProfile) -> None:
+    b = TraceBuilder()
+    x, y, z, w = (b.tensor(n, "sbuf", (128, 512)) for n in "xyzw")
+    v = b.compute("vector", "tensor_scalar", [x], [y])
+    s = b.compute("scalar", "activation", [z], [w], attrs={"func": "exp"})
+    report = estimate(b.build(), trn1)
+    v_occ, v_tail = times(trn1, v)
+    s_occ, s_tail = times(trn1, s)
+    assert report.latency == pytest.approx(max(v_occ + v_tail, s_occ + s_tail))
+    assert report.latency < v_occ + v_tail + s_occ + s_tail
+
+
+def test_dependency_serialises(trn1: HardwareProfile) -> None:
+    b = TraceBuilder()
+    x, y, z = (b.tensor(n, "sbuf", (128, 512)) for n in "xyz")
+    v = b.compute("vector", "tensor_scalar", [x], [y])
+    s = b.compute("scalar", "activation", [y], [z], attrs={"func": "exp"})
+    sched = run(b.build(), trn1)
+    v_occ, v_tail = times(trn1, v)
+    s_occ, s_tail = times(trn1, s)
+    assert sched.start[1] == pytest.approx(v_occ + v_tail)
+    assert sched.latency == pytest.approx(v_occ + v_tail + s_occ + s_tail)
+    assert sched.pred[1] == 0
+
+
+def test_one_engine_runs_in_program_order_back_to_back(trn1: HardwareProfile) -> None:
+    b = TraceBuilder()
+    x, y, z, w = (b.tensor(n, "sbuf", (128, 512)) for n in "xyzw")
+    first = b.compute("vector", "tensor_copy", [x], [y])
+    b.compute("vector", "tensor_copy", [z], [w])
+    sched = run(b.build(), trn1)
+    occ, tail = times(trn1, first)
+    assert sched.start[1] == pytest.approx(occ)  # independent: no dependency overhead
+    assert sched.latency == pytest.approx(2 * occ + tail)
+
+
+def test_dependent_chain_pays_overhead_like_the_perf_guide(trn1: HardwareProfile) -> None:
+    # perf guide Opt #5a: dependent 1-element ScalarE instructions issue about 264 cycles apart
+    b = TraceBuilder()
+    tiles = [b.tensor(f"t{i}", "sbuf", (128, 1)) for i in range(4)]
+    for src, dst in itertools.pairwise(tiles):
+        b.compute("scalar", "activation", [src], [dst], attrs={"func": "exp"})
+    sched = run(b.build(), trn1)
+    interval_cycles = (sched.start[2] - sched.start[1]) * trn1.scalar.clock_hz
+    assert interval_cycles == pytest.approx(264)
+
+
+# ------------------------------------------------------------------------------------------- DMA
+def _loads(hw: HardwareProfile, count: int, partitions: int, free: int) -> tuple[Schedule, CostModel, Trace]:
+    b = TraceBuilder()
+    for i in range(count):
+        src = b.tensor(f"in{i}", "hbm", (partitions, free))
+        dst = b.tensor(f"t{i}", "sbuf", (partitions, free))
+        b.dma(src, dst)
+    trace = b.build()
+    return run(trace, hw), CostModel(hw), trace
+
+
+def test_dma_bandwidth_is_shared_across_queues(trn1: HardwareProfile) -> None:
+    one, costs, trace = _loads(trn1, 1, 128, 2048)
+    cost = costs.dma(trace.instructions[0])
+    assert cost.engines == 16
+    assert one.latency == pytest.approx(cost.fixed + cost.work_bytes / costs.aggregate_dma_rate)
+    two, _, _ = _loads(trn1, 2, 128, 2048)
+    # both start at once on separate queues but the bytes go through one pipe
+    assert two.start[0] == two.start[1] == 0.0
+    expected = cost.fixed + 2 * cost.work_bytes / costs.aggregate_dma_rate
+    assert two.latency == pytest.approx(expected, rel=0.02)
+
+
+def test_narrow_transfers_use_few_engines_and_run_side_by_side(trn1: HardwareProfile) -> None:
+    one, costs, trace = _loads(trn1, 1, 8, 8192)
+    cost = costs.dma(trace.instructions[0])
+    assert cost.engines == 1
+    assert cost.rate == pytest.approx(trn1.dma.engine_bandwidth)
+    four, _, _ = _loads(trn1, 4, 8, 8192)
+    assert four.latency == pytest.approx(one.latency, rel=1e-6)
+
+
+def test_dma_queues_limit_transfers_in_flight(trn1: HardwareProfile) -> None:
+    queues = trn1.dma.queues_per_engine
+    sched, _, _ = _loads(trn1, queues + 1, 1, 1)
+    assert all(s == 0.0 for s in sched.start[:queues])
+    assert sched.start[queues] == pytest.approx(min(sched.end[:queues]))
+
+
+def test_small_strided_and_transposed_transfers_cost_more_per_byte(trn1: HardwareProfile) -> None:
+    costs = CostModel(trn1)
+    b = TraceBuilder()
+    rows = b.tensor("rows", "hbm", (128, 512))
+    narrow = b.tensor("narrow", "hbm", (128, 64))
+    plain = b.dma(rows, b.tensor("d0", "sbuf", (128, 512)))  # 2 KiB contiguous per partition
+    strided = b.dma(rows, b.tensor("d1", "sbuf", (128, 512)))
+    tiny = b.dma(narrow, b.tensor("d2", "sbuf", (128, 1)), src_region=((0, 128), (0, 1)))
+    transposed = b.dma(rows, b.tensor("d3", "sbuf", (128, 512)), transpose=True)
+
+    def per_byte(inst: Instruction) -> float:
+        cost = costs.dma(inst)
+        return cost.work_bytes / cost.payload
+
+    assert per_byte(plain) == pytest.approx(1 / trn1.dma.efficiency(2048))
+    assert per_byte(tiny) > 10 * per_byte(plain)
+    assert per_byte(transposed) > per_byte(plain)
+    # the same load from a layout where every element is its own 4-byte run (e.g. a column read)
+    strided.reads = (dataclasses.replace(strided.reads[0], contiguous_bytes=4),)
+    assert per_byte(strided) > 10 * per_byte(plain)
+
+
+# ------------------------------------------------------------------------------------------ loops
+def _pipeline(kind: str, iterations: int = 4, reuse_buffer: bool = False) -> Trace:
+    """load -> exp -> store per iteration, over one HBM input and output."""
+    b = TraceBuilder()
+    src = b.tensor("src", "hbm", (128, 512 * iterations))
+    dst = b.tensor("dst", "hbm", (128, 512 * iterations))
+    loop = b.loop(kind, iterations, line=5)
+    shared = b.tensor("buf", "sbuf", (128, 512)) if reuse_buffer else None
+    for i in range(iterations):
+        b.enter((loop, i))
+        cols = (512 * i, 512 * (i + 1))
+        buf = shared if shared is not None else b.tensor(f"buf{i}", "sbuf", (128, 512))
+        res = b.tensor(f"res{i}", "sbuf", (128, 512))
+        b.dma(src, buf, src_region=((0, 128), cols), line=6)
+        b.compute("scalar", "activation", [buf], [res], line=7, attrs={"func": "exp"})
+        b.dma(res, dst, dst_region=((0, 128), cols), line=8)
+    b.leave()
+    return b.build()
+
+
+def test_affine_iterations_overlap_sequential_ones_do_not(trn1: HardwareProfile) -> None:
+    affine = run(_pipeline(LoopKind.AFFINE), trn1)
+    static = run(_pipeline(LoopKind.STATIC), trn1)
+    sequential = run(_pipeline(LoopKind.SEQUENTIAL), trn1)
+    single = run(_pipeline(LoopKind.SEQUENTIAL, iterations=1), trn1)
+    assert static.latency == pytest.approx(affine.latency)
+    assert sequential.latency == pytest.approx(4 * single.latency, rel=1e-6)
+    assert affine.latency < 0.6 * sequential.latency
+    for i in range(1, 4):  # every iteration starts after the previous one's last result
+        assert min(sequential.start[3 * i:3 * i + 3]) >= max(sequential.ready[3 * i - 3:3 * i]) - 1e-15
+
+
+def test_war_on_buffer_reuse_delays_the_next_load(trn1: HardwareProfile) -> None:
+    reused = run(_pipeline(LoopKind.AFFINE, reuse_buffer=True), trn1)
+    fresh = run(_pipeline(LoopKind.AFFINE), trn1)
+    for i in range(1, 4):
+        load, previous_reader = 3 * i, 3 * (i - 1) + 1
+        assert reused.start[load] >= reused.end[previous_reader] - 1e-15
+    assert reused.latency > fresh.latency
+
+
+# ------------------------------------------------------------------------------------------- PSUM
+def test_psum_accumulation_chain_streams_back_to_back(trn1: HardwareProfile) -> None:
+    b = TraceBuilder()
+    stationary = [b.tensor(f"s{k}", "sbuf", (128, 128)) for k in range(4)]
+    moving = [b.tensor(f"m{k}", "sbuf", (128, 512)) for k in range(4)]
+    acc = b.tensor("acc", "psum", (128, 512))
+    out = b.tensor("out", "sbuf", (128, 512))
+    matmuls = [b.matmul(stationary[k], moving[k], acc, accumulate=k > 0) for k in range(4)]
+    b.compute("vector", "tensor_copy", [acc], [out])
+    sched = run(b.build(), trn1)
+    occ, tail = times(trn1, matmuls[0])
+    assert occ == pytest.approx(4 * 512 / trn1.tensor.clock_hz)  # fp32: 4 x max(min(64, 128), 512)
+    for k in range(1, 4):
+        assert sched.start[k] == pytest.approx(sched.end[k - 1])
+    assert sched.start[4] == pytest.approx(4 * occ + tail)
+
+
+def test_psum_bank_reuse_waits_for_the_previous_group_to_be_read(trn1: HardwareProfile) -> None:
+    b = TraceBuilder()
+    st = b.tensor("st", "sbuf", (128, 128), dtype="bfloat16")
+    mv = b.tensor("mv", "sbuf", (128, 512), dtype="bfloat16")
+    banks = trn1.memory.psum_banks
+    for j in range(banks + 1):
+        acc = b.tensor(f"acc{j}", "psum", (128, 512))
+        b.matmul(st, mv, acc)
+        # a slow read-out (8N cycles) so the Tensor engine would otherwise run far ahead
+        b.compute("vector", "reciprocal", [acc], [b.tensor(f"r{j}", "sbuf", (128, 512))])
+    sched = run(b.build(), trn1)
+    mm = [2 * j for j in range(banks + 1)]
+    for j in range(1, banks):
+        assert sched.start[mm[j]] == pytest.approx(sched.end[mm[j - 1]])
+    assert sched.start[mm[banks]] >= sched.end[1] - 1e-15  # bank 0 again: after acc0's read-out
+    assert sched.start[mm[banks]] > sched.end[mm[banks - 1]]
+
+
+def _multi_bank_kernel(read_block: int) -> Schedule:
+    """A 4-bank accumulator, a slow read of one of its blocks, then a tile that reuses bank 0."""
+    hw = load_hardware("trn1")
+    b = TraceBuilder()
+    st = b.tensor("st", "sbuf", (128, 128), dtype="bfloat16")
+    mv = b.tensor("mv", "sbuf", (128, 512), dtype="bfloat16")
+    big = b.tensor("big", "psum", (128, 2048))  # 8 KiB per partition: banks 0-3
+    for block in range(2):
+        b.matmul(st, mv, big, psum_region=((0, 128), (512 * block, 512 * (block + 1))))
+    cols = (512 * read_block, 512 * (read_block + 1))
+    b.compute("vector", "reciprocal", [b.access(big, ((0, 128), cols))], [b.tensor("r", "sbuf", (128, 512))])
+    for j in range(5):  # banks 4-7, then bank 0 again
+        b.matmul(st, mv, b.tensor(f"t{j}", "psum", (128, 512)))
+    return run(b.build(), hw)
+
+
+def test_psum_banks_follow_the_bytes_an_access_touches() -> None:
+    other_bank = _multi_bank_kernel(read_block=1)
+    same_bank = _multi_bank_kernel(read_block=0)
+    last = len(other_bank.start) - 1
+    assert other_bank.start[last] == pytest.approx(other_bank.end[last - 1])
+    assert same_bank.start[last] >= same_bank.end[2] - 1e-15
+    assert same_bank.start[last] > same_bank.end[last - 1]
+
+
+# ------------------------------------------------------------------------------------------ spill
+def _block_kernel(blocks: int) -> Trace:
+    """Fill a block tensor [blocks, 128, 1024] fp32 from HBM, then read every block back."""
+    b = TraceBuilder()
+    src = b.tensor("src", "hbm", (blocks, 128, 1024))
+    block = b.tensor("block", "sbuf", (blocks, 128, 1024), partition_axis=1)
+    for i in range(blocks):
+        box = ((i, i + 1), (0, 128), (0, 1024))
+        b.dma(src, block, src_region=box, dst_region=box)
+    for i in range(blocks):
+        box = ((i, i + 1), (0, 128), (0, 1024))
+        b.compute("vector", "tensor_scalar", [b.access(block, box)], [b.tensor(f"o{i}", "sbuf", (128, 1024))])
+    return b.build()
+
+
+def test_block_tensor_beyond_sbuf_spills(trn1: HardwareProfile) -> None:
+    fits = estimate(_block_kernel(32), trn1)  # 128 KiB per partition: fits in 176 KiB
+    assert fits.spill_save_bytes == 0 and fits.spill_reload_bytes == 0
+    spills = estimate(_block_kernel(64), trn1)  # 256 KiB per partition: does not
+    assert spills.sbuf_peak_live_bytes_per_partition > trn1.memory.sbuf_usable_bytes_per_partition
+    assert spills.spill_reload_bytes > 0
+    assert spills.spill_save_bytes > 0
+    trace_reads = sum(a.nbytes for i in _block_kernel(64).instructions for a in i.reads if a.buffer == "hbm")
+    assert spills.hbm_read_bytes == trace_reads + spills.spill_reload_bytes
+    roomy = dataclasses.replace(trn1, memory=dataclasses.replace(trn1.memory,
+                                                                  sbuf_usable_bytes_per_partition=1 << 30))
+    no_spill = estimate(_block_kernel(64), roomy)
+    assert no_spill.spill_reload_bytes == 0
+    assert spills.latency > no_spill.latency
+    assert any("spill" in note for note in spills.notes)
+
+
+# ----------------------------------------------------------------------------------------- report
+def _small_matmul_kernel() -> Trace:
+    b = TraceBuilder()
+    a = b.tensor("a", "hbm", (128, 128))
+    w = b.tensor("w", "hbm", (128, 512))
+    c = b.tensor("c", "hbm", (128, 512))
+    loop = b.loop(LoopKind.AFFINE, 8, line=3)
+    for i in range(8):
+        b.enter((loop, i))
+        st = b.tensor(f"st{i}", "sbuf", (128, 128))
+        mv = b.tensor(f"mv{i}", "sbuf", (128, 512))
+        acc = b.tensor(f"acc{i}", "psum", (128, 512))
+        res = b.tensor(f"res{i}", "sbuf", (128, 512))
+        b.dma(a, st, line=4)
+        b.dma(w, mv, line=5)
+        b.matmul(st, mv, acc, line=6)
+        b.compute("vector", "tensor_copy", [acc], [res], line=7)
+        b.dma(res, c, line=8)
+    b.leave()
+    return b.build()
+
+
+def test_report_has_the_profile_fields_and_serialises(trn1: HardwareProfile) -> None:
+    report = estimate(_small_matmul_kernel(), trn1)
+    data = report.to_dict()
+    json.dumps(data)
+    for key in ("latency", "latency_ms", "hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes",
+                "sbuf_write_bytes", "psum_read_bytes", "psum_write_bytes", "spill_save_bytes",
+                "spill_reload_bytes", "hardware_flops", "transpose_flops", "hfu_estimated_percent",
+                "mm_arithmetic_intensity", "dma_transfer_count", "dma_transfer_average_bytes",
+                "tensor_engine_active_time_percent", "vector_engine_active_time_percent",
+                "scalar_engine_active_time_percent", "gpsimd_engine_active_time_percent",
+                "dma_active_time_percent", "tensor_engine_instruction_count", "vector_engine_instruction_count",
+                "scalar_engine_instruction_count", "gpsimd_engine_instruction_count", "matmul_instruction_count",
+                "bottleneck", "lines", "loops"):
+        assert key in data, key
+    assert report.matmul_instruction_count == 8
+    assert report.dma_instruction_count == 24
+    assert report.hardware_flops == 8 * 2 * 128 * 128 * 512
+    assert report.hbm_read_bytes == 8 * (128 * 128 + 128 * 512) * 4
+    assert report.hbm_write_bytes == 8 * 128 * 512 * 4
+    assert report.hfu_estimated_percent == pytest.approx(
+        100 * report.hardware_flops / trn1.peak.tensor_flops / report.latency)
+    assert report.dma_transfer_count == 24 * 16  # each 128-partition transfer splits over 16 engines
+    assert 0 < report.dma_active_time_percent <= 100
+    assert report.latency_ms == pytest.approx(report.latency * 1e3)
+
+
+def test_lines_and_loops_attribute_busy_time(trn1: HardwareProfile) -> None:
+    report = estimate(_small_matmul_kernel(), trn1)
+    by_line = {entry["line"]: entry for entry in report.lines}
+    assert set(by_line) == {4, 5, 6, 7, 8}
+    assert by_line[6]["engine"] == "tensor" and by_line[6]["instructions"] == 8
+    assert by_line[7]["engine"] == "vector"
+    assert by_line[5]["engine"] == "dma"
+    times_ms = [entry["time_ms"] for entry in report.lines]
+    assert times_ms == sorted(times_ms, reverse=True)
+    assert report.tensor_engine_active_time * 1e3 == pytest.approx(by_line[6]["time_ms"])
+    (loop,) = report.loops
+    assert loop["line"] == 3 and loop["kind"] == "affine"
+    assert loop["iterations"] == 8 and loop["executions"] == 1 and loop["instructions"] == 40
+    assert loop["time_ms"] == pytest.approx(sum(times_ms))
+    assert 0 < loop["span_ms"] <= report.latency_ms + 1e-12
+
+
+def test_bottleneck_names_the_engine_on_the_critical_path(trn1: HardwareProfile) -> None:
+    assert estimate(_pipeline(LoopKind.AFFINE, iterations=8), trn1).bottleneck == "dma"
+    b = TraceBuilder()
+    st = b.tensor("st", "sbuf", (128, 128))
+    mv = b.tensor("mv", "sbuf", (128, 512))
+    for j in range(64):
+        b.matmul(st, mv, b.tensor(f"acc{j}", "psum", (128, 512)))
+    report = estimate(b.build(), trn1)
+    assert report.bottleneck == "tensor"
+    assert report.tensor_engine_active_time_percent > 90
+    assert report.idle_percent["vector"] == pytest.approx(100.0)
+    assert "tensor-bound" in report.bottleneck_summary
+
+
+def test_estimate_is_deterministic(trn1: HardwareProfile) -> None:
+    trace = _small_matmul_kernel()
+    assert estimate(trace, trn1).to_dict() == estimate(trace, trn1).to_dict()
+
+
+def test_empty_trace(trn1: HardwareProfile) -> None:
+    report = estimate(Trace(), trn1)
+    assert report.latency == 0.0
+    assert report.bottleneck == "none"
+    assert report.lines == [] and report.loops == []
+
+
+def test_unknown_engine_is_a_clear_error(trn1: HardwareProfile) -> None:
+    b = TraceBuilder()
+    x = b.tensor("x", "sbuf", (128, 4))
+    b.compute("sync", "barrier", [x], [x])
+    with pytest.raises(ValueError, match="unknown engine 'sync'"):
+        estimate(b.build(), trn1)
+
+
+def test_unknown_op_is_priced_and_noted(trn1: HardwareProfile) -> None:
+    b = TraceBuilder()
+    x, y = b.tensor("x", "sbuf", (128, 512)), b.tensor("y", "sbuf", (128, 512))
+    b.compute("vector", "mystery_op", [x], [y])
+    report = estimate(b.build(), trn1)
+    assert report.latency > 0
+    assert any("mystery_op" in note for note in report.notes)
