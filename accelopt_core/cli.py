@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from .blas import single_threaded_blas
+from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
 from .nki.loader import check_source
 from .profiling import ProfileResult, SimulatorProfiler, TaskRef
@@ -82,6 +83,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     args)
 
 
+def cmd_optimize(args: argparse.Namespace) -> int:
+    """Beam search for a faster kernel; prints progress, writes the best kernel and a diff."""
+    from .optimize import run_optimize
+
+    task = _task_for(args)
+    source = _read_kernel(args.kernel, None)
+    return run_optimize(args, source, task)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """NKIBench: every task's baseline checked and profiled (the runner lives with the benchmark)."""
     from nkibench.bench import main as bench_main
@@ -110,6 +120,25 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--json", action="store_true", help="print the result as one JSON object")
     profile.set_defaults(func=cmd_profile)
 
+    optimize = sub.add_parser("optimize", help="search for a faster kernel (AccelOpt's beam search)",
+                              description="Exit codes: 0 done, 1 the kernel to optimize fails, 2 bad input.")
+    optimize.add_argument("kernel", help="kernel file (.py)")
+    optimize.add_argument("--reference", help="reference file (native or NKIBench form)")
+    optimize.add_argument("--task", help="a named task instead of a reference file")
+    optimize.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
+    optimize.add_argument("--preset", default="default",
+                          help="search size: quick, default or paper (B=6 N=12 K=2 T=16)")
+    optimize.add_argument("--iterations", type=int, help="override the preset's iterations (T)")
+    optimize.add_argument("--beam-width", type=int, help="override the preset's beam width (B)")
+    optimize.add_argument("--workers", type=int, help="parallel evaluations (default: one per core)")
+    optimize.add_argument("--planner", choices=("rules",), default="rules", help="who proposes rewrites")
+    optimize.add_argument("--out", help="where to write the best kernel (default: KERNEL.optimized.py)")
+    optimize.add_argument("--resume", type=int, metavar="SEARCH_ID", help="continue a killed search")
+    optimize.add_argument("--db", help="optimization memory database (default: ACCELOPT_MEMORY_DB or the "
+                          "user data directory)")
+    optimize.add_argument("--json", help="also write the search summary to this JSON file")
+    optimize.set_defaults(func=cmd_optimize)
+
     bench = sub.add_parser("bench", help="check and profile the NKIBench baselines, print a table")
     bench.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
     bench.add_argument("--tasks", nargs="+", help="task names (default: all 14)")
@@ -120,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", help="write all results to this JSON file")
     bench.add_argument("--plot", help="write a bar chart of %% of peak per task to this PNG file")
     bench.set_defaults(func=cmd_bench)
+
+    add_memory_parser(sub)
 
     demo = sub.add_parser("demo", help="profile and check a bundled example kernel on the simulator")
     demo.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")

@@ -56,6 +56,8 @@ class Task:
     rtol: float = DEFAULT_RTOL
     peak_work: Callable[[list[np.ndarray]], PeakWork] | None = None
     source_path: str | None = None
+    family: str = ""  # tasks of one family share optimization lessons (e.g. "matmul")
+    variants: tuple[str, ...] = ()  # size variants the reference defines, e.g. ("full", "small")
 
 
 def _as_list(value: Any) -> list[np.ndarray]:
@@ -108,6 +110,7 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
     task_name = name or os.path.splitext(os.path.basename(path))[0].removesuffix("_ref")
     rtol = float(getattr(module, "RTOL", DEFAULT_RTOL))
     sizes = _variant_sizes(module, path, variant)
+    family = str(getattr(module, "FAMILY", task_name))
     peak = getattr(module, "peak_work", None)
     peak_fn = (lambda inputs: peak(*inputs)) if callable(peak) else None
     if callable(getattr(module, "make_inputs", None)) and callable(getattr(module, "reference", None)):
@@ -116,7 +119,7 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
             return Case(inputs, functools.cache(
                 lambda: _as_list(module.reference(*[np.array(a, copy=True) for a in inputs]))))
 
-        return Task(task_name, native_case, rtol, peak_fn, path)
+        return Task(task_name, native_case, rtol, peak_fn, path, family, tuple(getattr(module, "VARIANTS", ())))
     missing = [f for f in ("get_inputs", "forward") if not callable(getattr(module, f, None))]
     if missing:
         raise TaskError(f"{path}: a reference needs make_inputs() and reference() (native form) or "
@@ -138,7 +141,7 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
             case.convert = convert
         return case
 
-    return Task(task_name, bench_case, rtol, peak_fn, path)
+    return Task(task_name, bench_case, rtol, peak_fn, path, family)
 
 
 def _variant_sizes(module: types.ModuleType, path: str, variant: str | None) -> dict[str, int]:

@@ -15,6 +15,7 @@ import numpy as np
 from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"M": 10944, "N": 2048}, "small": {"M": 320, "N": 2048}}
+FAMILY = "elementwise"
 RTOL = 2e-5
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"M": 4096, "K": 1024, "N": 2048}, "small": {"M": 256, "K": 512, "N": 1024}}
+FAMILY = "norm_matmul"
 RTOL = 2e-5
 EPS = 1e-5
 

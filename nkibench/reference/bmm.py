@@ -10,6 +10,7 @@ import numpy as np
 from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"B": 16, "M": 4096, "K": 64, "N": 4096}, "small": {"B": 2, "M": 256, "K": 64, "N": 1024}}
+FAMILY = "matmul"
 RTOL = 2e-5
 
 

@@ -12,6 +12,7 @@ from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"B": 16, "M": 4096, "K": 64, "N": 4096},
             "small": {"B": 2, "M": 256, "K": 64, "N": 1024}}
+FAMILY = "attention"
 RTOL = 2e-5
 
 

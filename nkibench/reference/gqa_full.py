@@ -16,6 +16,7 @@ from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"B": 1, "N": 4096, "QH": 16, "KH": 8, "D": 128},
             "small": {"B": 1, "N": 512, "QH": 4, "KH": 2, "D": 128}}
+FAMILY = "attention"
 RTOL = 2e-5
 
 

@@ -11,6 +11,7 @@ from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"M": 4096, "K": 5120, "N": 12288, "R": 128},
             "small": {"M": 256, "K": 512, "N": 1024, "R": 128}}
+FAMILY = "matmul"
 RTOL = 2e-5
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"M": 7168, "C": 256, "S": 16}, "small": {"M": 1024, "C": 256, "S": 8}}
+FAMILY = "scan"
 RTOL = 3e-5
 
 

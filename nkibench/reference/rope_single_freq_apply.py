@@ -14,6 +14,7 @@ from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"B": 1, "H": 64, "N": 4096, "D": 128},
             "small": {"B": 1, "H": 2, "N": 2048, "D": 128}}
+FAMILY = "elementwise"
 RTOL = 2e-5
 
 

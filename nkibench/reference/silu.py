@@ -5,6 +5,7 @@ import numpy as np
 from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"M": 4096, "N": 7168}, "small": {"M": 256, "N": 1024}}
+FAMILY = "elementwise"
 RTOL = 2e-5
 
 

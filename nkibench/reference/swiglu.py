@@ -10,6 +10,7 @@ import numpy as np
 from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"M": 4096, "K": 1024, "N": 3072}, "small": {"M": 256, "K": 512, "N": 1024}}
+FAMILY = "matmul"
 RTOL = 2e-5
 
 

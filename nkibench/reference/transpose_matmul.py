@@ -11,6 +11,7 @@ import numpy as np
 from accelopt_core.tasks import PeakWork
 
 VARIANTS = {"full": {"K": 2048, "M": 4096, "N": 10944}, "small": {"K": 256, "M": 256, "N": 704}}
+FAMILY = "matmul"
 RTOL = 2e-5
 
 

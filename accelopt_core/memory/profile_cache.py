@@ -1,0 +1,51 @@
+"""The memory as a persistent `cache=` for accelopt_core.profiling.SimulatorProfiler: a kernel profiled
+once is never profiled again, across editor sessions, CLI runs and searches."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..profiling.result import ProfileResult
+
+if TYPE_CHECKING:
+    from .store import Memory
+
+# What SimulatorProfiler uses as a key: (kernel_hash, task_key, check_variant, hardware, backend, check).
+ProfilerKey = tuple[str, str, str | None, str, str, bool]
+
+
+def check_mode(check_variant: str | None, check: bool) -> str:
+    """One string for how a kernel was checked. Unchecked runs time the task at its own size whatever the
+    check variant, so they share one entry."""
+    if not check:
+        return "nocheck"
+    return f"check:{check_variant}" if check_variant else "check"
+
+
+def memory_key(key: ProfilerKey) -> tuple[str, str, str, str, str]:
+    """The profiler's key reordered into the memory's (kernel, task, hardware, backend, mode)."""
+    kernel_hash, task, check_variant, hardware, backend, check = key
+    return kernel_hash, task, hardware, backend, check_mode(check_variant, check)
+
+
+class ProfileCache:
+    """A mapping view of the memory's profile table holding ProfileResult objects."""
+
+    def __init__(self, memory: Memory):
+        self.memory = memory
+
+    def get(self, key: ProfilerKey, default: Any = None) -> ProfileResult | Any:
+        data = self.memory.get_profile(*memory_key(key))
+        return default if data is None else ProfileResult.from_dict(data)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and len(key) == 6 and self.memory.get_profile(*memory_key(key)) is not None
+
+    def __getitem__(self, key: ProfilerKey) -> ProfileResult:
+        result = self.get(key)
+        if result is None:
+            raise KeyError(key)
+        return result
+
+    def __setitem__(self, key: ProfilerKey, result: ProfileResult) -> None:
+        self.memory.put_profile(*memory_key(key), result.to_dict())

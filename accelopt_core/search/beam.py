@@ -1,0 +1,248 @@
+"""AccelOpt's beam search: keep the best B kernels; for each, N plans; for each plan, K executor
+samples; evaluate every new kernel (in parallel, sandboxed); keep the best B correct ones; repeat.
+
+Every evaluated candidate and every finished iteration is written to the optimization memory as
+it happens, so a killed search resumes from its last finished iteration without re-evaluating
+anything. Lessons from slow->fast pairs go to memory as experiences.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..agents.base import Agent, Candidate, Proposal, SearchContext
+from ..profiling import Profiler, ProfileResult, TaskRef
+from ..profiling.profiler import kernel_hash
+from .config import SearchConfig
+from .events import SearchEvent
+
+
+class SearchError(Exception):
+    """The search cannot start (e.g. the baseline kernel is wrong) or cannot resume."""
+
+
+@dataclass
+class IterationRecord:
+    iteration: int
+    best_latency_ms: float
+    best_peak_percent: float | None
+    evaluated: int
+    correct: int
+
+
+@dataclass
+class SearchResult:
+    search_id: int | None
+    base: Candidate
+    best: Candidate
+    beam: list[Candidate]
+    history: list[IterationRecord] = field(default_factory=list)
+    evaluated: int = 0
+    cancelled: bool = False
+    seconds: float = 0.0
+    lineage: list[Candidate] = field(default_factory=list)  # base first, best last
+
+    @property
+    def speedup(self) -> float:
+        return self.base.latency_ms / self.best.latency_ms if self.best.latency_ms else 1.0
+
+
+def _sort_key(candidate: Candidate) -> tuple[float, str]:
+    return candidate.latency_ms, candidate.hash
+
+
+class BeamSearch:
+    """The search loop. `agents` propose and write rewrites; `profiler` checks and times them."""
+
+    def __init__(self, profiler: Profiler, agents: Sequence[Agent], config: SearchConfig, memory: Any = None,
+                 on_event: Callable[[SearchEvent], None] | None = None, cancel: threading.Event | None = None):
+        if not agents:
+            raise SearchError("a search needs at least one planner")
+        self.profiler = profiler
+        self.agents = list(agents)
+        self.config = config
+        self.memory = memory
+        self.on_event = on_event or (lambda event: None)
+        self.cancel = cancel or threading.Event()
+        self.evaluated: dict[str, Candidate] = {}
+        self._base: Candidate | None = None
+
+    # --- evaluation -------------------------------------------------------------------------------
+    def _evaluate(self, source: str, task: TaskRef, hardware: str) -> ProfileResult:
+        return self.profiler.profile(source, task, hardware, cancel=self.cancel)  # type: ignore[call-arg]
+
+    def _evaluate_all(self, drafts: list[tuple[str, Candidate, Proposal]], task: TaskRef, hardware: str,
+                      iteration: int, search_id: int | None, best: Candidate) -> list[Candidate]:
+        """Evaluate new kernels in parallel; record each one in memory as soon as it is done."""
+        done: list[Candidate] = []
+        lock = threading.Lock()
+
+        def one(item: tuple[str, Candidate, Proposal]) -> None:
+            source, parent, proposal = item
+            if self.cancel.is_set():
+                return
+            result = self._evaluate(source, task, hardware)
+            if self.cancel.is_set() and result.error:
+                return  # killed mid-run: not a verdict on the kernel
+            candidate = Candidate(source, kernel_hash(source), result, parent.hash, proposal.description,
+                                  proposal.origin, iteration)
+            with lock:
+                self.evaluated[candidate.hash] = candidate
+                done.append(candidate)
+                self._record(search_id, candidate)
+                leader = min([best, *[c for c in done if c.result.correct]], key=_sort_key)
+                self._emit("evaluated", iteration, leader, f"{proposal.origin}: {proposal.description}")
+
+        with ThreadPoolExecutor(max_workers=max(1, self.config.workers)) as pool:
+            list(pool.map(one, drafts))
+        return done
+
+    # --- memory -----------------------------------------------------------------------------------
+    def _record(self, search_id: int | None, c: Candidate) -> None:
+        if self.memory is None or search_id is None:
+            return
+        self.memory.add_kernel(c.source)
+        status = "failed" if c.result.error else ("correct" if c.result.correct else "incorrect")
+        self.memory.record_candidate(search_id, c.iteration, c.hash, c.parent, c.plan, c.origin,
+                                     c.result.to_dict(), status)
+
+    def _learn(self, parent: Candidate, child: Candidate, context: SearchContext, search_id: int | None) -> None:
+        """Turn a slow->fast (or fast->slow) pair into an experience; memory applies the thresholds."""
+        if self.memory is None or not child.result.correct or not parent.latency_ms or not child.latency_ms:
+            return
+        agent = next((a for a in self.agents if child.origin.startswith(a.name)), self.agents[0])
+        speedup = parent.latency_ms / child.latency_ms
+        self.memory.add_kernel(parent.source)
+        self.memory.add_experience(task=context.task, task_family=context.task_family, hardware=context.hardware,
+                                   slow_hash=parent.hash, fast_hash=child.hash, speedup=speedup, plan=child.plan,
+                                   summary=agent.summarize(parent, child, context), origin=child.origin,
+                                   backend=child.result.backend, search_id=search_id)
+
+    # --- events -----------------------------------------------------------------------------------
+    def _emit(self, kind: str, iteration: int, best: Candidate, message: str = "") -> None:
+        base = self._base
+        speedup = base.latency_ms / best.latency_ms if base is not None and best.latency_ms else None
+        self.on_event(SearchEvent(kind, iteration, self.config.iterations, len(self.evaluated),
+                                  best.result.latency_ms, best.result.peak_percent, speedup, message))
+
+    # --- the loop ---------------------------------------------------------------------------------
+    def run(self, source: str, task: TaskRef, hardware: str = "trn1", task_family: str | None = None,
+            resume: int | None = None) -> SearchResult:
+        start_time = time.monotonic()
+        name = task.key.split(":", 1)[0]
+        context = SearchContext(task.key, task_family or name, hardware)
+        search_id, beam, first_iteration = (self._resume(resume, task) if resume is not None
+                                            else self._start(source, task, hardware, context))
+        history: list[IterationRecord] = []
+        best = min(beam, key=_sort_key)
+        stale = 0
+        for iteration in range(first_iteration, self.config.iterations):
+            if self.cancel.is_set():
+                break
+            self._refresh_context(context)
+            drafts = self._draft(beam, context)
+            if not drafts:
+                self._emit("iteration", iteration, best, "no rewrite applies to any kernel in the beam")
+                break
+            children = self._evaluate_all(drafts, task, hardware, iteration, search_id, best)
+            for child in children:
+                parent = self.evaluated.get(child.parent or "")
+                if parent is not None:
+                    self._learn(parent, child, context, search_id)
+            pool = {c.hash: c for c in [*beam, *children] if c.result.correct}
+            beam = sorted(pool.values(), key=_sort_key)[: self.config.beam_width] or beam
+            improved = beam[0].latency_ms < best.latency_ms
+            best = beam[0] if improved else best
+            stale = 0 if improved else stale + 1
+            history.append(IterationRecord(iteration, best.latency_ms, best.result.peak_percent, len(children),
+                                           sum(1 for c in children if c.result.correct)))
+            if self.memory is not None and search_id is not None and not self.cancel.is_set():
+                self.memory.finish_iteration(search_id, iteration, [c.hash for c in beam])
+            self._emit("iteration", iteration, best, f"{len(children)} evaluated, "
+                       f"{sum(1 for c in children if c.result.correct)} correct")
+            if self.config.patience and stale >= self.config.patience:
+                break
+        cancelled = self.cancel.is_set()
+        if self.memory is not None and search_id is not None:
+            self.memory.finish_search(search_id, "cancelled" if cancelled else "finished", best.hash)
+        self._emit("cancelled" if cancelled else "finished", len(history), best)
+        assert self._base is not None
+        return SearchResult(search_id, self._base, best, beam, history, len(self.evaluated) - 1, cancelled,
+                            time.monotonic() - start_time, self._lineage(best))
+
+    def _lineage(self, candidate: Candidate) -> list[Candidate]:
+        chain = [candidate]
+        while chain[-1].parent is not None and chain[-1].parent in self.evaluated and len(chain) <= len(self.evaluated):
+            chain.append(self.evaluated[chain[-1].parent])
+        return chain[::-1]
+
+    def _start(self, source: str, task: TaskRef, hardware: str, context: SearchContext
+               ) -> tuple[int | None, list[Candidate], int]:
+        result = self._evaluate(source, task, hardware)
+        base = Candidate(source, kernel_hash(source), result)
+        if result.error:
+            raise SearchError(f"the kernel to optimize fails: {result.error}")
+        if not result.correct:
+            raise SearchError(f"the kernel to optimize gives wrong results: {result.check_message}")
+        self.evaluated[base.hash] = base
+        self._base = base
+        search_id = None
+        if self.memory is not None:
+            self.memory.add_kernel(source)
+            search_id = self.memory.start_search(context.task, hardware, asdict(self.config), base.hash,
+                                                 "+".join(a.name for a in self.agents))
+            self._record(search_id, base)
+        self._emit("started", 0, base, "baseline evaluated")
+        return search_id, [base], 0
+
+    def _resume(self, search_id: int, task: TaskRef) -> tuple[int, list[Candidate], int]:
+        if self.memory is None:
+            raise SearchError("resuming needs the optimization memory")
+        state = self.memory.search_state(search_id)
+        for record in state.candidates:
+            source = self.memory.kernel_source(record.kernel_hash)
+            if source is None or record.result is None:
+                continue
+            candidate = Candidate(source, record.kernel_hash, ProfileResult.from_dict(record.result),
+                                  record.parent_hash, record.plan, record.origin, record.iteration)
+            self.evaluated[candidate.hash] = candidate
+        base = next((c for c in self.evaluated.values() if c.parent is None), None)
+        if base is None:
+            raise SearchError(f"search {search_id} has no recorded baseline to resume from")
+        self._base = base
+        beam = [self.evaluated[h] for h in state.beam if h in self.evaluated] or [base]
+        self._emit("started", state.iteration + 1, min(beam, key=_sort_key),
+                   f"resumed search {search_id} after iteration {state.iteration}")
+        return search_id, beam, state.iteration + 1
+
+    def _refresh_context(self, context: SearchContext) -> None:
+        if self.memory is not None:
+            context.experiences = self.memory.top_experiences(context.task_family, context.hardware)
+            context.rule_stats = self.memory.rule_stats(context.task_family, context.hardware)
+
+    def _draft(self, beam: Sequence[Candidate], context: SearchContext) -> list[tuple[str, Candidate, Proposal]]:
+        """N plans per beam kernel (taken in turn from each agent), K samples per plan; only kernels
+        never evaluated before."""
+        drafts: list[tuple[str, Candidate, Proposal]] = []
+        seen = set(self.evaluated)
+        for parent in beam:
+            per_agent = [a.propose(parent, context, self.config.plans_per_candidate) for a in self.agents]
+            chosen: list[tuple[Agent, Proposal]] = []
+            while len(chosen) < self.config.plans_per_candidate and any(per_agent):
+                for agent, proposals in zip(self.agents, per_agent, strict=True):
+                    if proposals and len(chosen) < self.config.plans_per_candidate:
+                        chosen.append((agent, proposals.pop(0)))
+            for agent, proposal in chosen:
+                for draft in agent.realize(parent, proposal, self.config.samples_per_plan):
+                    if draft.source is None:
+                        continue
+                    digest = kernel_hash(draft.source)
+                    if digest not in seen:
+                        seen.add(digest)
+                        drafts.append((draft.source, parent, proposal))
+        return drafts

@@ -1,0 +1,34 @@
+"""Search settings: the paper's beam search shape and smaller presets for an editor."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Beam width B, plans per candidate N, executor samples per plan K, iterations T (paper:
+    6, 12, 2, 16), parallel evaluations, and when to stop early."""
+
+    beam_width: int = 6
+    plans_per_candidate: int = 12
+    samples_per_plan: int = 2
+    iterations: int = 16
+    workers: int = max(1, os.cpu_count() or 1)
+    patience: int = 3  # iterations without a better kernel before stopping early (0: never)
+    seeds: int = 5
+
+
+PRESETS: dict[str, SearchConfig] = {
+    "paper": SearchConfig(),
+    "default": SearchConfig(beam_width=4, plans_per_candidate=8, samples_per_plan=1, iterations=8),
+    "quick": SearchConfig(beam_width=2, plans_per_candidate=4, samples_per_plan=1, iterations=4, patience=2),
+}
+
+
+def preset(name: str, **overrides: int) -> SearchConfig:
+    """A named preset with some fields replaced; ValueError naming the presets for a bad name."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown search preset {name!r}; presets: {', '.join(PRESETS)}")
+    return replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,80 @@
+"""Opening the database: WAL, busy timeout, the schema and its version."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+from accelopt_core.memory import SCHEMA_VERSION, Memory, SchemaError
+
+TABLES = {"schema_version", "kernels", "profiles", "searches", "candidates", "iterations", "experiences"}
+
+
+def test_wal_journal_mode(memory: Memory) -> None:
+    assert memory.db.journal_mode == "wal"
+
+
+def test_busy_timeout_is_set(memory: Memory) -> None:
+    assert memory.db.execute("PRAGMA busy_timeout").fetchone()[0] >= 10_000
+
+
+def test_foreign_keys_enforced(memory: Memory) -> None:
+    assert memory.db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_creates_all_tables(memory: Memory) -> None:
+    assert set(memory.db.table_names()) >= TABLES
+
+
+def test_records_schema_version(memory: Memory) -> None:
+    assert [row["version"] for row in memory.db["schema_version"].rows] == [SCHEMA_VERSION]
+
+
+def test_reopening_is_idempotent(db_path: Path) -> None:
+    with Memory(db_path) as first:
+        first.add_kernel("k")
+        schema = first.db.schema
+    with Memory(db_path) as second:
+        assert second.db.schema == schema
+        assert second.kernel_source(second.add_kernel("k")) == "k"
+        assert second.db["schema_version"].count == 1
+
+
+def test_newer_schema_is_refused(db_path: Path) -> None:
+    with Memory(db_path):
+        pass
+    with Database(db_path) as db:
+        db["schema_version"].insert({"version": SCHEMA_VERSION + 1, "applied": "later"})
+    with pytest.raises(SchemaError, match="upgrade accelopt"):
+        Memory(db_path)
+
+
+def test_context_manager_closes(db_path: Path) -> None:
+    with Memory(db_path) as memory:
+        pass
+    with pytest.raises(sqlite3.ProgrammingError):
+        memory.db.execute("select 1")
+
+
+def test_in_memory_database() -> None:
+    with Memory(":memory:") as memory:
+        assert memory.kernel_source(memory.add_kernel("x")) == "x"
+
+
+def test_failed_write_rolls_back(memory: Memory) -> None:
+    with pytest.raises(RuntimeError), memory.transaction() as db:
+        db["kernels"].insert({"hash": "h", "source": "s", "created": "now"})
+        raise RuntimeError("boom")
+    assert memory.kernel_source("h") is None
+
+
+def test_nested_transaction_commits_once(memory: Memory) -> None:
+    with memory.transaction():
+        memory.add_kernel("a")
+        memory.add_kernel("b")
+        assert memory.db.conn.in_transaction
+    assert not memory.db.conn.in_transaction
+    assert memory.db["kernels"].count == 2

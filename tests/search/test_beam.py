@@ -1,0 +1,122 @@
+"""The beam search end to end: real sandboxed evaluations of silu rewrites, memory, events,
+cancellation and resume after kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from accelopt_core.memory import Memory
+from accelopt_core.profiling import SimulatorProfiler, TaskRef
+from accelopt_core.search import BeamSearch, SearchConfig, SearchError, SearchEvent
+from accelopt_core.tasks.registry import task_files
+
+sys.path.insert(0, str(Path(__file__).parent))
+from scripted_agent import ScriptedAgent, SleepyAgent
+
+SILU = Path(task_files("silu").kernel).read_text()
+TASK = TaskRef("silu")
+CONFIG = SearchConfig(beam_width=2, plans_per_candidate=4, samples_per_plan=1, iterations=4, workers=2, seeds=2)
+
+
+class CountingProfiler(SimulatorProfiler):
+    """The real profiler, counting how many kernels it was asked to evaluate."""
+
+    def __init__(self) -> None:
+        super().__init__(seeds=2, check_variant="small")
+        self.calls = 0
+
+    def profile(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return super().profile(*args, **kwargs)
+
+
+def test_search_finds_the_scripted_wins(tmp_path: Path) -> None:
+    events: list[SearchEvent] = []
+    with Memory(tmp_path / "m.db") as memory:
+        search = BeamSearch(CountingProfiler(), [ScriptedAgent()], CONFIG, memory, events.append)
+        result = search.run(SILU, TASK, "trn1", "elementwise")
+        assert result.best.result.correct and result.speedup > 1.2
+        assert "nisa.activation(op=nl.exp, data=tile, scale=-1.0)" in result.best.source
+        assert events[0].kind == "started" and events[-1].kind == "finished"
+        assert any(e.kind == "evaluated" for e in events) and events[-1].speedup == pytest.approx(result.speedup)
+        state = memory.search_state(result.search_id)
+        statuses = {c.plan: c.status for c in state.candidates}
+        assert statuses["break the kernel (wrong results)"] == "incorrect"
+        assert all(memory.kernel_source(c.kernel_hash) for c in state.candidates)
+        lessons = memory.top_experiences("elementwise", "trn1")
+        assert lessons and all(e.speedup > 1.04 for e in lessons if e.positive)
+        assert result.lineage[0].plan == ""  # the lineage starts at the baseline
+
+
+def test_wrong_baseline_is_refused(tmp_path: Path) -> None:
+    broken = SILU.replace("nl.divide(tile, denominator)", "tile")
+    with pytest.raises(SearchError, match="wrong results"):
+        BeamSearch(CountingProfiler(), [ScriptedAgent()], CONFIG).run(broken, TASK)
+
+
+def test_cancel_from_another_thread_stops_quickly() -> None:
+    cancel = threading.Event()
+
+    def on_event(event: SearchEvent) -> None:
+        if event.kind == "started":
+            threading.Timer(1.0, cancel.set).start()
+
+    start = time.monotonic()
+    result = BeamSearch(CountingProfiler(), [SleepyAgent()], CONFIG, None, on_event, cancel).run(SILU, TASK)
+    assert result.cancelled
+    assert time.monotonic() - start < 15  # the hanging children were killed, not waited for
+    assert result.best is result.base
+
+
+RUNNER = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {here!r})
+    from scripted_agent import ScriptedAgent
+    from accelopt_core.memory import Memory
+    from accelopt_core.profiling import SimulatorProfiler, TaskRef
+    from accelopt_core.search import BeamSearch, SearchConfig
+    from accelopt_core.tasks.registry import task_files
+    source = open(task_files("silu").kernel).read()
+    config = SearchConfig(beam_width=2, plans_per_candidate=4, samples_per_plan=1, iterations=4, workers=1, seeds=2,
+                          patience=0)
+    with Memory({db!r}) as memory:
+        BeamSearch(SimulatorProfiler(seeds=2, check_variant="small"), [ScriptedAgent()], config, memory).run(
+            source, TaskRef("silu"), "trn1", "elementwise")
+''')
+
+
+def test_killed_search_resumes_without_reevaluating(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    child = subprocess.Popen([sys.executable, "-c", RUNNER.format(here=str(Path(__file__).parent), db=str(db))])
+    deadline = time.monotonic() + 120
+    search_id = None
+    while time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.2)
+        if db.exists():
+            with Memory(db) as memory:
+                searches = memory.list_searches()
+                if searches and memory.search_state(searches[0].id).iteration >= 0:
+                    search_id = searches[0].id
+                    break
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert search_id is not None, "the child search never finished an iteration"
+    with Memory(db) as memory:
+        before = memory.search_state(search_id)
+        recorded = {c.kernel_hash for c in before.candidates}
+        profiler = CountingProfiler()
+        search = BeamSearch(profiler, [ScriptedAgent()], SearchConfig(**{**CONFIG.__dict__, "patience": 0}), memory)
+        result = search.run(SILU, TASK, "trn1", "elementwise", resume=search_id)
+        after = memory.search_state(search_id)
+    assert result.best.result.correct
+    assert len(after.candidates) - len(before.candidates) == profiler.calls  # each new evaluation recorded once
+    assert not ({c.kernel_hash for c in after.candidates[len(before.candidates):]} & recorded)
