@@ -6,6 +6,9 @@ import os
 import sys
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Frames that are never the kernel's own line: the simulator, and the import machinery (frozen
+# importlib frames) that sits between a kernel's `import` statement and the import hook.
+_SKIPPED = (_PACKAGE_DIR, "<frozen ")
 
 
 def kernel_location(skip_internal: bool = True) -> tuple[str, int]:
@@ -13,7 +16,7 @@ def kernel_location(skip_internal: bool = True) -> tuple[str, int]:
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not (skip_internal and filename.startswith(_PACKAGE_DIR)):
+        if not (skip_internal and filename.startswith(_SKIPPED)):
             return filename, frame.f_lineno
         frame = frame.f_back
     return "<unknown>", 0

@@ -28,11 +28,26 @@ _ALIASES = {
 _ROOTS = ("neuronxcc", "nki")
 
 
+_IMPORT_ATTRS = {"__name__", "__spec__", "__loader__", "__path__", "__package__", "__file__", "__cached__"}
+
+
 def _neuronxcc_package() -> types.ModuleType:
     package = types.ModuleType("neuronxcc", "Stand-in for the Neuron compiler package (AccelOpt simulator).")
     package.__path__ = []  # a package, so that submodule imports are attempted
-    package.nki = importlib.import_module(_ALIASES["neuronxcc.nki"])  # type: ignore[attr-defined]
+    # `import neuronxcc` alone then `neuronxcc.nki.language...` works, as kernels sometimes assume
+    package.nki = _proxy("neuronxcc.nki", importlib.import_module(_ALIASES["neuronxcc.nki"]))  # type: ignore[attr-defined]
     return package
+
+
+def _proxy(fullname: str, real: types.ModuleType) -> types.ModuleType:
+    """A fresh module named `fullname` holding the simulator module's contents.
+
+    The import system stamps `__spec__`, `__loader__` and `__path__` onto whatever module a loader
+    returns; handing it a copy keeps our own modules untouched (importlib.reload, pickling and
+    submodule imports of accelopt_core.nki keep working after a kernel was loaded)."""
+    module = types.ModuleType(fullname, real.__doc__)
+    module.__dict__.update((k, v) for k, v in real.__dict__.items() if k not in _IMPORT_ATTRS)
+    return module
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -56,7 +71,7 @@ class NkiFinder(importlib.abc.MetaPathFinder):
         if fullname == "neuronxcc":
             module = _neuronxcc_package()
         elif fullname in _ALIASES:
-            module = importlib.import_module(_ALIASES[fullname])
+            module = _proxy(fullname, importlib.import_module(_ALIASES[fullname]))
         else:
             raise UnsupportedApiError(f"module {fullname} is not provided by the AccelOpt NKI simulator")
         return importlib.machinery.ModuleSpec(fullname, _AliasLoader(module), is_package=True)

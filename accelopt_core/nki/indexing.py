@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import HardwareRuleError, KernelUsageError
+from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError
 
 Term = tuple[int, int]  # (axis of the broadcast grid, coefficient)
 
@@ -29,7 +29,7 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 class IndexExpr:
     """An integer index array over a grid of `shape`, usually affine in the grid position."""
 
-    __slots__ = ("shape", "offset", "terms", "_values")
+    __slots__ = ("_values", "offset", "shape", "terms")
 
     def __init__(self, shape: tuple[int, ...], offset: int = 0, terms: tuple[Term, ...] = (),
                  values: np.ndarray | None = None):
@@ -64,12 +64,11 @@ class IndexExpr:
             return lo, hi
         return int(self._values.min()), int(self._values.max())
 
-    def stride_along_last_axis(self) -> int | None:
-        """Coefficient of the innermost grid axis when that is the only varying term, else None."""
-        if self._values is not None or len(self.terms) != 1:
+    def single_stride(self) -> int | None:
+        """Step between consecutive values when one grid axis varies (0 for a constant), else None."""
+        if self._values is not None or len(self.terms) > 1:
             return None
-        axis, coef = self.terms[0]
-        return coef if axis == len(self.shape) - 1 else None
+        return self.terms[0][1] if self.terms else 0
 
     # --- reshaping with [:, None] and friends -------------------------------------------------
     def __getitem__(self, key: Any) -> IndexExpr:
@@ -269,21 +268,41 @@ class Subscript:
 
     Items are ints (the dimension is dropped), normalised slices (start, stop, positive step) or
     index expressions. Slices and index expressions do not mix in one subscript (NKI forbids it).
+
+    An index expression may run past the tensor (the ragged last tile of a loop): that is legal
+    only when every instruction using the tile masks the overhang off, so instead of failing here
+    the subscript keeps the error message in `overhang` and the instruction checks its mask.
+    `region` is then clipped to the tensor.
     """
 
-    __slots__ = ("items", "shape", "region", "advanced")
+    __slots__ = ("advanced", "dims", "items", "overhang", "region", "shape")
 
     def __init__(self, items: tuple[IndexItem, ...], shape: tuple[int, ...],
-                 region: tuple[tuple[int, int], ...], advanced: bool):
+                 region: tuple[tuple[int, int], ...], advanced: bool, overhang: str | None = None,
+                 dims: tuple[int, ...] = ()):
         self.items = items
         self.shape = shape
         self.region = region
         self.advanced = advanced
+        self.overhang = overhang
+        self.dims = dims
 
     def numpy_key(self) -> tuple[Any, ...]:
         if not self.advanced:
             return self.items  # type: ignore[return-value]
+        if self.overhang is not None:  # clip so reads of masked-off elements stay inside the array
+            return tuple(np.clip(i.values, 0, n - 1) if isinstance(i, IndexExpr) else i
+                         for i, n in zip(self.items, self.dims, strict=True))
         return tuple(i.values if isinstance(i, IndexExpr) else i for i in self.items)
+
+    def in_bounds(self) -> np.ndarray:
+        """Per element of the tile: does its index fall inside the tensor? (only for overhangs)"""
+        inside = np.ones(self.shape, dtype=bool)
+        for item, n in zip(self.items, self.dims, strict=True):
+            if isinstance(item, IndexExpr):
+                values = item.values
+                inside &= np.broadcast_to((values >= 0) & (values < n), self.shape)
+        return inside
 
     def contiguous_elements(self, dims: tuple[int, ...]) -> int:
         """Longest run of consecutive elements in row-major memory that this subscript touches."""
@@ -296,9 +315,9 @@ class Subscript:
                 extent = len(range(item.start, item.stop, item.step))
                 unit = item.step == 1
             else:
-                stride = item.stride_along_last_axis()
+                stride = item.single_stride()
                 lo, hi = item.bounds()
-                extent, unit = hi - lo + 1, stride == 1
+                extent, unit = hi - lo + 1, stride in (0, 1)
             if not unit:
                 return run
             run *= extent
@@ -329,6 +348,7 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
     region: list[tuple[int, int]] = []
     shape: list[int] = []
     adv_shape: tuple[int, ...] = ()
+    overhang: str | None = None
     for dim, (k, size) in enumerate(zip(key, dims, strict=True)):
         if isinstance(k, (int, np.integer)):
             k = int(k)
@@ -359,14 +379,24 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
             expr = k if isinstance(k, IndexExpr) else IndexExpr(k.shape, values=k.astype(np.int64))
             lo, hi = expr.bounds()
             if lo < 0 or hi >= size:
-                raise HardwareRuleError(f"index range [{lo}, {hi}] is out of bounds for dimension {dim} "
-                                        f"of {name} (size {size})")
+                if overhang is None:
+                    overhang = (f"index range [{lo}, {hi}] is out of bounds for dimension {dim} of {name} "
+                                f"(size {size}); mask the elements past the end (mask=...)")
+                lo, hi = min(max(lo, 0), size), max(min(hi, size - 1), -1)
             items.append(expr)
-            region.append((lo, hi + 1))
+            region.append((lo, max(lo, hi + 1)))
             adv_shape = _broadcast(adv_shape, expr.shape)
+        elif isinstance(k, Mask):
+            raise UnsupportedApiError(f"{name}: indexing a tile with a mask (matmul operand masking) is not "
+                                      "supported by this simulator; pass mask= to the instruction instead")
+        elif hasattr(k, "storage"):  # a Tile: indirect (data-dependent) indexing
+            raise UnsupportedApiError(f"{name}: indirect indexing with a tile of indices (dynamic DMA "
+                                      "addressing) is not supported by this simulator")
         else:
             raise KernelUsageError(f"{name}: unsupported index of type {type(k).__name__}")
     final_shape = adv_shape if advanced else tuple(shape)
+    if overhang is not None:
+        return Subscript(tuple(items), final_shape, tuple(region), advanced, overhang, dims)
     return Subscript(tuple(items), final_shape, tuple(region), advanced)
 
 
@@ -376,6 +406,8 @@ def compose(outer: Subscript, key: Any, name: str) -> Subscript:
         raise KernelUsageError(f"{name}: indexing a tile that was itself taken with index expressions "
                                "is not supported; index the tensor once")
     inner = normalize(key, outer.shape, name)
+    if inner.overhang is not None:
+        raise HardwareRuleError(inner.overhang.split(";")[0])
     items: list[IndexItem] = []
     region: list[tuple[int, int]] = []
     view_dim = 0

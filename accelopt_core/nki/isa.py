@@ -98,9 +98,10 @@ def tensor_copy(src: Tile, engine: Any = None, mask: Mask | None = None, dtype: 
     return ops.tensor_copy(src, engine=engine, mask=mask, dtype=dtype)
 
 
-def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: Any,
-                       mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
-    return ops.tensor_tensor_scan(data0, data1, initial, op0, op1, mask=mask, dtype=dtype)
+def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: Any, reverse0: bool = False,
+                       reverse1: bool = False, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=reverse0, reverse1=reverse1,
+                                  mask=mask, dtype=dtype)
 
 
 def memset(shape: Any, value: Any, dtype: Any, engine: Any = None, mask: Mask | None = None,
@@ -112,8 +113,8 @@ def iota(expr: Any, dtype: Any, mask: Mask | None = None, **_: Any) -> Tile:
     return ops.iota(expr, dtype, mask=mask)
 
 
-def reciprocal(data: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
-    return ops.reciprocal(data, mask=mask, dtype=dtype)
+def reciprocal(data: Tile, mask: Mask | None = None, dtype: Any = None, engine: Any = None, **_: Any) -> Tile:
+    return ops.reciprocal(data, mask=mask, dtype=dtype, engine=engine)
 
 
 def affine_select(pred: Mask, on_true_tile: Tile, on_false_value: Any, mask: Mask | None = None,

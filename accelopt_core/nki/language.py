@@ -56,7 +56,10 @@ class tile_size:  # noqa: N801  (NKI's own name)
 
 # --- allocation --------------------------------------------------------------------------------
 def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **_: Any) -> Tile:
-    """An uninitialised tensor (NaN-filled in numeric mode so stray reads show up)."""
+    """An uninitialised tensor (NaN-filled in numeric mode so stray reads show up).
+
+    Extra keyword arguments are accepted and ignored: kernels in the wild pass options such as
+    `lazy_initialization=`, which no NKI documentation we found describes."""
     return allocate(shape, dtype, buffer, name)
 
 
@@ -108,6 +111,12 @@ def shared_identity_matrix(n: int, dtype: Any = uint8, **_: Any) -> Tile:
 
 
 # --- SPMD and loops ----------------------------------------------------------------------------
+def nc(count: int) -> int:
+    """`kernel[nl.nc(2)]`: spread a grid dimension over physical cores. The simulator runs every
+    instance in turn on one core either way, so the grid dimension is just its size."""
+    return int(count)
+
+
 def program_id(axis: int) -> int:
     ids = current().program_id
     return ids[axis] if axis < len(ids) else 0

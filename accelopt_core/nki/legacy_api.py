@@ -29,5 +29,15 @@ def __getattr__(name: str) -> Any:
     raise UnsupportedApiError(f"nki.{name} is not implemented by the AccelOpt simulator")
 
 
-__all__ = ["isa", "language", "typing", "jit", "trace", "baremetal", "benchmark", "profile", "simulate",
-           "simulate_kernel"]
+__all__ = [
+    "baremetal",
+    "benchmark",
+    "isa",
+    "jit",
+    "language",
+    "profile",
+    "simulate",
+    "simulate_kernel",
+    "trace",
+    "typing",
+]

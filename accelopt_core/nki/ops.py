@@ -8,6 +8,7 @@ as the hardware does (shared/nki-facts.md A.5, B.7).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError
 from .indexing import IndexExpr, Mask
-from .tensor import HBM, PSUM, SBUF, Tile, allocate, current
+from .tensor import HBM, PSUM, SBUF, Tile, allocate, close_accumulation, current
 from .trace import Engine, Instruction
 
 # --------------------------------------------------------------------------------------------
@@ -93,6 +94,11 @@ ALU: dict[str, Callable[[Any, Any], Any]] = {
     "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
 }
 BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
+_INT32 = (dtypes.int32, dtypes.uint32)
+# The only (op0, op1) pairs tensor_scalar accepts on the Scalar engine (nisa.tensor_scalar docs).
+SCALAR_ENGINE_TENSOR_SCALAR = {("multiply", "add"), ("multiply",), ("add",)}
+LOGICAL = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
+           "logical_xor"}
 
 REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
     "add": np.sum,
@@ -188,18 +194,46 @@ def _record(engine: str, op: str, srcs: tuple[Tile, ...], dst: Tile, *, mask: Ma
             fresh: bool = False, work_shape: tuple[int, ...] | None = None) -> Instruction:
     """Append one instruction reading `srcs` and writing `dst` to the trace."""
     sim = current()
-    partitions, free, count = _work(work_shape or dst.shape, mask)
-    reads = tuple(t.access() for t in srcs)
+    shape = work_shape or dst.shape
+    if engine == Engine.GPSIMD and (dst.buffer == PSUM or any(t.buffer == PSUM for t in srcs)):
+        raise HardwareRuleError(f"{op} on the GpSimd engine cannot access PSUM; use the Vector or Scalar "
+                                "engine for PSUM tiles")
+    for t in srcs:
+        if t.sub.overhang is not None:
+            _check_overhang(t, mask)
+    if dst.sub.overhang is not None:
+        _check_overhang(dst, mask)
+    partitions, free, count = _work(shape, mask)
+    if mask is None:
+        reads = tuple(t.access() for t in srcs)
+    else:  # masked-off elements are neither read nor written
+        reads = tuple(t.access(count * t.storage.itemsize if t.shape == shape else None) for t in srcs)
     write_bytes = None if mask is None else count * dst.storage.itemsize
     writes = (dst.access(write_bytes),)
     inst = sim.emit(engine, op, reads, writes, partitions, free, flops or 0, attrs,
                     dtype or dst.storage.dtype_name)
     for t in srcs:
         t.storage.consumed = True
-        t.storage.mm_region = None
+        if t.storage.mm_open:
+            close_accumulation(t.storage, t.sub.region)
+    if dst.storage.mm_open:
+        close_accumulation(dst.storage, dst.sub.region)
     if fresh:
         dst.storage.producer = inst
+        if mask is not None:
+            dst.storage.written = _mask_values(mask, dst.shape)
     return inst
+
+
+def _check_overhang(tile: Tile, mask: Mask | None) -> None:
+    """A tile indexed past the end of its tensor is legal only if the mask switches those elements off."""
+    message = tile.sub.overhang
+    assert message is not None
+    if mask is None:
+        raise HardwareRuleError(message)
+    if (_mask_values(mask, tile.shape) & ~tile.sub.in_bounds()).any():
+        raise HardwareRuleError(message.split(";")[0] + "; the mask does not switch off every element past "
+                                "the end")
 
 
 def _output(dst: Tile | None, shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> tuple[Tile, bool]:
@@ -245,13 +279,20 @@ def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype
     direction = f"{'hbm' if src.buffer == HBM else 'sbuf'}_to_{'hbm' if out.buffer == HBM else 'sbuf'}"
     inst = _record(Engine.DMA, "dma_copy", (src,), out, mask=mask, fresh=fresh,
                    attrs={"direction": direction, "transpose": transpose}, dtype=out.storage.dtype_name)
-    inst.partitions = out.shape[0] if out.buffer != HBM else src.shape[0]
+    if mask is None:
+        inst.partitions = out.shape[0] if out.buffer != HBM else src.shape[0]
     if current().numeric:
         values = src.read()
         values = values.T if transpose else values
         out.write(values.astype(np.float32).astype(out.dtype) if out.dtype != src.dtype else values,
                   _mask_values(mask, out.shape))
     return out
+
+
+# Where each engine can write: an instruction is retargeted into `dst` only if its engine can
+# write there; otherwise `dst[...] = value` is a separate copy (e.g. a matmul result into SBUF).
+_WRITABLE = {Engine.DMA: (HBM, SBUF), Engine.TENSOR: (PSUM,), Engine.GPSIMD: (SBUF,),
+             Engine.VECTOR: (SBUF, PSUM), Engine.SCALAR: (SBUF, PSUM)}
 
 
 def assign(dst: Tile, value: Any) -> None:
@@ -269,11 +310,17 @@ def assign(dst: Tile, value: Any) -> None:
                                    f"{dst.shape}")
     sim = current()
     storage = value.storage
+    if (storage is dst.storage and not value.sub.advanced and not dst.sub.advanced
+            and value.sub.region == dst.sub.region and value.shape == dst.shape):
+        return  # `t[i] = t[i]`: the data is already there
     producer = storage.producer
     if (producer is not None and not storage.consumed and value.is_whole and value.size == dst.size
             and sim.trace.instructions and sim.trace.instructions[-1] is producer
-            and (dst.buffer != HBM or producer.engine == Engine.DMA)):
-        producer.writes = (dst.access(),)
+            and dst.buffer in _WRITABLE[producer.engine]):
+        # the same elements, now in dst's type: DMA and the compute engines cast on the way out
+        producer.writes = (dst.access(producer.writes[0].nbytes // storage.itemsize * dst.storage.itemsize),)
+        if producer.engine != Engine.TENSOR and producer.dtype == storage.dtype_name:
+            producer.dtype = dst.storage.dtype_name
         if dst.buffer == HBM or storage.buffer == HBM:
             src_kind = producer.reads[0].buffer if producer.reads else "sbuf"
             producer.attrs = {**(producer.attrs or {}),
@@ -281,7 +328,7 @@ def assign(dst: Tile, value: Any) -> None:
         sim.trace.tensors.pop(storage.id, None)
         storage.producer = None
         if sim.numeric:
-            dst.write(value.read())
+            dst.write(value.read(), storage.written)
         return
     if dst.buffer == HBM or value.buffer == HBM:
         dma_copy(value, dst=dst)
@@ -300,7 +347,7 @@ def accumulate(dst: Tile, other: Any, op: str) -> None:
                 raise KernelUsageError(f"cannot accumulate a result of shape {other.shape} into a PSUM "
                                        f"region of shape {dst.shape}")
             producer.writes = (dst.access(),)
-            producer.reads = producer.reads + (dst.access(),)
+            producer.reads = (*producer.reads, dst.access())
             producer.attrs = {**(producer.attrs or {}), "accumulate": True}
             sim.trace.tensors.pop(other.storage.id, None)
             other.storage.producer = None
@@ -329,10 +376,11 @@ def _per_partition_operand(x: Any, partitions: int, what: str) -> Any:
     raise KernelUsageError(f"{what}: operand must be a scalar or a [P, 1] tile, got {type(x).__name__}")
 
 
-def _operand_values(x: Any, ndim: int) -> Any:
+def _operand_values(x: Any, ndim: int, bits: bool = False) -> Any:
     if isinstance(x, Tile):
-        return _f32(x).reshape((x.shape[0],) + (1,) * (ndim - 1))
-    return np.float32(x)
+        values = x.read().astype(np.int64) if bits else _f32(x)
+        return values.reshape((x.shape[0],) + (1,) * (ndim - 1))
+    return np.int64(x) if bits else np.float32(x)
 
 
 def binary(op: Any, a: Any, b: Any, *, dtype: Any = None, mask: Mask | None = None, engine: Any = None,
@@ -341,6 +389,8 @@ def binary(op: Any, a: Any, b: Any, *, dtype: Any = None, mask: Mask | None = No
     a [P, 1] column."""
     if not isinstance(a, Tile) and not isinstance(b, Tile):
         raise KernelUsageError("an element-wise operation needs at least one tile operand")
+    if dtype is None:
+        dtype = _binary_dtype(op_name(op), a, b)
     if isinstance(a, Tile) and isinstance(b, Tile):
         if a.shape == b.shape or a.size == b.size:
             return tensor_tensor(a, b, op, dtype=dtype, mask=mask, engine=engine, dst=dst)
@@ -352,6 +402,17 @@ def binary(op: Any, a: Any, b: Any, *, dtype: Any = None, mask: Mask | None = No
     if isinstance(a, Tile):
         return tensor_scalar(a, op, b, dtype=dtype, mask=mask, engine=engine, dst=dst)
     return tensor_scalar(b, op, a, reverse0=True, dtype=dtype, mask=mask, engine=engine, dst=dst)
+
+
+def _binary_dtype(name: str, a: Any, b: Any) -> np.dtype:
+    """Output type of an nl.* element-wise op: comparisons and logical ops give bool (their
+    signatures default to dtype=bool); arithmetic promotes both operands, a Python scalar counting
+    as int32 / float32 / uint8 (weakly typed scalars, shared/nki-facts.md B.2)."""
+    if name in LOGICAL:
+        return dtypes.bool_
+    ta = a.dtype if isinstance(a, Tile) else dtypes.scalar_dtype(a)
+    tb = b.dtype if isinstance(b, Tile) else dtypes.scalar_dtype(b)
+    return dtypes.promote(ta, tb)
 
 
 def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask: Mask | None = None,
@@ -370,7 +431,11 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
     _check_partitions(shape, "tensor_tensor")
     if data1.buffer == PSUM and data2.buffer == PSUM:
         raise HardwareRuleError("tensor_tensor: at most one input may be in PSUM")
-    default = Engine.GPSIMD if name == "power" else Engine.VECTOR
+    # 32-bit integer add/subtract/multiply run natively on GpSimd; the Vector engine would go
+    # through float32 and lose integers above 2**24 (shared/nki-facts.md B.6, B.7)
+    int_math = name in ("add", "subtract", "multiply") and data1.dtype in _INT32 and data2.dtype in _INT32
+    on_psum = PSUM in (data1.buffer, data2.buffer)
+    default = Engine.GPSIMD if name == "power" or (int_math and not on_psum) else Engine.VECTOR
     eng = _engine(engine, default, (Engine.VECTOR, Engine.GPSIMD))
     if eng == Engine.GPSIMD and PSUM in (data1.buffer, data2.buffer):
         raise HardwareRuleError("tensor_tensor on GpSimd cannot read PSUM")
@@ -379,7 +444,7 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
     _record(eng, "tensor_tensor", (data1, data2), out, mask=mask, fresh=fresh, attrs={"op": name},
             work_shape=shape)
     if current().numeric:
-        if name in BITWISE:
+        if name in BITWISE or (int_math and eng == Engine.GPSIMD):
             values = fn(data1.read().astype(np.int64), data2.read().astype(np.int64))
         else:
             left, right = _f32(data1), _f32(data2)
@@ -408,16 +473,23 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
         ops.append(name1)
         srcs += [x for x in (operand1,) if isinstance(x, Tile)]
     eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
+    if eng == Engine.SCALAR and tuple(ops) not in SCALAR_ENGINE_TENSOR_SCALAR:
+        raise HardwareRuleError(f"tensor_scalar with ops {' then '.join(ops)} cannot run on the Scalar engine; "
+                                "it supports only multiply then add, multiply, or add")
+    if name0 in BITWISE and eng != Engine.VECTOR:
+        raise HardwareRuleError(f"tensor_scalar with bitvec operator {name0} runs on the Vector engine only")
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else data.dtype
     out, fresh = _output(dst, data.shape, out_dtype)
     _record(eng, "tensor_scalar", tuple(srcs), out, mask=mask, fresh=fresh,
             attrs={"op": ops[0], "ops": tuple(ops), "op_count": len(ops)}, work_shape=data.shape)
     if current().numeric:
-        x = _f32(data)
-        b0 = _operand_values(operand0, x.ndim)
+        # bitvec operators work on the integer bit patterns; arithmetic ones in float32
+        bits = name0 in BITWISE
+        x = data.read().astype(np.int64) if bits else _f32(data)
+        b0 = _operand_values(operand0, x.ndim, bits)
         x = fn0(b0, x) if reverse0 else fn0(x, b0)
         if fn1 is not None:
-            b1 = _operand_values(operand1, x.ndim)
+            b1 = _operand_values(operand1, x.ndim, bits)
             x = fn1(b1, x) if reverse1 else fn1(x, b1)
         _store(out, x, _mask_values(mask, out.shape))
     return out
@@ -447,7 +519,7 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
     inst = _record(Engine.SCALAR, "activation", tuple(srcs), out, mask=mask, fresh=fresh,
                    attrs={"func": name, "reduce": reduce_res is not None}, work_shape=data.shape)
     if reduce_res is not None:
-        inst.writes = inst.writes + (reduce_res.access(),)
+        inst.writes = (*inst.writes, reduce_res.access())
     if current().numeric:
         x = _f32(data)
         x = x * _operand_values(scale, x.ndim)
@@ -477,6 +549,12 @@ def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepd
     if 0 in axes:
         raise HardwareRuleError("tensor_reduce reduces free axes only; reducing the partition axis needs "
                                 "a transpose or a matmul with a ones vector")
+    # The docs require consecutive free axes, but disagree on whether the set must contain axis 1
+    # or the innermost axis ("[1], [1,2], ..." vs "the last contiguous dim(s)"); only the part
+    # both readings share is enforced.
+    if any(b - a != 1 for a, b in itertools.pairwise(axes)) or len(axes) > 4:
+        raise HardwareRuleError(f"tensor_reduce axes {list(axes)} of a tile of shape {data.shape}: the "
+                                "reduced axes must be up to four consecutive free axes")
     shape = tuple(1 if i in axes else n for i, n in enumerate(data.shape)) if keepdims else tuple(
         n for i, n in enumerate(data.shape) if i not in axes)
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else data.dtype
@@ -499,7 +577,8 @@ def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask 
     _check_partitions(src.shape, "tensor_copy")
     eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
-    out, fresh = _output(dst, src.shape, out_dtype)
+    column = dst is not None and src.size == src.shape[0] == dst.shape[0] and dst.size > src.size
+    out, fresh = (dst, False) if column else _output(dst, src.shape, out_dtype)
     if out.buffer == HBM:
         raise HardwareRuleError("compute engines cannot write HBM; use nl.store / nisa.dma_copy")
     _record(eng, "tensor_copy", (src,), out, mask=mask, fresh=fresh, work_shape=out.shape)
@@ -534,19 +613,25 @@ def iota(expr: Any, dtype: Any, *, mask: Mask | None = None, dst: Tile | None = 
     return out
 
 
-def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, engine: Any = None,
+               dst: Tile | None = None) -> Tile:
+    """1/x on the Vector engine (precise, ~8 cycles per element) or the Scalar engine."""
     _on_chip(data, "reciprocal")
+    _check_partitions(data.shape, "reciprocal")
+    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR))
     out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
-    _record(Engine.VECTOR, "reciprocal", (data,), out, mask=mask, fresh=fresh)
+    _record(eng, "reciprocal", (data,), out, mask=mask, fresh=fresh)
     if current().numeric:
         with np.errstate(divide="ignore"):
             _store(out, 1.0 / _f32(data), _mask_values(mask, out.shape))
     return out
 
 
-def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: Any, *, dtype: Any = None,
-                       mask: Mask | None = None, dst: Tile | None = None) -> Tile:
-    """Vector engine scan along the free axis: r[i] = op1(op0(d0[i], r[i-1]), d1[i])."""
+def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: Any, *, reverse0: bool = False,
+                       reverse1: bool = False, dtype: Any = None, mask: Mask | None = None,
+                       dst: Tile | None = None) -> Tile:
+    """Vector engine scan along the free axis: r[i] = op1(op0(d0[i], r[i-1]), d1[i]); reverse0 /
+    reverse1 swap the operands of op0 / op1."""
     for t in (data0, data1):
         _on_chip(t, "tensor_tensor_scan")
     if data0.shape != data1.shape:
@@ -557,7 +642,10 @@ def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: An
     partitions = data0.shape[0]
     initial = _per_partition_operand(initial, partitions, "tensor_tensor_scan initial")
     srcs = (data0, data1) + ((initial,) if isinstance(initial, Tile) else ())
-    out, fresh = _output(dst, data0.shape, dtype if dtype is not None else data0.dtype)
+    if data0.buffer == PSUM and data1.buffer == PSUM:
+        raise HardwareRuleError("tensor_tensor_scan: at most one input may be in PSUM")
+    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.promote(data0.dtype, data1.dtype)
+    out, fresh = _output(dst, data0.shape, out_dtype)
     _record(Engine.VECTOR, "tensor_tensor_scan", srcs, out, mask=mask, fresh=fresh,
             attrs={"ops": (name0, name1)})
     if current().numeric:
@@ -567,7 +655,8 @@ def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: An
         carry = np.broadcast_to(carry, (partitions, 1)).astype(np.float32).reshape(partitions)
         result = np.empty_like(d0)
         for i in range(d0.shape[1]):
-            carry = fn1(fn0(d0[:, i], carry), d1[:, i])
+            step = fn0(carry, d0[:, i]) if reverse0 else fn0(d0[:, i], carry)
+            carry = fn1(d1[:, i], step) if reverse1 else fn1(step, d1[:, i])
             result[:, i] = carry
         _store(out, result.reshape(out.shape), _mask_values(mask, out.shape))
     return out
@@ -694,10 +783,13 @@ def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mas
         raise HardwareRuleError(f"Tensor-engine transpose handles at most 128x128, got {p}x{f}")
     if data.buffer != SBUF:
         raise HardwareRuleError("Tensor-engine transpose reads its input from SBUF")
-    out, fresh = _output(dst, (f, p), dtypes.float32 if dtype is None else dtype, PSUM)
+    # The result keeps the input's dtype; the docs describe dtype= as an extra cast instruction.
+    out, fresh = _output(dst, (f, p), data.dtype, PSUM)
     _record(Engine.TENSOR, "nc_transpose", (data,), out, mask=mask, fresh=fresh, flops=2 * p * p * f,
             attrs={"stationary_free": f, "moving_free": p, "contraction": p, "accumulate": False,
                    "is_transpose": True}, dtype=data.storage.dtype_name)
     if current().numeric:
         _store(out, _f32(data).reshape(p, f).T, _mask_values(mask, out.shape))
+    if fresh and dtype is not None and dtypes.as_dtype(dtype) != out.dtype:
+        return tensor_copy(out, dtype=dtype)
     return out

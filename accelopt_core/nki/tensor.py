@@ -9,6 +9,7 @@ limits, the loop nest being executed and the trace being recorded.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,10 @@ class Simulation:
         self.nest: LoopNest = ()
         self.program_id: tuple[int, ...] = (0,)
         self.grid: tuple[int, ...] = (1,)
+        # shared_hbm tensors are one allocation for all SPMD instances: the n-th shared_hbm
+        # allocation of every instance is the n-th one of the first instance.
+        self.shared: list[Storage] = []
+        self.shared_cursor = 0
         self._next_id = 0
 
     def new_id(self) -> int:
@@ -99,7 +104,11 @@ class Simulation:
 
     def loop(self, kind: str, args: tuple[int, ...]) -> Iterator[int]:
         """Iterate like `range(*args)` while recording the loop nest for every instruction inside."""
-        steps = range(*(int(a) for a in args))
+        try:
+            steps = range(*(operator.index(a) for a in args))
+        except TypeError:
+            # like Python's range: a float trip count (n / 128) would silently drop a ragged tile
+            raise KernelUsageError(f"loop bounds must be integers, got {args}") from None
         _, line = kernel_location()
         parent = self.nest[-1][0] if self.nest else None
         loop = Loop(len(self.trace.loops), kind, len(steps), line, parent)
@@ -107,7 +116,7 @@ class Simulation:
         outer = self.nest
         try:
             for i in steps:
-                self.nest = outer + ((loop, i),)
+                self.nest = (*outer, (loop, i))
                 yield i
         finally:
             self.nest = outer
@@ -134,8 +143,21 @@ def pop() -> None:
 class Storage:
     """One allocation. `data` is None in trace-only mode."""
 
-    __slots__ = ("id", "name", "buffer", "shape", "dtype", "partition_axis", "data", "producer",
-                 "consumed", "itemsize", "dtype_name", "mm_region")
+    __slots__ = (
+        "buffer",
+        "consumed",
+        "data",
+        "dtype",
+        "dtype_name",
+        "id",
+        "itemsize",
+        "mm_open",
+        "name",
+        "partition_axis",
+        "producer",
+        "shape",
+        "written",
+    )
 
     def __init__(self, sim: Simulation, name: str, buffer: str, shape: tuple[int, ...], dtype: np.dtype,
                  partition_axis: int, data: np.ndarray | None):
@@ -150,7 +172,9 @@ class Storage:
         self.data = data
         self.producer: Instruction | None = None
         self.consumed = False
-        self.mm_region: tuple[tuple[int, int], ...] | None = None  # open matmul accumulation (new API)
+        # PSUM regions with an open matmul accumulation group (new API, accumulate=None)
+        self.mm_open: list[tuple[tuple[int, int], ...]] | None = None
+        self.written: np.ndarray | None = None  # elements a masked producer wrote (None: all of them)
         per_partition = 0
         if buffer != HBM:
             free = math.prod(shape[partition_axis + 1:])
@@ -165,7 +189,7 @@ class Storage:
 class Tile:
     """A tensor or a region of one, as kernel code sees it."""
 
-    __slots__ = ("storage", "sub", "_inplace")
+    __slots__ = ("_inplace", "storage", "sub")
 
     def __init__(self, storage: Storage, sub: Subscript):
         self.storage = storage
@@ -225,10 +249,12 @@ class Tile:
     def __setitem__(self, key: Any, value: Any) -> None:
         from .ops import assign
 
-        if isinstance(value, Tile) and value._inplace and value.storage is self.storage:
+        target = self[key]
+        if isinstance(value, Tile) and value._inplace:
             value._inplace = False
-            return  # `t[i] += x` already wrote in place
-        assign(self[key], value)
+            if value.storage is self.storage and value.sub.region == target.sub.region:
+                return  # `t[i] += x` already wrote in place
+        assign(target, value)
 
     def reshape(self, *shape: Any) -> Tile:
         """HBM tensors can be viewed with another shape of the same size (no data moves)."""
@@ -274,7 +300,7 @@ class Tile:
         size = storage.itemsize
         moved = count * size if nbytes is None else nbytes
         if storage.buffer == HBM:
-            run = self.sub.contiguous_elements(storage.shape) * size
+            run = min(self.sub.contiguous_elements(storage.shape) * size, moved)
         else:
             run = moved // max(1, self.sub.shape[0] if self.sub.shape else 1)
         return Access(storage.id, storage.buffer, storage.dtype_name, self.sub.shape, self.sub.region,
@@ -314,7 +340,9 @@ class Tile:
         return self._binary(other, "power")
 
     def __neg__(self) -> Tile:
-        return self._binary(-1.0, "multiply")
+        from .ops import tensor_scalar
+
+        return tensor_scalar(self, "multiply", -1.0)  # nl.negative: keeps the tile's dtype
 
     def __lt__(self, other: Any) -> Tile:
         return self._binary(other, "less")
@@ -354,6 +382,17 @@ class Tile:
         return self._inplace_op(other, "divide")
 
 
+def overlaps(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
+    """Do two half-open bounding boxes share an element?"""
+    return all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b, strict=True))
+
+
+def close_accumulation(storage: Storage, region: tuple[tuple[int, int], ...]) -> None:
+    """Something other than a matmul touched `region`: matmul groups overlapping it are finished."""
+    if storage.mm_open:
+        storage.mm_open = [r for r in storage.mm_open if not overlaps(r, region)] or None
+
+
 def _uninitialized(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """New on-chip memory holds garbage on hardware; NaN (floats) or 4 (ints) makes misuse visible."""
     fill = np.nan if dtypes.is_float(dtype) else 4
@@ -375,35 +414,48 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
         partition_axis = next((i for i, s in enumerate(dims) if isinstance(s, ParDim)), 0)
         dims = tuple(int(s) for s in dims)
     dtype = dtypes.as_dtype(dtype)
-    if any(d <= 0 for d in dims):
+    if dims and min(dims) <= 0:
         raise KernelUsageError(f"tensor {name or ''} has an empty or negative dimension: {dims}")
     if kind != HBM:
         _check_on_chip(sim.limits, kind, dims, partition_axis, dtype, name)
+    shared = isinstance(buffer, Buffer) and buffer.name == "shared_hbm"
+    if shared:
+        index = sim.shared_cursor
+        sim.shared_cursor += 1
+        if index < len(sim.shared):
+            storage = sim.shared[index]
+            if storage.shape == dims and storage.dtype == dtype:
+                return Tile(storage, full_subscript(dims))
     if data is None and sim.numeric:
         data = _uninitialized(dims, dtype)
     storage = Storage(sim, name, kind, dims, dtype, partition_axis, data)
+    if shared:
+        sim.shared.append(storage)
     return Tile(storage, full_subscript(dims))
+
+
+def _label(kind: str, name: str, dims: tuple[int, ...]) -> str:
+    return f"{kind.upper()} tensor {name + ' ' if name else ''}of shape {dims}"
 
 
 def _check_on_chip(limits: Limits, kind: str, dims: tuple[int, ...], partition_axis: int,
                    dtype: np.dtype, name: str) -> None:
-    label = f"{kind.upper()} tensor {name + ' ' if name else ''}of shape {dims}"
     partitions = dims[partition_axis] if dims else 1
     if partitions > limits.pmax:
-        raise HardwareRuleError(f"{label}: size of partition dimension {partitions} exceeds the "
+        raise HardwareRuleError(f"{_label(kind, name, dims)}: size of partition dimension {partitions} exceeds the "
                                 f"architecture limit of {limits.pmax}")
     itemsize = DTYPE_SIZES.get(dtypes.name_of(dtype), dtype.itemsize)
     tile_bytes = math.prod(dims[partition_axis + 1:]) * itemsize
     blocks = math.prod(dims[:partition_axis])
     if kind == SBUF and tile_bytes > limits.sbuf_partition_bytes:
-        raise HardwareRuleError(f"{label}: one tile needs {tile_bytes} bytes per partition, more than "
-                                f"the {limits.sbuf_partition_bytes} bytes of an SBUF partition on "
+        raise HardwareRuleError(f"{_label(kind, name, dims)}: one tile needs {tile_bytes} bytes per "
+                                f"partition, more than the {limits.sbuf_partition_bytes} bytes of an SBUF partition on "
                                 f"{limits.name}")
     if kind == PSUM:
         if tile_bytes > limits.psum_bank_bytes:
-            raise HardwareRuleError(f"{label}: a PSUM tile needs {tile_bytes} bytes per partition; a "
-                                    f"PSUM bank holds {limits.psum_bank_bytes} (512 float32)")
+            raise HardwareRuleError(f"{_label(kind, name, dims)}: a PSUM tile needs {tile_bytes} bytes per "
+                                    f"partition; a PSUM bank holds {limits.psum_bank_bytes} (512 float32)")
         if tile_bytes * blocks > limits.psum_partition_bytes:
-            raise HardwareRuleError(f"{label}: needs {tile_bytes * blocks} bytes per partition; PSUM "
-                                    f"has {limits.psum_partition_bytes} (8 banks of 2 KiB)")
+            raise HardwareRuleError(f"{_label(kind, name, dims)}: needs {tile_bytes * blocks} bytes per "
+                                    f"partition; PSUM has {limits.psum_partition_bytes} (8 banks of 2 KiB)")
 

@@ -36,5 +36,14 @@ def __getattr__(name: str) -> Any:
     raise UnsupportedApiError(f"nki.{name} is not implemented by the AccelOpt simulator")
 
 
-__all__ = ["isa", "language", "typing", "jit", "baremetal", "benchmark", "profile", "simulate",
-           "simulate_kernel"]
+__all__ = [
+    "baremetal",
+    "benchmark",
+    "isa",
+    "jit",
+    "language",
+    "profile",
+    "simulate",
+    "simulate_kernel",
+    "typing",
+]

@@ -9,14 +9,22 @@ from .. import ops
 from ..tensor import Tile
 
 
-def nc_matmul(dst: Tile, stationary: Tile, moving: Tile, accumulate: bool | None = None,
-              is_transpose: bool = False, **_: Any) -> None:
-    """accumulate=None: the first matmul into a PSUM region overwrites, the following ones add,
-    until something reads the region (shared/nki-facts.md A.3)."""
+def nc_matmul(dst: Tile, stationary: Tile, moving: Tile, is_stationary_onezero: bool = False,
+              is_moving_onezero: bool = False, is_transpose: bool = False, accumulate: bool | None = None,
+              **_: Any) -> None:
+    """accumulate=None: the first matmul into a PSUM region overwrites, the following ones add
+    (shared/nki-facts.md A.3). The docs do not say what ends such a group; here any other
+    instruction reading or writing the region does, so the next matmul starts a new one."""
+    storage = dst.storage
+    region = dst.sub.region
     if accumulate is None:
-        accumulate = dst.storage.mm_region == dst.sub.region
-    ops.nc_matmul(stationary, moving, is_transpose=is_transpose, dst=dst, accumulate=accumulate)
-    dst.storage.mm_region = dst.sub.region
+        accumulate = bool(storage.mm_open) and region in storage.mm_open
+    ops.nc_matmul(stationary, moving, is_transpose=is_transpose, dst=dst, accumulate=accumulate,
+                  onezero=is_stationary_onezero or is_moving_onezero)
+    if storage.mm_open is None:
+        storage.mm_open = [region]
+    elif region not in storage.mm_open:
+        storage.mm_open.append(region)
 
 
 def nc_transpose(dst: Tile, data: Tile, engine: Any = None, **_: Any) -> None:
@@ -62,16 +70,16 @@ def tensor_copy(dst: Tile, src: Tile, engine: Any = None, **_: Any) -> None:
 
 
 def tensor_tensor_scan(dst: Tile, data0: Tile, data1: Tile, initial: Any, op0: Any, op1: Any,
-                       **_: Any) -> None:
-    ops.tensor_tensor_scan(data0, data1, initial, op0, op1, dst=dst)
+                       reverse0: bool = False, reverse1: bool = False, **_: Any) -> None:
+    ops.tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=reverse0, reverse1=reverse1, dst=dst)
 
 
 def memset(dst: Tile, value: Any, engine: Any = None, **_: Any) -> None:
     ops.memset(dst.shape, value, dst.dtype, engine=engine, dst=dst)
 
 
-def reciprocal(dst: Tile, data: Tile, **_: Any) -> None:
-    ops.reciprocal(data, dst=dst)
+def reciprocal(dst: Tile, data: Tile, engine: Any = None, **_: Any) -> None:
+    ops.reciprocal(data, engine=engine, dst=dst)
 
 
 def iota(dst: Tile, expr: Any, **_: Any) -> None:

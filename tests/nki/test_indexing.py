@@ -1,0 +1,266 @@
+"""Indexing: nl.arange / nl.mgrid expressions, affine arithmetic, slices, nl.ds, strides, masks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from accelopt_core.nki import HardwareRuleError, KernelUsageError
+
+HEADER = """
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+"""
+
+
+def test_arange_partition_and_free(run, rng):
+    a = rng.standard_normal((128, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(512)[None, :]
+    t = nl.load(a[i_p, i_f])
+    nl.store(out[i_p, i_f], value=t)
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out, a)
+    load = both.instructions[0]
+    assert load.reads[0].region == ((0, 128), (0, 512))
+    assert load.reads[0].contiguous_bytes == 128 * 512 * 4  # whole rows: one contiguous run
+    assert load.writes[0].shape == (128, 512)
+
+
+@pytest.mark.parametrize("form", ["attrs", "unpack"])
+def test_mgrid(run, rng, form):
+    a = rng.standard_normal((256, 64)).astype(np.float32)
+    index = "g = nl.mgrid[0:128, 0:64]\n    ip, ix = g.p, g.x" if form == "attrs" else \
+        "ip, ix = nl.mgrid[0:128, 0:64]"
+    both = run(HEADER + f"""
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    {index}
+    for i in nl.affine_range(2):
+        t = nl.load(a[i * 128 + ip, ix])
+        nl.store(out[i * 128 + ip, ix], value=nl.multiply(t, 2.0))
+    return out
+""", a)
+    np.testing.assert_allclose(both.out, 2 * a)
+    loads = [i for i in both.instructions if i.op == "dma_copy" and i.reads[0].tensor == 1]
+    assert [inst.reads[0].region for inst in loads] == [((0, 128), (0, 64)), ((128, 256), (0, 64))]
+
+
+def test_affine_expressions_and_negative_offsets(run, rng):
+    a = rng.standard_normal((384, 32)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 32), dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(32)[None, :]
+    x = nl.load(a[256 + i_p - 128, i_f])    # rows 128..255
+    y = nl.load(a[2 * 128 + i_p, 31 - i_f])  # rows 256..383, columns reversed
+    nl.store(out[i_p, i_f], value=nl.add(x, y))
+    return out
+""", a)
+    np.testing.assert_allclose(both.out, a[128:256] + a[256:384, ::-1])
+
+
+def test_slices_partial_keys_and_ellipsis(run, rng):
+    a = rng.standard_normal((256, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 256), dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a[128:256])              # rows only: all columns
+    y = nl.load(a[0:128, 256:512])
+    z = x[:, 0:256]                      # a view of an SBUF tile
+    nl.store(out[...], value=nl.add(z, y))
+    return out
+""", a)
+    np.testing.assert_allclose(both.out, a[128:256, :256] + a[:128, 256:])
+    add = next(i for i in both.instructions if i.op == "tensor_tensor")
+    assert add.reads[0].region == ((0, 128), (0, 256))
+    assert add.reads[0].shape == (128, 256)
+
+
+def test_integer_block_index_in_front_of_partition_dim(run, rng):
+    a = rng.standard_normal((2, 128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(64)[None, :]
+    buf = nl.ndarray((2, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    for b in nl.affine_range(2):
+        buf[b, i_p, i_f] = nl.load(a[b, i_p, i_f])
+        nl.store(out[b], value=nl.negative(buf[b, i_p, i_f]))
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out, -a)
+    load = both.instructions[0]
+    assert load.reads[0].region == ((0, 1), (0, 128), (0, 64))
+    assert load.writes[0].region == ((0, 1), (0, 128), (0, 64))
+
+
+def test_ds_dynamic_slice(run, rng):
+    a = rng.standard_normal((256, 1024)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        for j in nl.affine_range(2):
+            t = nl.load(a[nl.ds(i * 128, 128), nl.ds(j * 512, 512)])
+            nl.store(out[nl.ds(i * 128, 128), nl.ds(j * 512, 512)], value=t)
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out, a)
+    assert both.instructions[0].reads[0].contiguous_bytes == 512 * 4
+
+
+def test_strided_free_axis(run, rng):
+    a = rng.standard_normal((128, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 256), dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(256)[None, :]
+    odd = nl.load(a[i_p, 2 * i_f + 1])
+    even = nl.load(a[i_p, i_f * 2])
+    nl.store(out, value=nl.subtract(odd, even))
+    return out
+""", a)
+    np.testing.assert_allclose(both.out, a[:, 1::2] - a[:, 0::2])
+    odd = both.instructions[0]
+    assert odd.reads[0].region == ((0, 128), (1, 512))  # bounding box of the strided access
+    assert odd.reads[0].nbytes == 128 * 256 * 4
+    assert odd.reads[0].contiguous_bytes == 4  # stride 2: no two touched elements are adjacent
+
+
+def test_sliced_step(run, rng):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a[:, 1:64:4])
+    nl.store(out, value=t)
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out, a[:, 1::4])
+
+
+def test_free_axes_permuted_by_copy(run, rng):
+    a = rng.standard_normal((128, 4, 8)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 8, 4), dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p, i_x, i_y = nl.mgrid[0:128, 0:8, 0:4]
+    t = nl.load(a)
+    u = nl.copy(t[i_p, i_y, i_x])
+    nl.store(out, value=u)
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out, a.transpose(0, 2, 1))
+
+
+RAGGED = HEADER + """
+import math
+
+@nki.jit
+def kernel(a):
+    n, d = a.shape
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i_f = nl.arange(d)[None, :]
+    for t in nl.affine_range(math.ceil(n / 128)):
+        i_p = t * 128 + nl.arange(128)[:, None]
+        x = nl.load(a[i_p, i_f], mask=(i_p < n))
+        y = nl.exp(x, mask=(i_p < n))
+        nl.store(out[i_p, i_f], value=y, mask=(i_p < n))
+    return out
+"""
+
+
+def test_mask_ragged_last_tile(run, rng):
+    a = rng.standard_normal((300, 64)).astype(np.float32)
+    both = run(RAGGED, a)
+    np.testing.assert_allclose(both.out, np.exp(a), rtol=1e-6)
+    loads = [i for i in both.instructions if i.op == "dma_copy" and i.attrs["direction"] == "hbm_to_sbuf"]
+    assert [i.partitions for i in loads] == [128, 128, 44]
+    assert loads[-1].reads[0].nbytes == 44 * 64 * 4
+    assert loads[-1].reads[0].region == ((256, 300), (0, 64))  # clipped to the tensor
+    exps = [i for i in both.instructions if i.op == "activation"]
+    assert [i.partitions for i in exps] == [128, 128, 44]
+    stores = [i for i in both.instructions if i.op == "dma_copy" and i.attrs["direction"] == "sbuf_to_hbm"]
+    assert stores[-1].writes[0].nbytes == 44 * 64 * 4
+
+
+def test_mask_on_free_axis_limits_the_work(run, rng):
+    a = rng.standard_normal((128, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(512)[None, :]
+    x = nl.load(a)
+    y = nl.zeros((128, 512), dtype=nl.float32)
+    y[i_p, i_f] = nl.square(x[i_p, i_f], mask=((i_p < 64) & (i_f < 256)))
+    nl.store(out, value=y)
+    return out
+""", a)
+    expected = np.zeros_like(a)
+    expected[:64, :256] = a[:64, :256] ** 2
+    np.testing.assert_allclose(both.out, expected, rtol=1e-6)
+    square = next(i for i in both.instructions if i.op == "activation")
+    assert (square.partitions, square.free_elements) == (64, 256)
+
+
+def test_out_of_bounds_index_without_mask_is_an_error(fails):
+    err = fails(RAGGED.replace("mask=(i_p < n))\n        y", "mask=None)  # ERR\n        y"),
+                np.zeros((300, 64), np.float32), error=HardwareRuleError)
+    assert "out of bounds" in err.message
+    assert "[256, 383]" in err.message and "size 300" in err.message
+
+
+@pytest.mark.parametrize("index", ["a[0:256, :]", "a[128 + nl.arange(128)[:, None], nl.arange(64)[None, :]]",
+                                   "a[200, 0]", "a[:, 0:65]"])
+def test_out_of_bounds_subscripts(fails, index):
+    err = fails(HEADER + f"""
+@nki.jit
+def kernel(a):
+    t = nl.load({index})  # ERR
+    return a
+""", np.zeros((200, 64), np.float32), error=HardwareRuleError)
+    assert "out of bounds" in err.message
+
+
+def test_mask_that_does_not_cover_the_overhang_is_an_error(fails):
+    # The docs only show masks that cut exactly at the tensor edge; what the compiler does with a
+    # mask that lets out-of-bounds elements through is not documented. We reject it.
+    err = fails(HEADER + """
+@nki.jit
+def kernel(a):
+    i_p = 128 + nl.arange(128)[:, None]
+    i_f = nl.arange(64)[None, :]
+    t = nl.load(a[i_p, i_f], mask=(i_p < 250))  # ERR
+    return a
+""", np.zeros((200, 64), np.float32), error=HardwareRuleError)
+    assert "out of bounds" in err.message
+
+
+def test_mixing_slices_and_aranges_is_rejected(fails):
+    err = fails(HEADER + """
+@nki.jit
+def kernel(a):
+    i_p = nl.arange(128)[:, None]
+    t = nl.load(a[i_p, 0:64])  # ERR
+    return a
+""", np.zeros((128, 64), np.float32), error=KernelUsageError)
+    assert "cannot mix slices" in err.message

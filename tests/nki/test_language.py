@@ -1,0 +1,419 @@
+"""`neuronxcc.nki.language`: data movement, matmul, element-wise ops, reductions, helpers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+HEADER = """
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.isa as nisa
+"""
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf)(x.astype(np.float64))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+
+
+UNARY = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "square": np.square,
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "silu": lambda x: x * _sigmoid(x),
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
+    "relu": lambda x: np.maximum(x, 0.0),
+    "abs": np.abs,
+    "negative": np.negative,
+    "sign": np.sign,
+    "softplus": lambda x: np.log1p(np.exp(x)),
+    "erf": _erf,
+}
+POSITIVE_ONLY = {"log", "sqrt", "rsqrt"}
+ON_VECTOR = {"reciprocal", "negative"}  # arithmetic, not an activation-table function
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary(run, rng, name):
+    a = rng.standard_normal((128, 256)).astype(np.float32)
+    if name in POSITIVE_ONLY:
+        a = np.abs(a) + 0.1
+    both = run(HEADER + f"""
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.{name}(nl.load(a)))
+    return out
+""", a)
+    np.testing.assert_allclose(both.out, UNARY[name](a), rtol=2e-6, atol=1e-6)
+    op = both.instructions[1]
+    if name in ON_VECTOR:
+        assert op.engine == "vector"
+    else:
+        assert (op.engine, op.op, op.attrs["func"]) == ("scalar", "activation", name)
+    assert (op.partitions, op.free_elements) == (128, 256)
+
+
+BINARY = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+    "maximum": np.maximum, "minimum": np.minimum, "power": np.power,
+}
+COMPARE = {
+    "equal": np.equal, "not_equal": np.not_equal, "greater": np.greater, "greater_equal": np.greater_equal,
+    "less": np.less, "less_equal": np.less_equal,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY) + sorted(COMPARE))
+def test_binary_tile_tile(run, rng, name):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+    if name == "power":
+        a = np.abs(a) + 0.5
+    b[::3] = a[::3]  # some equal elements for the comparisons
+    both = run(HEADER + f"""
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    r = nl.{name}(nl.load(a), nl.load(b))
+    nl.store(out, value=r)
+    return out
+""", a, b)
+    fn = {**BINARY, **COMPARE}[name]
+    np.testing.assert_allclose(both.out, fn(a, b).astype(np.float32), rtol=1e-6)
+    op = both.instructions[2]
+    assert (op.op, op.attrs["op"]) == ("tensor_tensor", name)
+    assert op.engine == ("gpsimd" if name == "power" else "vector")
+    result = [t for t in both.numeric.trace.tensors.values() if t.buffer == "sbuf"][-1]
+    # comparisons default to dtype=bool (their documented signature); arithmetic promotes
+    assert result.dtype == ("bool" if name in COMPARE else "float32")
+
+
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide", "maximum", "minimum"])
+def test_binary_with_scalar_and_column_broadcast(run, rng, name):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    col = rng.standard_normal((128, 1)).astype(np.float32) + 3.0
+    both = run(HEADER + f"""
+@nki.jit
+def kernel(a, col):
+    out = nl.ndarray((4, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    c = nl.load(col)
+    nl.store(out[0], value=nl.{name}(x, 2.5))
+    nl.store(out[1], value=nl.{name}(2.5, x))
+    nl.store(out[2], value=nl.{name}(x, c))
+    nl.store(out[3], value=nl.{name}(c, x))
+    return out
+""", a, col)
+    fn = BINARY[name]
+    expected = [fn(a, np.float32(2.5)), fn(np.float32(2.5), a), fn(a, col), fn(col, a)]
+    for got, want in zip(both.out, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    computes = [i for i in both.instructions if i.engine == "vector"]
+    assert [i.op for i in computes] == ["tensor_scalar"] * 4
+    assert all(i.free_elements == 64 for i in computes)
+    assert len(computes[2].reads) == 2 and computes[2].reads[1].shape == (128, 1)
+
+
+def test_python_operators_on_tiles(run, rng):
+    a = rng.standard_normal((128, 32)).astype(np.float32)
+    b = rng.standard_normal((128, 32)).astype(np.float32) + 4.0
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((8, 128, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = nl.load(b)
+    nl.store(out[0], value=x + y)
+    nl.store(out[1], value=x * 2.0)
+    nl.store(out[2], value=-x)
+    nl.store(out[3], value=1.0 - x)
+    nl.store(out[4], value=x / y)
+    nl.store(out[5], value=3.0 / y)
+    nl.store(out[6], value=x - y * x)
+    z = nl.copy(x)
+    z += y
+    z *= 0.5
+    nl.store(out[7], value=z)
+    return out
+""", a, b)
+    want = [a + b, a * 2, -a, 1 - a, a / b, 3 / b, a - b * a, (a + b) * 0.5]
+    for got, w in zip(both.out, want, strict=True):
+        np.testing.assert_allclose(got, w, rtol=1e-6)
+
+
+def test_negation_keeps_the_dtype(run):
+    # Python operators on tiles are not documented; `-x` is treated as nl.negative (dtype kept),
+    # whereas `x * -1.0` would promote with a float32 scalar.
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = -x
+    nl.store(out, value=y)
+    return out
+""", np.ones((4, 4), np.float32).astype("bfloat16"))
+    assert both.out.dtype.name == "bfloat16"
+    assert both.instructions[1].dtype == "bfloat16"
+
+
+@pytest.mark.parametrize(("name", "fn"), [("max", np.max), ("min", np.min), ("sum", np.sum), ("mean", np.mean),
+                                          ("prod", np.prod)])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_reductions(run, rng, name, fn, keepdims):
+    a = (rng.standard_normal((128, 4, 16)) * 0.5 + 1).astype(np.float32)
+    out_shape = "(128, 1, 1)" if keepdims else "(128,)"
+    both = run(HEADER + f"""
+@nki.jit
+def kernel(a):
+    out = nl.ndarray({out_shape}, dtype=nl.float32, buffer=nl.shared_hbm)
+    out2 = nl.ndarray((128, 4, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    nl.store(out, value=nl.{name}(x, axis=(1, 2), keepdims={keepdims}))
+    nl.store(out2, value=nl.{name}(x, axis=[2], keepdims=True))
+    return out, out2
+""", a)
+    np.testing.assert_allclose(both.outputs[0], fn(a, axis=(1, 2), keepdims=keepdims), rtol=1e-5)
+    np.testing.assert_allclose(both.outputs[1], fn(a, axis=2, keepdims=True), rtol=1e-5)
+    reduce = both.instructions[1]
+    assert (reduce.engine, reduce.op) == ("vector", "tensor_reduce")
+    assert (reduce.partitions, reduce.free_elements) == (128, 64)
+
+
+def test_reduction_axis_rules(fails):
+    fails(HEADER + """
+@nki.jit
+def kernel(a):
+    x = nl.load(a)
+    s = nl.sum(x, axis=0)  # ERR
+    return a
+""", np.zeros((128, 4), np.float32))
+    # The docs ask for consecutive free axes but are ambiguous about which end the set must
+    # touch ("[1], [1,2], ..." versus "the last contiguous dim(s)"), so only gaps are rejected.
+    err = fails(HEADER + """
+@nki.jit
+def kernel(a):
+    x = nl.load(a)
+    s = nl.sum(x, axis=(1, 3))  # ERR
+    return a
+""", np.zeros((128, 4, 8, 2), np.float32))
+    assert "consecutive free axes" in err.message and "[1, 3]" in err.message
+
+
+def test_mean_of_integers_is_float32(run):
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((4, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    m = nl.mean(nl.load(a), axis=1, keepdims=True)
+    nl.store(out, value=m)
+    return out
+""", np.array([[1, 2], [3, 4], [5, 6], [7, 9]], np.int32))
+    np.testing.assert_array_equal(both.out, [[1.5], [3.5], [5.5], [8.0]])
+    assert both.numeric.trace.tensors[both.instructions[1].writes[0].tensor].dtype == "float32"
+
+
+def test_load_store_copy(run, rng):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    x = nl.load(a, dtype=nl.bfloat16)
+    y = nl.copy(x, dtype=nl.float32)
+    nl.store(out, value=y)
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out, a.astype("bfloat16"))
+    assert both.ops() == [("dma", "dma_copy"), ("vector", "tensor_copy"), ("dma", "dma_copy")]
+    assert [i.attrs["direction"] for i in both.instructions if i.engine == "dma"] == ["hbm_to_sbuf", "sbuf_to_hbm"]
+
+
+def test_store_of_a_psum_tile_copies_through_sbuf(run, rng):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 256)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((64, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    r = nl.matmul(nl.load(a), nl.load(b), transpose_x=True)
+    nl.store(out, value=r)
+    return out
+""", a, b)
+    np.testing.assert_allclose(both.out, a.T @ b, rtol=1e-4, atol=1e-4)
+    assert [op for _, op in both.ops()][2:] == ["nc_matmul", "tensor_copy", "dma_copy"]
+
+
+def test_load_transpose2d(run, rng):
+    a = rng.standard_normal((64, 128)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load_transpose2d(a))
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out, a.T)
+    assert both.instructions[0].attrs["transpose"] is True
+    assert both.instructions[0].partitions == 128
+
+
+def test_transpose(run, rng):
+    a = rng.standard_normal((96, 128)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 96), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.transpose(nl.load(a))
+    nl.store(out, value=nl.copy(t))
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out, a.T)
+    tr = both.instructions[1]
+    assert (tr.engine, tr.op, tr.attrs["is_transpose"]) == ("tensor", "nc_transpose", True)
+    assert tr.writes[0].buffer == "psum"
+
+
+@pytest.mark.parametrize("transpose_x", [True, False])
+def test_matmul(run, rng, transpose_x):
+    x = rng.standard_normal((128, 96)).astype(np.float32)
+    y = rng.standard_normal((128 if transpose_x else 96, 512)).astype(np.float32)
+    both = run(HEADER + f"""
+@nki.jit
+def kernel(x, y):
+    out = nl.ndarray(({96 if transpose_x else 128}, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    r = nl.matmul(nl.load(x), nl.load(y), transpose_x={transpose_x})
+    nl.store(out, value=nl.copy(r))
+    return out
+""", x, y)
+    want = x.T @ y if transpose_x else x @ y
+    np.testing.assert_allclose(both.out, want, rtol=1e-4, atol=1e-4)
+    tensor_ops = [i for i in both.instructions if i.engine == "tensor"]
+    if transpose_x:
+        assert [i.op for i in tensor_ops] == ["nc_matmul"]
+    else:  # the compiler first puts x's contraction dim on partitions with a Tensor-engine transpose
+        assert [i.op for i in tensor_ops] == ["nc_transpose", "nc_matmul"]
+    mm = tensor_ops[-1]
+    assert (mm.attrs["contraction"], mm.attrs["stationary_free"], mm.attrs["moving_free"]) == (
+        (128, 96, 512) if transpose_x else (96, 128, 512))
+    assert mm.flops == 2 * mm.attrs["contraction"] * mm.attrs["stationary_free"] * 512
+
+
+def test_broadcast_to(run, rng):
+    row = rng.standard_normal((1, 64)).astype(np.float32)
+    col = rng.standard_normal((128, 1)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(row, col):
+    out = nl.ndarray((2, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    r = nl.broadcast_to(nl.load(row), shape=(128, 64))
+    c = nl.broadcast_to(nl.load(col), (128, 64))
+    nl.store(out[0], value=r)
+    nl.store(out[1], value=c)
+    return out
+""", row, col)
+    np.testing.assert_allclose(both.out[0], np.broadcast_to(row, (128, 64)), rtol=1e-6)
+    np.testing.assert_array_equal(both.out[1], np.broadcast_to(col, (128, 64)))
+    assert ("tensor", "nc_matmul") in both.ops()  # partition broadcast: ones-vector matmul
+
+
+def test_broadcast_to_wider_than_a_psum_bank(run, rng):
+    row = rng.standard_normal((1, 700)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(row):
+    out = nl.ndarray((64, 700), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.broadcast_to(nl.load(row), shape=(64, 700)))
+    return out
+""", row)
+    np.testing.assert_allclose(both.out, np.broadcast_to(row, (64, 700)), rtol=1e-6)
+    mms = [i for i in both.instructions if i.op == "nc_matmul"]
+    assert [i.attrs["moving_free"] for i in mms] == [512, 188]
+
+
+def test_where(run, rng):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((2, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = nl.load(b)
+    nl.store(out[0], value=nl.where(nl.greater(x, y), x, y))
+    nl.store(out[1], value=nl.where(x > 0.0, x, 0.0))
+    return out
+""", a, b)
+    np.testing.assert_array_equal(both.out[0], np.where(a > b, a, b))
+    np.testing.assert_array_equal(both.out[1], np.where(a > 0, a, 0))
+
+
+def test_softmax(run, rng):
+    a = rng.standard_normal((128, 200)).astype(np.float32) * 3
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.softmax(nl.load(a), axis=1))
+    return out
+""", a)
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(both.out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_logical_and_bitwise(run):
+    a = np.arange(128 * 8, dtype=np.int32).reshape(128, 8)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((4, 128, 8), dtype=nl.int32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    nl.store(out[0], value=nl.bitwise_and(x, 6))
+    nl.store(out[1], value=nl.left_shift(x, 2))
+    nl.store(out[2], value=nl.logical_and(nl.greater(x, 3), nl.less(x, 100)))
+    nl.store(out[3], value=nl.logical_not(nl.equal(x, 5)))
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out[0], a & 6)
+    np.testing.assert_array_equal(both.out[1], a << 2)
+    np.testing.assert_array_equal(both.out[2], ((a > 3) & (a < 100)).astype(np.int32))
+    np.testing.assert_array_equal(both.out[3], (a != 5).astype(np.int32))
+
+
+def test_program_id_and_num_programs_outside_spmd(run):
+    both = run(HEADER + """
+@nki.jit
+def kernel():
+    out = nl.ndarray((1, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.full((1, 3), float(nl.program_id(0) + 10 * nl.num_programs(0) + 100 * nl.program_ndim()),
+                dtype=nl.float32)
+    nl.store(out, value=t)
+    return out
+""")
+    np.testing.assert_array_equal(both.out, np.full((1, 3), 110.0))
+
+
+def test_tile_size_constants(run):
+    both = run(HEADER + """
+@nki.jit
+def kernel():
+    out = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.shared_hbm)
+    ts = nl.tile_size
+    t = nl.full((1, 4), ts.pmax + ts.gemm_stationary_fmax + ts.gemm_moving_fmax + ts.psum_fmax, dtype=nl.int32)
+    nl.store(out, value=t)
+    return out
+""")
+    np.testing.assert_array_equal(both.out, np.full((1, 4), 128 + 128 + 512 + 512))

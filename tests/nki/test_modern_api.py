@@ -1,0 +1,144 @@
+"""The newer `nki` package: nisa.* write the `dst` passed first, nisa.dma_copy moves data."""
+
+from __future__ import annotations
+
+import numpy as np
+
+HEADER = """
+import numpy as np
+import nki
+import nki.language as nl
+import nki.isa as nisa
+"""
+
+
+def test_matmul_accumulate_none_overwrites_then_adds(run, rng):
+    a = rng.standard_normal((384, 128)).astype(np.float32)
+    b = rng.standard_normal((384, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # uninitialised (NaN here)
+    for k in nl.affine_range(3):
+        s = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        m = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=a[k * 128:(k + 1) * 128, :])
+        nisa.dma_copy(dst=m, src=b[k * 128:(k + 1) * 128, :])
+        nisa.nc_matmul(acc, s, m)
+    res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+""", a, b)
+    np.testing.assert_allclose(both.out, a.T @ b, rtol=1e-4, atol=1e-3)
+    mms = [i for i in both.instructions if i.op == "nc_matmul"]
+    assert [i.attrs["accumulate"] for i in mms] == [False, True, True]
+    assert [len(i.reads) for i in mms] == [2, 3, 3]
+
+
+def test_matmul_groups_end_when_the_region_is_read(run, rng):
+    # The docs do not say what closes an accumulate=None group; we close it when another
+    # instruction reads or writes the region, so the next matmul overwrites again.
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((2, 64, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    s = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=x)
+    acc = nl.ndarray((2, nl.par_dim(64), 64), dtype=nl.float32, buffer=nl.psum)
+    res = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.nc_matmul(acc[0], s, s)
+    nisa.nc_matmul(acc[1], s, s)
+    nisa.nc_matmul(acc[0], s, s)          # adds: groups are per region
+    nisa.tensor_copy(dst=res, src=acc[0])
+    nisa.dma_copy(dst=out[0], src=res)
+    nisa.nc_matmul(acc[0], s, s)          # the group was read: this one overwrites
+    nisa.nc_matmul(acc[1], s, s, accumulate=False)
+    nisa.tensor_copy(dst=res, src=acc[1])
+    nisa.dma_copy(dst=out[1], src=res)
+    return out
+""", x)
+    gram = x.T @ x
+    np.testing.assert_allclose(both.out[0], 2 * gram, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(both.out[1], gram, rtol=1e-4, atol=1e-3)
+    mms = [i for i in both.instructions if i.op == "nc_matmul"]
+    assert [i.attrs["accumulate"] for i in mms] == [False, False, True, False, False]
+
+
+def test_modern_instructions(run, rng):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    col = rng.standard_normal((128, 1)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, col):
+    out = nl.ndarray((6, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    red = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    c = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=a)
+    nisa.dma_copy(dst=c, src=col)
+    y = nl.ndarray((6, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=y[0], data1=x, data2=x, op=nl.multiply)
+    nisa.tensor_scalar(dst=y[1], data=x, op0=nl.add, operand0=c, op1=nl.multiply, operand1=2.0)
+    nisa.activation(dst=y[2], op=nl.exp, data=x, bias=c, scale=0.5)
+    nisa.tensor_copy(dst=y[3], src=x)
+    nisa.memset(dst=y[4], value=3.0)
+    nisa.reciprocal(dst=y[5], data=x)
+    r = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=r, op=nl.add, data=x, axis=1, negate=True, keepdims=True)
+    for i in nl.affine_range(6):
+        nisa.dma_copy(dst=out[i], src=y[i])
+    nisa.dma_copy(dst=red, src=r)
+    return out, red
+""", a, col)
+    out, red = both.outputs
+    np.testing.assert_allclose(out[0], a * a, rtol=1e-6)
+    np.testing.assert_allclose(out[1], (a + col) * 2, rtol=1e-6)
+    np.testing.assert_allclose(out[2], np.exp(a * 0.5 + col), rtol=1e-6)
+    np.testing.assert_array_equal(out[3], a)
+    np.testing.assert_array_equal(out[4], np.full((128, 64), 3.0))
+    np.testing.assert_allclose(out[5], 1 / a, rtol=1e-6)
+    np.testing.assert_allclose(red, -a.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
+    ops = [op for _, op in both.ops()]
+    assert ops[2:9] == ["tensor_tensor", "tensor_scalar", "activation", "tensor_copy", "memset", "reciprocal",
+                        "tensor_reduce"]
+    # every instruction wrote straight into its dst: no temporaries were allocated
+    assert all(t.name != "" for t in both.numeric.trace.tensors.values())
+    assert len(both.numeric.trace.tensors) == 8
+
+
+def test_simulate_and_jit_entry_points(load, rng):
+    module, kernel, _ = load(HEADER + """
+@nki.jit
+def add_one(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    u = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=u, data=t, op0=nl.add, operand0=1.0)
+    nisa.dma_copy(dst=out, src=u)
+    return out
+
+def plain(a):
+    return add_one.__wrapped__(a)
+""")
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+    np.testing.assert_allclose(module.nki.simulate(kernel)(a), a + 1)
+    np.testing.assert_allclose(module.nki.simulate(module.plain)(a), a + 1)
+    np.testing.assert_allclose(kernel(a), a + 1)  # a jit kernel called with NumPy arrays runs
+    assert kernel.generation == "modern"
+
+
+def test_legacy_functions_are_reachable_from_the_new_package(run, rng):
+    a = rng.standard_normal((128, 32)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    nl.store(out, value=nl.exp(t))
+    return out
+""", a)
+    np.testing.assert_allclose(both.out, np.exp(a), rtol=1e-6)
