@@ -17,9 +17,11 @@ import time
 def run_once(mode: str, m: int, k: int, n: int) -> dict[str, float]:
     import numpy as np
 
+    from accelopt_core.blas import single_threaded_blas
     from accelopt_core.nki import TensorSpec, load_kernel, run_kernel
     from accelopt_core.tasks.registry import example_kernel_path
 
+    single_threaded_blas()
     kernel = load_kernel(example_kernel_path("matmul"))
     if mode == "trace":
         args = [TensorSpec((m, k), np.dtype(np.float32)), TensorSpec((k, n), np.dtype(np.float32))]
