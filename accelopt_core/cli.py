@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from .blas import single_threaded_blas
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
-from .nki.loader import check_source
+from .nki.loader import check_source, read_source
 from .profiling import ProfileResult, SimulatorProfiler, TaskRef
 from .report import render
 from .tasks import TaskError
@@ -40,13 +40,7 @@ def _task_for(args: argparse.Namespace) -> TaskRef:
 
 
 def _read_kernel(path: str, name: str | None) -> str:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            source = handle.read()
-    except OSError as exc:
-        raise CliError(f"cannot read kernel file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise CliError(f"{path} is not a text file") from None
+    source = read_source(path)
     check_source(source, path, name)
     return source
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # Frames that are never the kernel's own line: the simulator, and the import machinery (frozen
@@ -52,3 +54,15 @@ class KernelUsageError(NkiError):
     """The kernel uses an API wrongly (bad argument type, shape mismatch, bad index)."""
 
     kind = "invalid use"
+
+
+def missing_api(prefix: str) -> Callable[[str], Any]:
+    """A module `__getattr__` that names the unimplemented NKI API (and the kernel line) instead of
+    raising a bare AttributeError; dunder lookups by Python's machinery still get AttributeError."""
+
+    def module_getattr(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise UnsupportedApiError(f"{prefix}.{name} is not implemented by the AccelOpt simulator")
+
+    return module_getattr

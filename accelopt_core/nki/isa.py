@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import ops
-from .errors import KernelUsageError, UnsupportedApiError
+from .errors import KernelUsageError, missing_api
 from .indexing import Mask
 from .tensor import Tile
 from .trace import Engine
@@ -124,7 +124,4 @@ def affine_select(pred: Mask, on_true_tile: Tile, on_false_value: Any, mask: Mas
     return ops.select(pred, on_true_tile, on_false_value, dtype=dtype, mask=mask, engine=Engine.GPSIMD)
 
 
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise UnsupportedApiError(f"nki.isa.{name} is not implemented by the AccelOpt simulator")
+__getattr__ = missing_api("nki.isa")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes, ops
-from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError
+from .errors import HardwareRuleError, KernelUsageError, missing_api
 from .indexing import Mask, arange, ds, mgrid  # noqa: F401  (re-exported NKI names)
 from .tensor import HBM, PSUM, SBUF, Buffer, ParDim, Tile, allocate, current
 from .trace import LoopKind
@@ -364,8 +364,5 @@ def softmax(x: Tile, axis: Any = -1, dtype: Any = None, mask: Mask | None = None
                              mask=mask)
 
 
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise UnsupportedApiError(f"nki.language.{name} is not implemented by the AccelOpt simulator")
+__getattr__ = missing_api("nki.language")
 

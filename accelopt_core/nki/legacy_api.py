@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import isa, language, typing
-from .errors import UnsupportedApiError
+from .errors import missing_api
 from .runner import Kernel, jit_decorator, run_kernel
 
 jit = jit_decorator("legacy")
@@ -23,10 +23,7 @@ def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise UnsupportedApiError(f"nki.{name} is not implemented by the AccelOpt simulator")
+__getattr__ = missing_api("nki")
 
 
 __all__ = [

@@ -84,14 +84,19 @@ def find_kernel(module: types.ModuleType, name: str | None = None) -> Kernel:
     return Kernel(obj, generation)
 
 
-def load_kernel(path: str, name: str | None = None) -> Kernel:
+def read_source(path: str) -> str:
+    """A kernel file's text, or KernelLoadError saying why it cannot be read."""
     try:
         with open(path, encoding="utf-8") as handle:
-            source = handle.read()
+            return handle.read()
     except OSError as exc:
         raise KernelLoadError(f"cannot read kernel file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise KernelLoadError(f"{path} is not a text file") from None
+
+
+def load_kernel(path: str, name: str | None = None) -> Kernel:
+    source = read_source(path)
     try:
         module = load_module(source, os.path.abspath(path))
     except KernelLoadError:
