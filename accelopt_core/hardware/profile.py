@@ -81,6 +81,7 @@ class DmaSpec:
     queues_per_engine: int
     partitions_per_engine: int
     engine_bandwidth: float
+    engine_element_rate: float
     fixed_cost_s: float
     transpose_efficiency_hbm: float
     transpose_efficiency_sbuf: float
@@ -99,6 +100,15 @@ class DmaSpec:
                 x0, x1 = math.log2(b0), math.log2(b1)
                 return e0 + (e1 - e0) * (x - x0) / (x1 - x0)
         return curve[-1][1]
+
+    def width_penalty(self, item_size: int) -> float:
+        """How much longer than its byte count says a transfer of `item_size`-byte elements takes.
+
+        An engine moves at most `engine_bandwidth` bytes and `engine_element_rate` elements per
+        second, so elements narrower than bandwidth / element rate bytes are element-bound.
+        """
+        element_bound = self.engine_element_rate * max(1, item_size)
+        return max(1.0, self.engine_bandwidth / element_bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +274,8 @@ _MUST_BE_POSITIVE = frozenset({
     "clock_hz", "array_rows", "array_cols", "lanes", "elements_per_cycle",
     "elements_per_cycle_16bit", "elements_per_cycle_8bit", "perf_mode_copy_speedup",
     "perf_mode_other_speedup", "engines", "queues_per_engine", "partitions_per_engine",
-    "engine_bandwidth", "transpose_efficiency_hbm", "transpose_efficiency_sbuf", "hbm_bandwidth",
+    "engine_bandwidth", "engine_element_rate", "transpose_efficiency_hbm", "transpose_efficiency_sbuf",
+    "hbm_bandwidth",
     "sbuf_partitions", "sbuf_usable_bytes_per_partition", "psum_banks", "psum_bank_bytes",
     "vector_flops", "matmul_flops", "tensor_flops", "default_dtype_factor", "fp32_transpose_factor",
 })

@@ -270,6 +270,7 @@ class Tile:
         pa = 0 if self.storage.buffer != HBM else -1
         alias = Storage(sim, f"{self.storage.name}_reshaped", self.storage.buffer, new_shape,
                         self.storage.dtype, max(pa, 0), data)
+        sim.trace.tensors[alias.id].alias_of = self.storage.id
         return Tile(alias, full_subscript(new_shape))
 
     # --- data, for numeric mode --------------------------------------------------------------

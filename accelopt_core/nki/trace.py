@@ -71,6 +71,7 @@ class TensorInfo:
     bytes_per_partition: int  # on-chip footprint of one partition, all block dims included; 0 for HBM
     line: int
     loops: LoopNest
+    alias_of: int = -1  # id of the tensor this one reshapes (same memory), -1 for its own allocation
 
     @property
     def nbytes(self) -> int:

@@ -5,6 +5,11 @@ back-to-back work) and a tail latency (how much later a dependent instruction ma
 static overhead plus the SBUF/PSUM access start, or MM_INIT_LATENCY on the Tensor engine). Keeping
 the two apart is what lets independent instructions stream at the formula rate while a chain of
 dependent ones pays the overhead every step, as the perf guide measures.
+
+DMA transfers cost a fixed setup plus their bytes over the engines they span, slowed by the
+size-efficiency curve (bytes per descriptor element) and by the element-width penalty: engines are
+also limited to `engine_element_rate` elements per second, which makes 2-byte data move at half
+the byte rate (calibrated on the matmul tutorial's BF16 kernels; see trn1.toml).
 """
 
 from __future__ import annotations
@@ -191,16 +196,19 @@ class CostModel:
             payload = max((a.nbytes for a in sides), default=0)
             contiguous = min((a.contiguous_bytes for a in sides), default=0)
         partitions = max(1, inst.partitions)
+        # element width: the HBM side's (a casting load moves as many elements as it reads)
+        width_side = hbm_side if hbm_side is not None else src
+        item = DTYPE_SIZES.get(width_side.dtype, 4) if width_side is not None else 4
         key = (payload, contiguous, partitions, transpose, hbm_side is not None,
-               attrs.get("direction") == "hbm_to_hbm")
+               attrs.get("direction") == "hbm_to_hbm", item)
         cost = self._dma_cache.get(key)
         if cost is None:
             cost = self._dma_cost(payload, contiguous, partitions, transpose,
-                                  hbm=hbm_side is not None, hbm_only=bool(key[5]))
+                                  hbm=hbm_side is not None, hbm_only=bool(key[5]), item_size=item)
             self._dma_cache[key] = cost
         return cost
 
-    def spill_dma(self, payload: int, partitions: int, fraction: float) -> DmaCost:
+    def spill_dma(self, payload: int, partitions: int, fraction: float, item_size: int = 4) -> DmaCost:
         """Expected cost of spilling (or reloading) `fraction` of an access of `payload` bytes.
 
         The compiler moves whole tiles, so efficiency is that of the full access; only the given
@@ -208,12 +216,12 @@ class CostModel:
         """
         partitions = max(1, min(partitions, self.hw.memory.sbuf_partitions))
         full = self._dma_cost(max(1, payload), max(1, payload // partitions), partitions, False,
-                              hbm=True, hbm_only=False)
+                              hbm=True, hbm_only=False, item_size=item_size)
         return DmaCost(fixed=full.fixed * fraction, work_bytes=full.work_bytes * fraction, rate=full.rate,
                        engines=full.engines, payload=max(1, round(payload * fraction)))
 
     def _dma_cost(self, payload: int, contiguous: int, partitions: int, transpose: bool,
-                  hbm: bool, hbm_only: bool) -> DmaCost:
+                  hbm: bool, hbm_only: bool, item_size: int = 4) -> DmaCost:
         spec = self.hw.dma
         element = contiguous if contiguous > 0 else payload
         if not hbm_only:
@@ -221,6 +229,9 @@ class CostModel:
         efficiency = spec.efficiency(max(element, 1.0))
         if transpose:
             efficiency *= spec.transpose_efficiency_hbm if hbm else spec.transpose_efficiency_sbuf
+        # Narrow elements: the engines are element-bound below bandwidth / element-rate bytes
+        # (2-byte data moves at half the byte rate of 4-byte data; see engine_element_rate).
+        efficiency /= spec.width_penalty(item_size)
         engines = min(spec.engines, max(1, math.ceil(partitions / spec.partitions_per_engine)))
         rate = min(engines * spec.engine_bandwidth, self.aggregate_dma_rate)
         return DmaCost(fixed=spec.fixed_cost_s, work_bytes=max(payload, 1) / efficiency,

@@ -7,9 +7,21 @@ order; an instruction starts once its engine is free and the data it needs is th
 * WAR / WAW: before overwriting a region, after the earlier readers and writers of it are done
   (this is how buffer reuse limits overlap);
 * PSUM banks: a new accumulation group in a bank waits until the group before it in that bank has
-  been read out, since a bank holds one group at a time;
-* `sequential_range`: an iteration starts after everything of the previous iteration finished;
-  affine and static iterations are ordered by data only.
+  been read out, since a bank holds one group at a time.
+
+Loop kinds add no ordering of their own: `affine_range`, `sequential_range` and `static_range`
+iterations are all ordered by the data dependencies above plus each engine's program order. An
+earlier version made every instruction of a `sequential_range` iteration wait for the whole
+previous iteration to finish, reading "iterations may not overlap" literally. The measurements say
+otherwise: the matmul tutorial's fully blocked kernel (fact sheet D.2, 6.97 ms, 85% HFU on trn1)
+runs its K-block loop as `sequential_range`, and with that barrier its DMA, Tensor and Vector work
+(each several ms: about 6.8, 6.0 and 2.3 ms in this model) would add up to well over 10 ms; the
+measured time is close to the Tensor engine's share alone, so the hardware overlapped the next K
+block's loads and the previous block's read-out with the current block's matmuls. What
+`sequential_range` really promises is that a loop-carried dependency is honoured, and the trace
+already records every such dependency (the SBUF accumulator read and rewritten each iteration, a
+scan carry, a reused buffer): the RAW/WAR/WAW rules enforce exactly those and nothing more. The
+engines run their own instruction streams in order, so nothing overtakes on one engine either.
 
 Dependencies are found per tensor: for each one the model keeps the writes and reads that may
 still constrain someone, in program order with a running maximum of their times, so a query walks
@@ -22,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
-from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Loop, LoopKind, Trace
+from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Loop, Trace
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline
 from accelopt_core.perfmodel.spill import SbufPressure, sbuf_pressure
@@ -122,13 +134,11 @@ class _TensorDeps:
 
 
 class _NestInfo:
-    """What the scheduler needs from one loop nest, computed once per distinct nest tuple."""
+    """What the report needs from one loop nest, computed once per distinct nest tuple."""
 
-    __slots__ = ("index", "loops", "sequential")
+    __slots__ = ("index", "loops")
 
-    def __init__(self, sequential: tuple[tuple[list[Any], int], ...], index: int,
-                 loops: tuple[Loop, ...]) -> None:
-        self.sequential = sequential  # (state of a sequential loop, this iteration index)
+    def __init__(self, index: int, loops: tuple[Loop, ...]) -> None:
         self.index = index
         self.loops = loops
 
@@ -197,7 +207,6 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     full_region: dict[int, tuple[tuple[int, int], ...] | None] = {}
     tensors = trace.tensors
     nest_cache: dict[int, _NestInfo] = {}
-    loop_state: dict[int, list[Any]] = {}
     psum = _PsumBanks(tensors, hardware.memory)
     last_dma = -1
     latency = 0.0
@@ -210,31 +219,32 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
         nest_key = id(inst.loops)
         info = nest_cache.get(nest_key)
         if info is None:
-            info = _nest_info(inst.loops, loop_state, len(sched.nests))
+            info = _NestInfo(len(sched.nests), tuple(loop for loop, _ in inst.loops))
             nest_cache[nest_key] = info
             sched.nests.append(info)
         nest_of[i] = info.index
 
         # Start from when the engine (or the soonest DMA queue) is free: the start cannot be earlier,
         # and it lets dependency queries skip every entry that finished before that.
-        # With spilled operands the floor is the soonest DMA queue instead, when that is earlier, so
-        # the reload is issued as soon as data and a queue allow (the compiler prefetches reloads).
+        # Spilled operands are reloaded only once the instruction could otherwise start (its engine
+        # free, its inputs produced), not prefetched: a reloaded tile needs SBUF space that frees only
+        # as earlier consumers finish, so on hardware the compute engine sits waiting on the reload
+        # semaphore (fact sheet D.1 Opt #4). calibrated: mamba tutorial v2 at seq 8192 (fact sheet
+        # D.2: 53.33 ms, VectorE only 58.9% active, against 27.8 ms / 94.9% for the unspilled v3).
         spill = fractions[i] if fractions is not None and code != _DMA_CODE else 0.0
-        if code == _DMA_CODE or (spill > 0.0 and timeline.earliest()[0] < engine_free[code]):
+        # `nl.zeros(..., buffer=nl.psum)` before a `+=` matmul chain is the legacy accumulation idiom:
+        # the compiler folds the zeroing into the first matmul's start-of-group flag (a matmul may
+        # not accumulate onto PSUM another engine initialised, fact sheet A.3), so a zero memset
+        # into PSUM costs no engine time and orders only by data.
+        folded = (inst.op == "memset" and code != 0 and inst.writes
+                  and inst.writes[0].buffer == "psum" and (inst.attrs or {}).get("value") == 0)
+        if folded:
+            bound, p = 0.0, -1
+        elif code == _DMA_CODE:
             bound, p = timeline.earliest()
         else:
             bound = engine_free[code]
             p = engine_last[code]
-        for state, iteration in info.sequential:
-            if state[0] != iteration:
-                if state[1] > state[3]:
-                    state[3] = state[1]
-                    state[4] = state[2]
-                state[0] = iteration
-                state[1] = 0.0
-            if state[3] > bound:
-                bound = state[3]
-                p = state[4]
 
         tensor_engine = code == 0
         psum_write_banks: list[int] = []
@@ -263,7 +273,7 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
         if spill > 0.0:
             reload = sum(a.nbytes for a in inst.reads if a.buffer == "sbuf")
             if reload > 0:
-                cost = costs.spill_dma(reload, inst.partitions, spill)
+                cost = costs.spill_dma(reload, inst.partitions, spill, _item_size(inst.reads))
                 _, data_start, done = timeline.issue(bound, cost, -1)
                 sched.add_transfer(cost, data_start, done)
                 sched.spill_reload += reload * spill
@@ -282,6 +292,9 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             last_dma = i
             r = e
             busy[i] = cost.work_bytes / aggregate + cost.fixed / queues
+        elif folded:
+            s = e = r = bound
+            busy[i] = 0.0
         else:
             if engine_free[code] > bound:
                 bound = engine_free[code]
@@ -299,7 +312,7 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
         if spill > 0.0:
             save = sum(a.nbytes for a in inst.writes if a.buffer == "sbuf")
             if save > 0:
-                cost = costs.spill_dma(save, inst.partitions, spill)
+                cost = costs.spill_dma(save, inst.partitions, spill, _item_size(inst.writes))
                 _, data_start, done = timeline.issue(e, cost, -1)
                 sched.add_transfer(cost, data_start, done)
                 sched.spill_save += save * spill
@@ -340,26 +353,16 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
                 d = deps[key] = _TensorDeps()
             d.add_write(_BANK_BOX, r, e, tensor_engine, i, True)
 
-        for state, _ in info.sequential:
-            if r > state[1]:
-                state[1] = r
-                state[2] = i
-
     sched.latency = latency
     return sched
 
 
-def _nest_info(nest: tuple[tuple[Loop, int], ...], loop_state: dict[int, list[Any]],
-               index: int) -> _NestInfo:
-    sequential: list[tuple[list[Any], int]] = []
-    for loop, iteration in nest:
-        if loop.kind == LoopKind.SEQUENTIAL:
-            state = loop_state.get(id(loop))
-            if state is None:
-                # [current iteration, its max ready, at index, barrier, barrier index]
-                state = loop_state[id(loop)] = [-1, 0.0, -1, 0.0, -1]
-            sequential.append((state, iteration))
-    return _NestInfo(tuple(sequential), index, tuple(loop for loop, _ in nest))
+def _item_size(accesses: tuple[Any, ...]) -> int:
+    """Element width of the SBUF data an instruction spills or reloads."""
+    for acc in accesses:
+        if acc.buffer == "sbuf":
+            return DTYPE_SIZES.get(acc.dtype, 4)
+    return 4
 
 
 def _full_region(tensor: int, tensors: dict[int, Any]) -> tuple[tuple[int, int], ...] | None:

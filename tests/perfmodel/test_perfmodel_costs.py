@@ -112,3 +112,18 @@ def test_standalone_time_adds_the_dependency_tail() -> None:
     spec = TRN1.vector
     tail = (spec.static_overhead_cycles + spec.access_start_cycles) / spec.clock_hz
     assert costs.standalone(inst) == pytest.approx(costs.occupancy(inst) + tail)
+
+
+def test_two_byte_dma_moves_at_half_the_byte_rate() -> None:
+    # calibrated element-rate limit (trn1.toml engine_element_rate, matmul tutorial BF16 runs)
+    b = TraceBuilder()
+    src32 = b.tensor("a", "hbm", (128, 1024))
+    src16 = b.tensor("b", "hbm", (128, 2048), dtype="bfloat16")
+    fp32 = b.dma(src32, b.tensor("x", "sbuf", (128, 1024)))  # 4 KiB per partition
+    bf16 = b.dma(src16, b.tensor("y", "sbuf", (128, 2048), dtype="bfloat16"))  # the same bytes
+    costs = CostModel(TRN1)
+    assert costs.dma(fp32).payload == costs.dma(bf16).payload
+    assert costs.dma(bf16).work_bytes == pytest.approx(2 * costs.dma(fp32).work_bytes)
+    assert TRN1.dma.width_penalty(4) == 1.0
+    assert TRN1.dma.width_penalty(2) == pytest.approx(2.0)
+    assert TRN1.dma.width_penalty(1) == pytest.approx(4.0)

@@ -83,3 +83,43 @@ def test_nan_outputs_never_pass(tmp_path: Path) -> None:
     ''')
     result = SimulatorProfiler(seeds=1).profile(copy_kernel, TaskRef(reference=str(tmp_path / "nan_ref.py")))
     assert result.correct is False and "NaN" in result.check_message
+
+
+RESHAPE_REF = textwrap.dedent('''
+    import numpy as np
+
+    def make_inputs(rng):
+        return [rng.standard_normal((128, 512), dtype=np.float32)]
+
+    def reference(x):
+        return x.copy()
+''')
+
+
+def _copy_through(view: str) -> str:
+    return textwrap.dedent(f'''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+        @nki.jit
+        def kernel(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            tile = nl.load({view})
+            nl.store(out, value=nl.load(x))
+            nl.store(out, value=tile)
+            return out
+    ''')
+
+
+def test_reading_a_reshaped_input_is_honest(tmp_path: Path) -> None:
+    (tmp_path / "ref.py").write_text(RESHAPE_REF)
+    result = SimulatorProfiler(seeds=1).profile(_copy_through("x.reshape((128, 512))"),
+                                                TaskRef(reference=str(tmp_path / "ref.py")))
+    assert result.correct is True, result.check_message
+
+
+def test_reading_a_reshaped_output_before_writing_it_is_rejected(tmp_path: Path) -> None:
+    (tmp_path / "ref.py").write_text(RESHAPE_REF)
+    result = SimulatorProfiler(seeds=1).profile(_copy_through("out.reshape((128, 512))"),
+                                                TaskRef(reference=str(tmp_path / "ref.py")))
+    assert result.correct is False and "before anything was written" in result.check_message
