@@ -1,0 +1,8 @@
+"""AccelOpt's LLM agents (planner, executor, summarizer, fixer) over any OpenAI-compatible endpoint."""
+
+from .agent import LLMAgent, Note, Plan
+from .client import Budget, BudgetExceeded, Completion, LLMClient, LLMError, LLMFatalError, Usage
+from .parsing import CodeReply, PlanReply, extract_code, extract_lesson, extract_plan
+
+__all__ = ["Budget", "BudgetExceeded", "CodeReply", "Completion", "LLMAgent", "LLMClient", "LLMError",
+           "LLMFatalError", "Note", "Plan", "PlanReply", "Usage", "extract_code", "extract_lesson", "extract_plan"]
