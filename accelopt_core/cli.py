@@ -12,10 +12,11 @@ from .blas import single_threaded_blas
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
 from .nki.loader import check_source, read_source
-from .profiling import ProfileResult, SimulatorProfiler, TaskRef
+from .profiling import Profiler, ProfileResult, RemoteProfiler, SimulatorProfiler, TaskRef
 from .report import render
+from .service.cli import add_serve_arguments, run_serve
 from .tasks import TaskError
-from .tasks.registry import EXAMPLES_DIR, example_kernel_path
+from .tasks.registry import task_files
 
 EXIT_KERNEL_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -59,22 +60,39 @@ def _emit(result: ProfileResult, args: argparse.Namespace, kernel_path: str) -> 
     return 0
 
 
-def _profile(path: str, task: TaskRef, args: argparse.Namespace, seeds: list[int] | None = None) -> int:
-    source = _read_kernel(path, getattr(args, "kernel_name", None))
-    profiler = SimulatorProfiler(seeds=getattr(args, "seeds", None) or 5, rtol=getattr(args, "rtol", None))
-    result = profiler.profile(source, task, args.hardware, check=not getattr(args, "no_check", False), seeds=seeds,
-                              kernel_label=os.path.relpath(path), kernel_name=getattr(args, "kernel_name", None))
-    return _emit(result, args, path)
+def _profiler(args: argparse.Namespace) -> Profiler:
+    if args.backend == "remote":
+        if not args.service_url or not args.token_file:
+            raise CliError("--backend remote needs --service-url and --token-file")
+        token = read_source(args.token_file).strip()
+        return RemoteProfiler(args.service_url, token)
+    return SimulatorProfiler(seeds=args.seeds or 5, rtol=args.rtol)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    return _profile(args.kernel, _task_for(args), args, args.seed)
+    task = _task_for(args)
+    source = _read_kernel(args.kernel, args.kernel_name)
+    profiler = _profiler(args)
+    result = profiler.profile(source, task, args.hardware, check=not args.no_check, seeds=args.seed,
+                              kernel_label=os.path.relpath(args.kernel), kernel_name=args.kernel_name)
+    return _emit(result, args, args.kernel)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The embedded default: profile and check the bundled matmul example on the simulator."""
-    return _profile(example_kernel_path("matmul"), TaskRef(reference=os.path.join(EXAMPLES_DIR, "matmul_ref.py")),
-                    args)
+    """The embedded default, offline: optimize a bundled NKIBench baseline on the simulator with the
+    rule-based optimizer and show before/after (the kernel is copied, the bundled file is untouched)."""
+    from .optimize import run_optimize
+
+    files = task_files(args.task)
+    os.makedirs(args.out_dir, exist_ok=True)
+    kernel_path = os.path.join(args.out_dir, f"{files.name}.py")
+    source = read_source(files.kernel)
+    with open(kernel_path, "w", encoding="utf-8") as handle:
+        handle.write(source)
+    options = argparse.Namespace(kernel=kernel_path, hardware=args.hardware, preset=args.preset, iterations=None,
+                                 beam_width=None, workers=None, planner="rules", llm=False, out=None, resume=None,
+                                 db=args.db, json=None)
+    return run_optimize(options, source, TaskRef(name=files.name))
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -106,7 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--task", help="a named task instead of a reference file")
     profile.add_argument("--kernel-name", help="the kernel function, when the file has several")
     profile.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
-    profile.add_argument("--backend", choices=("simulator",), default="simulator")
+    profile.add_argument("--backend", choices=("simulator", "remote"), default="simulator",
+                         help="where to profile: the built-in simulator or a profiling service (--service-url)")
+    profile.add_argument("--service-url", help="profiling service URL, for --backend remote")
+    profile.add_argument("--token-file", help="file holding the service's bearer token, for --backend remote")
     profile.add_argument("--no-check", action="store_true", help="skip the numeric check (trace-only mode)")
     profile.add_argument("--seeds", type=int, help="number of random seeds to check (default 5)")
     profile.add_argument("--seed", type=int, action="append", help="check this seed (repeatable)")
@@ -125,7 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--iterations", type=int, help="override the preset's iterations (T)")
     optimize.add_argument("--beam-width", type=int, help="override the preset's beam width (B)")
     optimize.add_argument("--workers", type=int, help="parallel evaluations (default: one per core)")
-    optimize.add_argument("--planner", choices=("rules",), default="rules", help="who proposes rewrites")
+    optimize.add_argument("--planner", choices=("rules", "llm", "both"),
+                          help="who proposes rewrites: the rule-based optimizer, the LLM agents, or both in one "
+                          "search (default: llm when an endpoint is configured, else rules)")
+    optimize.add_argument("--llm", action="store_true",
+                          help="use the LLM agents (endpoint from ACCELOPT_LLM_BASE_URL, ACCELOPT_LLM_MODEL, "
+                          "ACCELOPT_LLM_API_KEY or the config file); with none configured the rule-based "
+                          "optimizer runs")
     optimize.add_argument("--out", help="where to write the best kernel (default: KERNEL.optimized.py)")
     optimize.add_argument("--resume", type=int, metavar="SEARCH_ID", help="continue a killed search")
     optimize.add_argument("--db", help="optimization memory database (default: ACCELOPT_MEMORY_DB or the "
@@ -146,9 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_memory_parser(sub)
 
-    demo = sub.add_parser("demo", help="profile and check a bundled example kernel on the simulator")
+    serve = sub.add_parser("serve", help="serve profile jobs over HTTP (e.g. on a Trainium host)",
+                           description="Exit codes: 0 stopped, 2 bad configuration.")
+    add_serve_arguments(serve)
+    serve.set_defaults(func=run_serve)
+
+    demo = sub.add_parser("demo", help="optimize a bundled NKIBench kernel offline and show before/after")
+    demo.add_argument("--task", default="silu", help="which NKIBench baseline (default: silu)")
     demo.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
-    demo.add_argument("--json", action="store_true")
+    demo.add_argument("--preset", default="quick", help="search size (default: quick)")
+    demo.add_argument("--out-dir", default="accelopt-demo", help="where the kernel copy and results go")
+    demo.add_argument("--db", help="optimization memory database (default: the user data directory)")
     demo.set_defaults(func=cmd_demo)
     return parser
 

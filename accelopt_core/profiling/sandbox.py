@@ -90,6 +90,20 @@ def _install_guard(workdir: str, forbidden: Sequence[str]) -> None:
     sys.addaudithook(hook)
 
 
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to kill this worker when its parent dies (a killed language server or
+    service worker must not leave candidates running)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def worker_main() -> None:
     """Body of `python -m accelopt_core.profiling.sandbox WORKDIR MEMORY_MB`: read the job, apply the
     limits and the guard, measure, and leave the result in WORKDIR/result.pkl."""
@@ -101,6 +115,7 @@ def worker_main() -> None:
     from .measure import measure
 
     workdir, memory_mb = sys.argv[1], int(sys.argv[2])
+    _die_with_parent()
     single_threaded_blas()
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

@@ -56,8 +56,19 @@ def files(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_demo_profiles_the_bundled_kernel() -> None:
-    run = accelopt("demo", "--json")
+def test_demo_optimizes_a_bundled_kernel_offline(tmp_path: Path) -> None:
+    run = accelopt("demo", "--out-dir", str(tmp_path / "demo"), "--db", str(tmp_path / "m.db"))
+    assert run.returncode == 0, run.stderr
+    assert "rule-based optimizer" in run.stderr and "before" in run.stdout and "after" in run.stdout
+    speedup = float(run.stdout.split("speedup ")[1].split("x")[0])
+    assert speedup > 1.2
+    assert (tmp_path / "demo" / "silu.optimized.py").exists() and (tmp_path / "demo" / "silu.optimized.diff").exists()
+
+
+def test_profile_json_of_the_bundled_example_follows_the_contract() -> None:
+    root = Path(__file__).resolve().parents[2]
+    run = accelopt("profile", "accelopt_core/examples/matmul.py", "--reference", "accelopt_core/examples/matmul_ref.py",
+                   "--json", cwd=root)
     assert run.returncode == 0, run.stderr
     data = json.loads(run.stdout)
     for name in CONTRACT_FIELDS:

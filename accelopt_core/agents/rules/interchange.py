@@ -1,0 +1,198 @@
+"""interchange_loops: swap two nested kernel loops when a load in the inner loop does not depend
+on the outer loop variable: after the swap the load sits in the new inner loop without depending on
+it, and hoist_invariant can take it out. Tiled matmuls are written row tile outside, column tile
+inside, so every row tile reloads the same weight tiles from HBM; with the column loop outside,
+each weight tile is needed for one column tile only and can be loaded once.
+
+The inner loop must be the last statement of the outer loop's body. Statements before it (the
+row tile's own loads and transposes, in a matmul) move into the new inner loop and are recomputed
+for every iteration of the new outer loop: allowed only when they write nothing but variables they
+bind themselves and read nothing the inner loop writes. Both loops must be `affine_range` (no
+loop-carried dependency), so the order of their iterations is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import libcst as cst
+
+from ...profiling import ProfileResult
+from . import cst_util as u
+from .base import Plan, RuleError
+
+
+@dataclass(frozen=True)
+class Nest:
+    """An outer loop, the inner loop ending its body, and the statements before the inner loop."""
+
+    outer: cst.For
+    inner: cst.For
+
+    @property
+    def prefix(self) -> Sequence[cst.BaseStatement]:
+        return u.block_statements(self.outer)[:-1]
+
+    @property
+    def outer_var(self) -> str:
+        return u.loop_var(self.outer) or ""
+
+    @property
+    def inner_var(self) -> str:
+        return u.loop_var(self.inner) or ""
+
+
+def _free_reads(statements: Sequence[cst.CSTNode]) -> tuple[set[str], set[str]]:
+    """(names read before these statements bind them, names they bind or mutate)."""
+    bound: set[str] = set()
+    free: set[str] = set()
+    for stmt in statements:
+        for access in u.accesses(stmt):
+            if access.kind in ("read", "accumulate") and access.name not in bound:
+                free.add(access.name)
+            elif access.kind == "bind":
+                bound.add(access.name)
+    return free, bound
+
+
+def nest_problem(outer: cst.For, inner: cst.For) -> str | None:
+    """Why the two loops cannot be swapped, or None when they can."""
+    body = u.block_statements(outer)
+    if not body or body[-1] is not inner:
+        return "the inner loop is not the last statement of the outer loop"
+    if outer.orelse is not None or inner.orelse is not None:
+        return "a loop has an else branch"
+    outer_var, inner_var = u.loop_var(outer), u.loop_var(inner)
+    if not outer_var or not inner_var or outer_var == inner_var:
+        return "the loop variables are not two distinct names"
+    if u.loop_kind(outer) != "affine" or u.loop_kind(inner) != "affine":
+        return "both loops must be affine_range (their iterations are then independent)"
+    prefix = body[:-1]
+    written_before = {outer_var} | set().union(*(u.names_written(s) for s in prefix))
+    if u.names_in(inner.iter) & written_before:
+        return "the inner loop's range depends on the outer loop"
+    free, bound = _free_reads(prefix)
+    for stmt in prefix:
+        for access in u.accesses(stmt):
+            if access.kind in ("write", "accumulate") and access.name not in bound:
+                return f"the statements between the loops write `{access.name}`, which they do not create"
+    if free & bound:
+        return f"the statements between the loops update `{sorted(free & bound)[0]}` from its previous value"
+    clash = free & u.names_written(inner.body)
+    if clash:
+        return f"the inner loop writes `{sorted(clash)[0]}`, which the statements before it read"
+    return None
+
+
+def nests(module: cst.Module) -> list[Nest]:
+    """Every swappable pair of nested loops in the module."""
+    found = []
+    for func in u.functions(module):
+        for site in u.sites(func):
+            stmt = site.stmt
+            if isinstance(stmt, cst.For):
+                body = u.block_statements(stmt)
+                if body and isinstance(body[-1], cst.For) and nest_problem(stmt, body[-1]) is None:
+                    found.append(Nest(stmt, body[-1]))
+    return found
+
+
+def swapped(nest: Nest) -> cst.For:
+    """The loop nest with the two loops exchanged (the statements before the inner loop go first
+    in the new inner loop); comments on each `for` line stay with their loop."""
+    prefix = list(nest.prefix)
+    inner_body = list(u.block_statements(nest.inner))
+    if inner_body and nest.inner.leading_lines:
+        inner_body[0] = inner_body[0].with_changes(
+            leading_lines=[*nest.inner.leading_lines, *inner_body[0].leading_lines])
+    new_inner = nest.outer.with_changes(
+        leading_lines=[], body=nest.outer.body.with_changes(body=[*prefix, *inner_body]))
+    return nest.inner.with_changes(
+        leading_lines=nest.outer.leading_lines, body=nest.inner.body.with_changes(body=[new_inner]))
+
+
+def find_nest(module: cst.Module, params: dict[str, Any], line: int | None = None) -> Nest:
+    """The nest the params name (loop variables and ranges), or RuleError."""
+    pos = u.positions(module)
+    matches = [n for n in nests(module)
+               if n.outer_var == params["outer_var"] and n.inner_var == params["inner_var"]
+               and u.flat(u.code_of(n.outer.iter)) == params["outer_iter"]
+               and u.flat(u.code_of(n.inner.iter)) == params["inner_iter"]]
+    if not matches:
+        raise RuleError(f"no swappable loops `for {params['outer_var']}` / `for {params['inner_var']}` any more")
+    outer = u.locate([n.outer for n in matches], pos, line or 0, "the loop nest")
+    return next(n for n in matches if n.outer is outer)
+
+
+def interchange(module: cst.Module, params: dict[str, Any], line: int | None = None) -> cst.Module:
+    nest = find_nest(module, params, line)
+    return u.replace_statement(module, nest.outer, [swapped(nest)])
+
+
+def nest_params(nest: Nest) -> dict[str, Any]:
+    return {"outer_var": nest.outer_var, "outer_iter": u.flat(u.code_of(nest.outer.iter)),
+            "inner_var": nest.inner_var, "inner_iter": u.flat(u.code_of(nest.inner.iter))}
+
+
+def invariant_loads(nest: Nest) -> list[cst.Call]:
+    """Loads in the inner loop that do not depend on the outer loop variable: after the swap they
+    are invariant of the new inner loop."""
+    body = [*nest.prefix, *u.block_statements(nest.inner)]
+    variant = u.dependents(body, {nest.outer_var})
+    loads = []
+    for stmt in u.block_statements(nest.inner):
+        for node in u.walk(stmt):
+            if isinstance(node, cst.Call) and u.call_name(node) == "nl.load" and not (u.names_in(node) & variant):
+                loads.append(node)
+    return loads
+
+
+class InterchangeLoops:
+    """Swap two nested affine loops so loads invariant of the new inner loop can be hoisted."""
+
+    name = "interchange_loops"
+    summary = ("Swap two nested affine loops (row and column tiles of a matmul) so the weight loads no longer "
+               "depend on the inner loop and can be hoisted out of it: fewer HBM bytes for a DMA-bound kernel.")
+
+    def plan(self, source: str, profile: ProfileResult | None) -> list[Plan]:
+        module = u.parse(source)
+        pos = u.positions(module)
+        engines, trips = u.line_engine_times(profile), u.loop_trips(profile)
+        latency = u.latency_ms(profile)
+        plans = []
+        for nest in nests(module):
+            loads = invariant_loads(nest)
+            if not loads:
+                continue
+            outer_line, inner_line = u.line_of(nest.outer, pos), u.line_of(nest.inner, pos)
+            load_lines = sorted({u.line_of(load, pos) for load in loads})
+            priority = 0.0
+            if latency:
+                # what hoisting the loads afterwards could save, against the recomputed prefix
+                saved: dict[str, float] = {}
+                for line in load_lines:
+                    u.add_times(saved, engines.get(line, {}), 1 - 1 / max(trips.get(outer_line, 1), 1))
+                added: dict[str, float] = {}
+                for stmt in nest.prefix:
+                    u.add_times(added, u.engine_times_under(stmt, pos, engines, trips.get(inner_line, 1) - 1))
+                gain = u.predicted_gain(profile, saved, added)
+                if gain <= 0:
+                    continue  # even hoisted afterwards, the recomputed prefix costs more than it saves
+                priority = 0.5 * min(1.0, gain / latency)  # an enabler: the hoist gets the gain
+            recompute = (f"; the {len(nest.prefix)} statement(s) before `for {nest.inner_var}` are recomputed "
+                         f"for every `{nest.inner_var}`") if nest.prefix else ""
+            where = ", ".join(str(line) for line in load_lines)
+            plans.append(Plan(
+                self.name, outer_line,
+                f"Swap loops `for {nest.outer_var}` (line {outer_line}) and `for {nest.inner_var}` (line "
+                f"{inner_line}) so the load(s) on line(s) {where} become invariant of the inner loop and can be "
+                f"hoisted{recompute}.",
+                nest_params(nest), priority))
+        plans.sort(key=lambda p: -p.priority)
+        return plans
+
+    def apply(self, source: str, plan: Plan) -> str:
+        module = interchange(u.parse(source), plan.params, plan.line)
+        return module.code

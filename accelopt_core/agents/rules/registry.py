@@ -1,0 +1,20 @@
+"""The rules the optimizer knows, in their default order (memory statistics reorder them per task)."""
+
+from __future__ import annotations
+
+from .base import Rule
+from .engine_balance import BalanceEngines
+from .fuse_elementwise import FuseElementwise
+from .fuse_loops import FuseLoops
+from .hoist import HoistInvariant
+from .interchange import InterchangeLoops
+from .merge_dma import MergeDma
+from .seq_to_affine import SequentialToAffine
+from .tile_size import RetuneTileSize
+
+
+def default_rules() -> list[Rule]:
+    """One instance of every rule: data-movement rules first (the baselines are mostly DMA-bound),
+    then compute fusion and balancing, then tuning."""
+    return [HoistInvariant(), InterchangeLoops(), FuseElementwise(), MergeDma(), FuseLoops(),
+            SequentialToAffine(), BalanceEngines(), RetuneTileSize()]

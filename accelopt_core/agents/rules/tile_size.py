@@ -1,0 +1,347 @@
+"""retune_tile_size: try other values for the integer tile sizes of a kernel.
+
+A tile size decides how many bytes each DMA moves and how many instructions the engines issue.
+Transfers under 2 KiB per partition leave DMA bandwidth unused and every DMA pays ~1.3 us of setup
+(nki-facts A.6: >= 2 KiB per partition, 32 KiB+ per transfer, about 4 KiB per partition
+saturates), while bigger tiles take more SBUF and leave fewer iterations to overlap (perf guide
+Opt #9: 1024 FP32 elements per partition is the sweet spot). The rule finds the tile-size
+constants (`TILE = 512`, `tile_f = min(cols, 512)`, `tile_n = nl.tile_size.gemm_moving_fmax`),
+works out from the source how each one is used (partition or free axis, matmul operand, PSUM
+tile, the dimensions it divides) and proposes values that respect the hardware limits (partition
+<= 128, matmul stationary free <= 128, moving free and PSUM tile <= 512 FP32) and divide every
+dimension they tile at every size of the task, so no element is dropped. One plan per value:
+larger first when the profile is DMA-bound, smaller first when SBUF spills.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import libcst as cst
+
+from .base import Plan, RuleError
+from .cst_util import (
+    TILE_SIZES,
+    alias_of,
+    binding_count,
+    block_statements,
+    call_name,
+    code_of,
+    dotted,
+    edit_statements,
+    flat,
+    kernel_function,
+    keyword,
+    line_of,
+    names_in,
+    parse,
+    positions,
+    replace_nodes,
+    shape_values,
+    single_assignments,
+    small,
+    static_value,
+    task_input_shapes,
+)
+
+# Per-partition DMA payload the ordering aims at (nki-facts A.6: 4 KiB saturates the engines).
+_TARGET_BYTES = 4096
+_ELEMENT_BYTES = 4  # NKIBench kernels are FP32; other dtypes only shift the estimate
+_MATMUL_CALLS = ("nc_matmul", "matmul")
+
+
+@dataclass
+class _Use:
+    """What the source says about one tile-size name."""
+
+    partition: bool = False  # tiles the partition axis somewhere
+    stationary: bool = False  # free size of a matmul stationary operand / transpose input
+    moving: bool = False  # free size of a matmul moving operand or of a PSUM tile
+    dims: list[cst.BaseExpression] = field(default_factory=list)  # D in `range(D // T)`
+    dma_lines: set[int] = field(default_factory=set)  # lines of loads/stores sliced with it
+
+
+@dataclass
+class _Constant:
+    """A tile-size binding: `name = value`, where `literal` (the number in it) is what changes."""
+
+    name: str
+    stmt: cst.BaseStatement
+    value: cst.BaseExpression
+    literal: cst.BaseExpression  # the Integer node, or the nl.tile_size attribute
+    current: int
+    module_level: bool
+
+
+class RetuneTileSize:
+    """Planner and executor for tile-size changes."""
+
+    name = "retune_tile_size"
+    summary = ("Change an integer tile size to another value within the hardware limits that divides the "
+               "dimensions it tiles: larger DMAs when DMA-bound (>= 2 KiB per partition), smaller tiles when "
+               "SBUF spills.")
+
+    def plan(self, source: str, profile: Any) -> list[Plan]:
+        module = parse(source)
+        fn = kernel_function(module)
+        if fn is None:
+            return []
+        shapes = task_input_shapes(getattr(profile, "task", None) if profile is not None else None)
+        if not shapes:
+            return []  # without the task's shapes no value can be shown to divide its dimensions
+        pos = positions(module)
+        data = (getattr(profile, "profile", None) or {}) if profile is not None else {}
+        latency = float(getattr(profile, "latency_ms", 0.0) or 0.0) if profile is not None else 0.0
+        dma_bound = getattr(profile, "bottleneck", None) == "dma" or (
+            0 < float(data.get("dma_transfer_average_bytes") or 0) < 32768)
+        spills = float(data.get("spill_save_bytes") or 0) + float(data.get("spill_reload_bytes") or 0) > 0
+        peak = float(data.get("sbuf_peak_live_bytes_per_partition") or 0)
+        usable = float(data.get("sbuf_usable_bytes_per_partition") or 180224)
+        line_dma = _dma_line_times(profile)
+        plans: list[Plan] = []
+        for const in _constants(module, fn):
+            use = _uses(module, fn, const.name, pos)
+            limit = 128 if use.partition or use.stationary else 512 if use.moving else 1 << 16
+            values = self._values(module, fn, const, use, shapes, limit)
+            grow = [v for v in values if v > const.current]
+            shrink = [v for v in values if v < const.current]
+            if spills:
+                ordered, why = sorted(shrink, reverse=True), "smaller tiles for SBUF pressure"
+            elif grow and not use.partition:
+                ordered, why = sorted(grow, key=lambda v: abs(math.log2(v * _ELEMENT_BYTES / _TARGET_BYTES))), \
+                    "larger DMA transfers" if dma_bound else "fewer, larger instructions"
+            else:
+                continue
+            dma_time = sum(line_dma.get(line, 0.0) for line in use.dma_lines)
+            line = line_of(const.stmt, pos)
+            if peak:  # the bigger tiles must still fit in SBUF
+                ordered = [v for v in ordered if v < const.current or peak * v / const.current <= usable]
+            best = max((_dma_gain(const.current, v) for v in ordered if v > const.current), default=0.05)
+            share = (dma_time * best / latency) if latency and dma_bound else 0.01
+            for rank, value in enumerate(ordered[:4]):
+                priority = max(0.0, min(1.0, share)) * (0.85 ** rank)  # the order above decides
+                per_partition = value * _ELEMENT_BYTES
+                plans.append(Plan(
+                    self.name, line,
+                    f"line {line}: {const.name} = {value} instead of {const.current} ({why}; "
+                    f"{per_partition} B per partition per FP32 transfer; divides every dimension it tiles)",
+                    {"name": const.name, "old": const.current, "new": value}, priority))
+        plans.sort(key=lambda p: -p.priority)
+        return plans
+
+    @staticmethod
+    def _values(module: cst.Module, fn: cst.FunctionDef, const: _Constant, use: _Use,
+                shapes: dict[str, tuple[tuple[int, ...], ...]], limit: int) -> list[int]:
+        """Values within `limit` that keep every `D // T` loop exact at every task size."""
+        step = 32 if use.partition else 128
+        candidates = {v for v in (2 ** k for k in range(5, 17)) if v <= limit}
+        envs = []
+        for variant_shapes in shapes.values():
+            env = {**_module_env(module), **shape_values(fn, variant_shapes)}
+            dims = [static_value(d, env) for d in use.dims]
+            if any(d is None for d in dims):
+                return []
+            envs.append((env, [int(d) for d in dims if d is not None]))
+        for _, dims in envs[:1]:  # divisors of the full size's dimensions (e.g. 3584 for 7168)
+            for d in dims:
+                candidates |= {v for v in range(step, min(d, limit) + 1, step) if d % v == 0}
+        out: list[int] = []
+        seen = {tuple(static_value(_with_literal(const, const.current), env) for env, _ in envs)}
+        for value in sorted(candidates):
+            if value == const.current or not const.current / 4 <= value <= const.current * 16:
+                continue
+            sizes = tuple(static_value(_with_literal(const, value), env) for env, _ in envs)
+            if sizes in seen:
+                continue  # the same tiles at every size (e.g. min(cols, v) with v >= cols)
+            if all(size is not None and 0 < size <= limit and not any(d % int(size) for d in dims)
+                   for size, (_, dims) in zip(sizes, envs, strict=True)):
+                seen.add(sizes)
+                out.append(value)
+        return out
+
+    def apply(self, source: str, plan: Plan) -> str:
+        module = parse(source)
+        fn = kernel_function(module)
+        if fn is None:
+            raise RuleError("no kernel function in the source")
+        name, old, new = plan.params.get("name"), plan.params.get("old"), plan.params.get("new")
+        found = [c for c in _constants(module, fn) if c.name == name and c.current == old]
+        if len(found) != 1:
+            raise RuleError(f"the tile size {name} = {old} is not in the kernel any more")
+        const = found[0]
+        new_stmt = replace_nodes(const.stmt, {id(const.literal): cst.Integer(str(int(new)))})
+        module = edit_statements(module, {id(const.stmt): [new_stmt]})
+        return module.code
+
+
+def _constants(module: cst.Module, fn: cst.FunctionDef) -> Iterator[_Constant]:
+    """Tile-size bindings at module or function top level: a positive integer literal, possibly in
+    `min(expr, N)` / `max(...)`, or an `nl.tile_size.*` field."""
+    nl = alias_of(module, "neuronxcc.nki.language") or "nl"
+    for owner, stmts, module_level in ((module, module.body, True), (fn, block_statements(fn), False)):
+        for stmt in stmts:
+            node = small(stmt)
+            if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+                continue
+            target = node.targets[0].target
+            if not isinstance(target, cst.Name) or binding_count(owner, target.value) != 1:
+                continue
+            literal = _size_literal(node.value, nl)
+            if literal is None:
+                continue
+            current = (int(literal.value) if isinstance(literal, cst.Integer)
+                       else TILE_SIZES[(dotted(literal) or "").rsplit(".", 1)[-1]])
+            if current >= 16:
+                yield _Constant(target.value, stmt, node.value, literal, current, module_level)
+
+
+def _size_literal(value: cst.BaseExpression, nl: str) -> cst.BaseExpression | None:
+    if isinstance(value, cst.Integer):
+        return value
+    if isinstance(value, cst.Attribute):
+        name = dotted(value) or ""
+        if name.startswith(f"{nl}.tile_size.") and name.rsplit(".", 1)[-1] in TILE_SIZES:
+            return value
+        return None
+    if isinstance(value, cst.Call) and call_name(value) in ("min", "max") and len(value.args) == 2:
+        ints = [a.value for a in value.args if isinstance(a.value, cst.Integer)]
+        return ints[0] if len(ints) == 1 else None
+    return None
+
+
+def _with_literal(const: _Constant, value: int) -> cst.BaseExpression:
+    if const.value is const.literal:
+        return cst.Integer(str(value))
+    return replace_nodes(const.value, {id(const.literal): cst.Integer(str(value))})
+
+
+def _module_env(module: cst.Module) -> dict[str, cst.BaseExpression]:
+    env: dict[str, cst.BaseExpression] = {}
+    for stmt in module.body:
+        node = small(stmt)
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            env[node.targets[0].target.value] = node.value
+    return env
+
+
+def _uses(module: cst.Module, fn: cst.FunctionDef, name: str, pos: Any) -> _Use:
+    """How `name` (and the names computed from it) is used in the kernel."""
+    nl = alias_of(module, "neuronxcc.nki.language") or "nl"
+    use = _Use()
+    derived = {name}
+    for other, value in single_assignments(fn).items():  # e.g. i_f = nl.arange(tile_f)[None, :]
+        if name in names_in(value) and _arange_axis(value, nl) is not None:
+            derived.add(other)
+            if _arange_axis(value, nl) == 0:
+                use.partition = True
+    loaded_into: dict[str, set[str]] = {}
+    for node in _walk(fn):
+        if isinstance(node, cst.For) and isinstance(node.iter, cst.Call):
+            for arg in node.iter.args:
+                value = arg.value
+                if (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.FloorDivide)
+                        and isinstance(value.right, cst.Name) and value.right.value == name):
+                    left = value.left
+                    ceil = isinstance(left, cst.BinaryOperation) and name in names_in(left)
+                    if not ceil:
+                        use.dims.append(left)
+        if isinstance(node, cst.Subscript):
+            first = _first_sliced(node)
+            for i, element in enumerate(node.slice):
+                if names_in(element) & derived and i == first and len(node.slice) > 1:
+                    use.partition = True
+        if isinstance(node, cst.Call):
+            callee = call_name(node) or ""
+            head, _, fn_name = callee.rpartition(".")
+            mentions = any(names_in(a.value) & derived for a in node.args)
+            if head == nl and fn_name in ("load", "store") and mentions:
+                use.dma_lines.add(line_of(node, pos))
+            if fn_name in _MATMUL_CALLS or fn_name == "nc_transpose":
+                for index, arg in enumerate(a for a in node.args if a.keyword is None):
+                    used = names_in(arg.value)
+                    sliced = bool(used & derived) or any(used & names for names in loaded_into.values()
+                                                         if names & derived)
+                    if sliced and (index == 0 or fn_name == "nc_transpose"):
+                        use.stationary = True
+                    elif sliced:
+                        use.moving = True
+            if head == nl and fn_name in ("ndarray", "zeros", "ones", "full") and node.args:
+                shape = node.args[0].value
+                buffer = keyword(node, "buffer")
+                psum = buffer is not None and flat(code_of(buffer.value)).endswith(".psum")
+                if isinstance(shape, cst.Tuple):
+                    for i, element in enumerate(shape.elements):
+                        if names_in(element.value) & derived:
+                            if i == 0 and "par_dim" not in flat(code_of(shape)):
+                                use.partition = True
+                            elif psum:
+                                use.moving = True
+        if (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+                and call_name(node.value) == f"{nl}.load"):
+                loaded_into[node.targets[0].target.value] = names_in(node.value)
+    # loads of tiles later used as matmul operands also count
+    for node in _walk(fn):
+        if isinstance(node, cst.Call) and (call_name(node) or "").rsplit(".", 1)[-1] in _MATMUL_CALLS:
+            for index, arg in enumerate(a for a in node.args if a.keyword is None):
+                for used in names_in(arg.value):
+                    if loaded_into.get(used, set()) & derived:
+                        if index == 0:
+                            use.stationary = True
+                        else:
+                            use.moving = True
+    return use
+
+
+def _first_sliced(sub: cst.Subscript) -> int:
+    """Index of the first element of a subscript that is not a plain integer index (the partition
+    axis of the tile an HBM access makes)."""
+    for i, element in enumerate(sub.slice):
+        if isinstance(element.slice, cst.Slice):
+            return i
+        value = element.slice.value if isinstance(element.slice, cst.Index) else None
+        if value is not None and not isinstance(value, cst.Integer | cst.Name):
+            return i
+    return 0
+
+
+def _arange_axis(value: cst.BaseExpression, nl: str) -> int | None:
+    """0 for `nl.arange(n)[:, None]`, 1 for `nl.arange(n)[None, :]`, else None."""
+    if not isinstance(value, cst.Subscript) or call_name(value.value) != f"{nl}.arange":
+        return None
+    texts = [flat(code_of(e.slice)) for e in value.slice]
+    if texts[:2] == [":", "None"]:
+        return 0
+    if texts[:2] == ["None", ":"]:
+        return 1
+    return None
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _dma_line_times(profile: Any) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for entry in getattr(profile, "lines", None) or []:
+        engines = entry.get("engines") or {entry.get("engine"): entry.get("time_ms", 0.0)}
+        out[int(entry["line"])] = float(engines.get("dma") or 0.0)
+    return out
+
+
+def _dma_gain(current: int, value: int) -> float:
+    """Share of DMA time saved by transfers of `value` instead of `current` elements per partition
+    (128 partitions, FP32): fixed setup amortised and the efficiency curve of nki-facts A.6. The
+    queues overlap setup in practice, so half the standalone estimate is claimed."""
+
+    def per_byte(elements: int) -> float:
+        size = elements * _ELEMENT_BYTES
+        efficiency = min(1.0, size / (size + 256) * 1.06)
+        return (1.3e-6 + 128 * size / (272e9 * efficiency)) / (128 * size)
+
+    return max(0.0, 0.5 * (1.0 - per_byte(value) / per_byte(current)))
+

@@ -1,0 +1,147 @@
+"""`accelopt optimize`: run the beam search on one kernel and report before/after on the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import sys
+import threading
+from typing import Any
+
+from .agents.llm import LLMAgent
+from .agents.rules.agent import RuleAgent
+from .agents.rules.registry import default_rules
+from .config import ConfigError, LLMSettings
+from .memory import Memory, ProfileCache
+from .profiling import SimulatorProfiler, TaskRef
+from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, SearchResult, preset
+
+NO_ENDPOINT = "no LLM endpoint configured: using the rule-based optimizer"
+
+
+class ProgressLine:
+    """One self-rewriting status line on a terminal, plain lines elsewhere."""
+
+    def __init__(self, stream: Any = sys.stderr):
+        self.stream = stream
+        self.tty = stream.isatty()
+
+    def __call__(self, event: SearchEvent) -> None:
+        best = f"{event.best_latency_ms:.4g} ms" if event.best_latency_ms is not None else "-"
+        peak = f", {event.best_peak_percent:.1f}% of peak" if event.best_peak_percent is not None else ""
+        speed = f" ({event.speedup:.2f}x)" if event.speedup else ""
+        text = (f"iteration {min(event.iteration + 1, event.iterations)}/{event.iterations} · {event.evaluated} "
+                f"evaluated · best {best}{speed}{peak}")
+        if self.tty:
+            self.stream.write("\r\033[K" + text + ("\n" if event.kind in ("finished", "cancelled") else ""))
+        elif event.kind != "evaluated":
+            self.stream.write(f"{text} [{event.kind}] {event.message}\n")
+        self.stream.flush()
+
+
+def _check_variant(task: TaskRef) -> str | None:
+    """Check candidates on the task's small size when it has one (seconds instead of minutes)."""
+    loaded = task.load()
+    return "small" if "small" in loaded.variants and not (task.name or "").endswith(":small") else None
+
+
+def write_outputs(path: str, out: str | None, result: SearchResult) -> tuple[str, str]:
+    """The best kernel next to the original (or at --out) and a unified diff beside it."""
+    target = out or f"{os.path.splitext(path)[0]}.optimized.py"
+    with open(target, "w", encoding="utf-8") as handle:
+        handle.write(result.best.source)
+    diff_path = os.path.splitext(target)[0] + ".diff"
+    before, after = result.base.source.splitlines(keepends=True), result.best.source.splitlines(keepends=True)
+    diff = difflib.unified_diff(before, after, fromfile=os.path.relpath(path), tofile=os.path.relpath(target))
+    with open(diff_path, "w", encoding="utf-8") as handle:
+        handle.writelines(diff)
+    return target, diff_path
+
+
+def summary_lines(result: SearchResult, hardware: str) -> list[str]:
+    base, best = result.base.result, result.best.result
+
+    def peak(value: float | None) -> str:
+        return f"{value:.1f}%" if value is not None else "-"
+
+    lines = [f"{'':<10}{'latency':>14}{'% of peak':>12}   (simulated {hardware}, performance model)",
+             f"{'before':<10}{base.latency_ms:>11.4g} ms{peak(base.peak_percent):>12}",
+             f"{'after':<10}{best.latency_ms:>11.4g} ms{peak(best.peak_percent):>12}",
+             f"speedup {result.speedup:.2f}x after {result.evaluated} evaluated candidates in {result.seconds:.0f} s"
+             + (" (cancelled)" if result.cancelled else "")]
+    steps = result.lineage[1:]
+    if steps:
+        lines.append("rewrites in the best kernel:")
+        lines.extend(f"  {step.latency_ms:9.4g} ms  {step.origin}: {step.plan}" for step in steps)
+    return lines
+
+
+def choose_agents(args: argparse.Namespace, config: SearchConfig, settings: LLMSettings
+                  ) -> tuple[list[Any], LLMAgent | None, str]:
+    """The search's agents for --planner / --llm, the LLM agent if there is one (for its usage line), and
+    who plans, in words. The LLM agents run when asked for, or by default when an endpoint is configured;
+    asked for with no endpoint configured, the rule-based optimizer runs instead and says so."""
+    planner = args.planner or ("llm" if args.llm or settings.configured() else "rules")
+    if args.llm and planner == "rules":
+        planner = "llm"
+    if planner != "rules" and not settings.configured():
+        print(f"{NO_ENDPOINT} (missing {', '.join(settings.missing())})", file=sys.stderr)
+        planner = "rules"
+    agents: list[Any] = []
+    llm = None
+    if planner in ("rules", "both"):
+        agents.append(RuleAgent(default_rules()))
+    if planner in ("llm", "both"):
+        llm = LLMAgent(settings, prefetch=planner == "llm")  # with rules beside it, unpicked plans cost nothing
+        llm.expect_samples(config.samples_per_plan)
+        agents.append(llm)
+    models = ", ".join(sorted({settings.for_role(role).model for role in ("planner", "executor")}))
+    who = {"rules": "the rule-based optimizer", "llm": f"the LLM agents ({models} at {settings.base_url})",
+           "both": f"the rule-based optimizer and the LLM agents ({models} at {settings.base_url})"}[planner]
+    return agents, llm, who
+
+
+def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
+    config = preset(args.preset, iterations=args.iterations, beam_width=args.beam_width, workers=args.workers)
+    try:
+        settings = LLMSettings.load()
+    except ConfigError as exc:
+        print(f"accelopt: {exc}", file=sys.stderr)
+        return 2
+    agents, llm, who = choose_agents(args, config, settings)
+    memory = Memory(args.db)
+    cancel = threading.Event()
+    profiler = SimulatorProfiler(seeds=config.seeds, check_variant=_check_variant(task), cache=ProfileCache(memory))
+    search = BeamSearch(profiler, agents, config, memory, ProgressLine(), cancel)
+    print(f"optimizing {os.path.relpath(args.kernel)} for {task.key} on {args.hardware} (simulator) with {who}",
+          file=sys.stderr)
+    try:
+        result = search.run(source, task, args.hardware, task.load().family, resume=args.resume)
+    except SearchError as exc:
+        print(f"accelopt: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        cancel.set()
+        print("\naccelopt: interrupted; resume with --resume", file=sys.stderr)
+        return 130
+    finally:
+        memory.close()
+        if llm is not None:
+            llm.close()
+    target, diff_path = write_outputs(args.kernel, args.out, result)
+    print("\n".join(summary_lines(result, args.hardware)))
+    if llm is not None:
+        print(llm.usage_line())
+    print(f"best kernel: {target}\ndiff:        {diff_path}\nsearch id:   {result.search_id}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"search_id": result.search_id, "speedup": result.speedup, "evaluated": result.evaluated,
+                       "seconds": result.seconds, "before": result.base.result.to_dict(),
+                       "after": result.best.result.to_dict(),
+                       "history": [vars(h) for h in result.history],
+                       "llm": None if llm is None else {
+                           "settings": settings.describe(), "usage": llm.usage().to_dict(), "stopped": llm.stop_reason,
+                           "by_agent": {r: u.to_dict() for r, u in llm.usage_by_role().items()}}}, handle, indent=2)
+    return 0

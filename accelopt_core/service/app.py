@@ -1,0 +1,319 @@
+"""The HTTP API of the profiling service (FastAPI): submit, poll, cancel, health.
+
+    POST   /v1/jobs          {kernel, reference | task, hardware, check, ...} -> 202 {id, status}
+    GET    /v1/jobs/{id}     -> {status: queued|running|done|failed|cancelled, result, error, ...}
+    DELETE /v1/jobs/{id}     -> the job, now cancelled
+    GET    /v1/health        -> capacity (the only call without a token)
+    GET    /v1/workers, /v1/stats, /openapi.json
+
+`result` is exactly the JSON of `accelopt profile --json`. Every call but health needs
+`Authorization: Bearer TOKEN`; the token is compared through fixed-length digests in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Response, Security
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..profiling.sandbox import SandboxLimits
+from .jobs import JobFinishedError, JobManager, QueueFullError, Runner
+from .spec import EvaluatorConfig, JobSpec, SpecError, private_directory, validate_spec
+
+log = logging.getLogger("accelopt.service")
+
+MiB = 1024 * 1024
+JOB_ID = r"^[0-9a-f]{32}$"
+Status = Literal["queued", "running", "done", "failed", "cancelled"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class JobRequest(BaseModel):
+    """A kernel to check and profile against a named task or a reference given as source text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kernel: str = Field(description="kernel module source (Python, NKI)")
+    reference: str | None = Field(None, description="reference module source (native or NKIBench form)")
+    task: str | None = Field(None, max_length=170, description="a named task instead, e.g. `silu` or `silu:small`")
+    hardware: Literal["trn1", "trn2"] = "trn1"
+    check: bool = Field(True, description="check correctness on random seeds (false: time only)")
+    kernel_name: str | None = Field(None, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    kernel_label: str | None = Field(None, max_length=255, description="file name used in error messages")
+    reference_name: str | None = Field(None, max_length=255, description="reference file name; names the task")
+    check_variant: str | None = Field(None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                                      description="check on this size variant of the task, time at full size")
+    seeds: list[Annotated[int, Field(ge=0, lt=2**32)]] | None = Field(
+        None, max_length=32, description="explicit seeds (such jobs are not cached)")
+
+    @field_validator("kernel", "reference", "task", "kernel_label", "reference_name")
+    @classmethod
+    def _utf8(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("text must be valid UTF-8 (no lone surrogates)") from None
+            if "\x00" in value:
+                raise ValueError("text must not contain NUL characters")
+        return value
+
+    @model_validator(mode="after")
+    def _one_task(self) -> JobRequest:
+        if (self.task is None) == (self.reference is None):
+            raise ValueError("give exactly one of `task` (a name) or `reference` (source text)")
+        return self
+
+    def to_spec(self) -> JobSpec:
+        return JobSpec(kernel=self.kernel, task=self.task, reference=self.reference,
+                       reference_name=self.reference_name, hardware=self.hardware, check=self.check,
+                       kernel_name=self.kernel_name, kernel_label=_label(self.kernel_label),
+                       check_variant=self.check_variant, seeds=tuple(self.seeds) if self.seeds is not None else None)
+
+
+def _label(name: str | None) -> str:
+    from .spec import safe_file_name
+
+    return safe_file_name(name, "candidate.py")
+
+
+class JobCreated(BaseModel):
+    id: str
+    status: Status
+
+
+class JobState(BaseModel):
+    id: str
+    status: Status
+    result: dict[str, Any] | None = Field(None, description="the JSON of `accelopt profile --json`")
+    error: str | None = Field(None, description="why the service could not evaluate the job")
+    cached: bool = False
+    attempts: int = 0
+    slot: int | None = None
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class Health(BaseModel):
+    status: str
+    backend: str
+    executor: str
+    workers: int
+    queued: int
+    running: int
+    queue_limit: int
+    accepting: bool
+
+
+class ErrorBody(BaseModel):
+    detail: Any
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorBody} for code in codes}
+
+
+class BodySizeLimit:
+    """Refuse request bodies over `limit` bytes with 413 before anything parses them."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._refuse(send)
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await self._refuse(send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps({"detail": f"request body larger than {self.limit} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+BEARER = HTTPBearer(auto_error=False, description="the service's token (see docs/deploy.md)")
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
+
+
+def create_app(backend: str = "simulator", workers: int = 2, token: str = "", *, queue_limit: int | None = None,
+               max_kernel_bytes: int = 1 * MiB, max_body_bytes: int = 4 * MiB, seeds: int = 5,
+               limits: SandboxLimits | None = None, ray_address: str | None = None,
+               neuron_options: dict[str, Any] | None = None, forbidden_paths: tuple[str, ...] = (),
+               refs_root: str | None = None, runner: Runner | None = None, job_ttl: float = 3600.0,
+               cache_size: int = 4096) -> FastAPI:
+    """The service as an ASGI app. Workers start with the app's lifespan (i.e. when a server runs it).
+
+    `workers` is the number of evaluation slots (worker processes; with `ray_address`, the number of
+    Ray tasks in flight, default: the cluster's `neuron_core` total). `queue_limit` bounds the queued
+    evaluations (default 16 per worker)."""
+    if not token:
+        raise ValueError("the service needs a non-empty bearer token")
+    if backend not in ("simulator", "neuron"):
+        raise ValueError(f"unknown backend {backend!r}; use simulator or neuron")
+    own_refs = refs_root is None  # references sent as text are kept in a private folder while we run
+    refs_root = refs_root or private_directory("accelopt-service-refs-")
+    config = EvaluatorConfig(backend=backend, seeds=seeds, limits=limits or SandboxLimits(), refs_root=refs_root,
+                             forbidden_paths=tuple(forbidden_paths),
+                             neuron_options=tuple(sorted((neuron_options or {}).items())))
+    if runner is None:
+        if ray_address:
+            from .ray_backend import RayRunner
+
+            runner = RayRunner(ray_address, config, slots=workers or None)
+        else:
+            from .workers import ProcessRunner
+
+            runner = ProcessRunner(workers, config)
+    manager_box: dict[str, JobManager] = {}
+    expected = _digest(token)
+
+    def authorize(credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]) -> None:
+        given = credentials.credentials if credentials is not None else ""
+        if not hmac.compare_digest(_digest(given), expected) or not given:
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    def manager() -> JobManager:
+        if "jobs" not in manager_box:
+            raise HTTPException(503, "the service is starting or stopping")
+        return manager_box["jobs"]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        jobs = JobManager(runner, backend, queue_limit=queue_limit or 1, cache_size=cache_size, job_ttl=job_ttl)
+        jobs.start()  # a Ray runner learns its slot count here, from the cluster
+        if queue_limit is None:
+            jobs.queue_limit = 16 * runner.slots
+        manager_box["jobs"] = jobs
+        app.state.jobs = jobs
+        try:
+            yield
+        finally:
+            manager_box.pop("jobs", None)
+            jobs.stop()
+            if own_refs:
+                shutil.rmtree(refs_root, ignore_errors=True)
+
+    app = FastAPI(title="AccelOpt profiling service", version="1", lifespan=lifespan, openapi_url=None,
+                  docs_url=None, redoc_url=None,
+                  description="Checks and profiles NKI kernels on a Trainium host (Neuron SDK) or the "
+                              "built-in simulator. Every call but /v1/health needs a bearer token.")
+    app.add_middleware(BodySizeLimit, limit=max_body_bytes)  # type: ignore[arg-type]
+    auth = [Depends(authorize)]
+
+    @app.get("/v1/health", response_model=Health, tags=["service"])
+    def health() -> dict[str, Any]:
+        """Liveness and capacity: worker slots, queued and running evaluations. No token needed."""
+        return manager().health()
+
+    @app.post("/v1/jobs", status_code=202, response_model=JobCreated, dependencies=auth, tags=["jobs"],
+              responses=_errors(401, 413, 422, 429, 503))
+    def submit(request: JobRequest, response: Response) -> dict[str, Any]:
+        """Queue a profile job (answered at once from the cache when the same job ran before)."""
+        for name, text in (("kernel", request.kernel), ("reference", request.reference)):
+            if text is not None and len(text.encode("utf-8")) > max_kernel_bytes:
+                raise HTTPException(413, f"{name} source larger than {max_kernel_bytes} bytes")
+        spec = request.to_spec()
+        try:
+            validate_spec(spec)
+        except SpecError as exc:
+            raise HTTPException(422, str(exc)) from None
+        try:
+            job = manager().submit(spec)
+        except QueueFullError as exc:
+            raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+        response.headers["Location"] = f"/v1/jobs/{job.id}"
+        return {"id": job.id, "status": job.status}
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobState, dependencies=auth, tags=["jobs"],
+             responses=_errors(401, 404, 503))
+    async def status(job_id: str = Path(pattern=JOB_ID),
+                     wait: float = Query(0.0, ge=0.0, le=30.0, description="seconds to wait for the job to "
+                                         "finish before answering (long polling)")) -> dict[str, Any]:
+        """The job's status; `result` once done, `error` once failed."""
+        jobs = manager()
+        await jobs.wait(job_id, wait)
+        snapshot = jobs.get(job_id)
+        if snapshot is None:
+            raise HTTPException(404, f"no job {job_id} (unknown, expired, or lost in a restart)")
+        return snapshot
+
+    @app.delete("/v1/jobs/{job_id}", response_model=JobState, dependencies=auth, tags=["jobs"],
+                responses=_errors(401, 404, 409, 503))
+    def cancel(job_id: str = Path(pattern=JOB_ID)) -> dict[str, Any]:
+        """Cancel a queued or running job."""
+        try:
+            snapshot = manager().cancel(job_id)
+        except JobFinishedError as exc:
+            raise HTTPException(409, str(exc)) from None
+        if snapshot is None:
+            raise HTTPException(404, f"no job {job_id}")
+        return snapshot
+
+    @app.get("/v1/workers", dependencies=auth, tags=["service"], responses=_errors(401, 503))
+    def worker_list() -> list[dict[str, Any]]:
+        """Each worker slot: process id, whether it is busy, how often it was replaced, its NeuronCore."""
+        return manager().runner.describe()
+
+    @app.get("/v1/stats", dependencies=auth, tags=["service"], responses=_errors(401, 503))
+    def stats() -> dict[str, Any]:
+        """Counters: submitted, cache hits, coalesced duplicates, evaluations, retries, rejections."""
+        return manager().stats()
+
+    @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
+    def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    return app

@@ -1,0 +1,95 @@
+"""balance_engines: moves work off a bottlenecked Vector engine (numbers unchanged, model latency
+down) and stays quiet when the compute engines are not the bottleneck."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+from rule_eval import assert_same, profile
+
+from accelopt_core.agents.rules import RuleError
+from accelopt_core.agents.rules.engine_balance import BalanceEngines
+
+RULE = BalanceEngines()
+
+VECTOR_BOUND = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(x, y):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            t = nl.load(x[r * 128:(r + 1) * 128, :])
+            s = nl.load(y[r * 128:(r + 1) * 128, :])
+            u = nl.multiply(t, 3.0)  # scale
+            v = nl.multiply(s, t)
+            w = nl.add(u, v)
+            nl.store(out[r * 128:(r + 1) * 128, :], value=nl.copy(w))
+        return out
+''')
+
+DMA_BOUND = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(x, y):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            t = nl.load(x[r * 128:(r + 1) * 128, :])
+            nl.store(out[r * 128:(r + 1) * 128, :], value=nl.multiply(t, 2.0))
+        return out
+''')
+
+SHAPES = [(2048, 1024), (2048, 1024)]
+
+
+@pytest.mark.parametrize("target, construct", [
+    ("scalar", "u = nisa.activation(op=nl.copy, data=t, scale=3.0)  # scale"),
+    ("gpsimd", "v = nisa.tensor_tensor(s, t, op=np.multiply, engine=nisa.gpsimd_engine)"),
+    ("scalar", "value=nisa.tensor_copy(w, engine=nisa.scalar_engine)"),
+])
+def test_vector_work_moves_to_an_idle_engine(tmp_path, target, construct):
+    prof = profile(VECTOR_BOUND, SHAPES, tmp_path)
+    assert prof.bottleneck == "vector"
+    plans = RULE.plan(VECTOR_BOUND, prof)
+    assert plans and all(p.rule == "balance_engines" for p in plans)
+    chosen = [p for p in plans if p.params["target"] == target and RULE.apply(VECTOR_BOUND, p).count(construct)]
+    assert chosen, [p.description for p in plans]
+    new = RULE.apply(VECTOR_BOUND, chosen[0])
+    assert construct in new and "import neuronxcc.nki.isa as nisa" in new
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s, dtype=np.float32) for s in SHAPES]
+    assert_same(VECTOR_BOUND, new, arrays, tmp_path)
+    assert profile(new, SHAPES, tmp_path).latency_ms < prof.latency_ms
+
+
+def test_plans_follow_the_profile_per_line_times(tmp_path):
+    prof = profile(VECTOR_BOUND, SHAPES, tmp_path)
+    plans = RULE.plan(VECTOR_BOUND, prof)
+    # tensor-tensor ops (two passes over the tile) come before the single-pass scale and copy
+    assert plans[0].params["expr"] in ("nl.multiply(s,t)", "nl.add(u,v)")
+    scale = next(p for p in plans if p.params["expr"] == "nl.multiply(t,3.0)")
+    assert plans[0].priority > scale.priority
+    assert plans == sorted(plans, key=lambda p: -p.priority)
+
+
+def test_apply_refuses_a_changed_source(tmp_path):
+    prof = profile(VECTOR_BOUND, SHAPES, tmp_path)
+    plan = RULE.plan(VECTOR_BOUND, prof)[0]
+    with pytest.raises(RuleError):
+        RULE.apply(VECTOR_BOUND.replace("nl.multiply(s, t)", "nl.subtract(s, t)"), plan)
+
+
+def test_no_plan_when_dma_is_the_bottleneck(tmp_path):
+    prof = profile(DMA_BOUND, [(512, 2048), (512, 2048)], tmp_path)
+    assert prof.bottleneck == "dma"
+    assert RULE.plan(DMA_BOUND, prof) == []
+    assert RULE.plan(DMA_BOUND, None) == []

@@ -1,0 +1,176 @@
+"""fuse_elementwise: the chains it must fuse (numbers unchanged, model latency down) and those it
+must leave alone."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+from rule_eval import assert_same, profile
+
+from accelopt_core.agents.rules.fuse_elementwise import FuseElementwise
+
+RULE = FuseElementwise()
+
+SILU = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(x):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            tile = nl.load(x[r * 128:(r + 1) * 128, :])
+            # the formula as written
+            denominator = nl.add(nl.exp(nl.negative(tile)), 1.0)
+            result = nl.divide(tile, denominator)  # silu
+            nl.store(out[r * 128:(r + 1) * 128, :], value=result)
+        return out
+''')
+
+SOFTMAX = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(x):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            scores = nl.load(x[r * 128:(r + 1) * 128, :])
+            row_max = nl.max(scores, axis=1, keepdims=True)
+            exps = nl.exp(nl.subtract(scores, row_max))  # shifted
+            row_sum = nl.sum(exps, axis=1, keepdims=True)
+            probs = nl.divide(exps, row_sum)
+            nl.store(out[r * 128:(r + 1) * 128, :], value=probs)
+        return out
+''')
+
+AFFINE = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(x, y):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            a = nl.load(x[r * 128:(r + 1) * 128, :])
+            b = nl.load(y[r * 128:(r + 1) * 128, :])
+            scaled = a * 2.0 + 1.0
+            mixed = nl.subtract(nl.multiply(b, 0.5), scaled)
+            nl.store(out[r * 128:(r + 1) * 128, :], value=mixed * mixed)
+        return out
+''')
+
+PLAIN = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(x, y):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            a = nl.load(x[r * 128:(r + 1) * 128, :])
+            b = nl.load(y[r * 128:(r + 1) * 128, :])
+            both = nl.multiply(a, b)
+            nl.store(out[r * 128:(r + 1) * 128, :], value=nl.add(both, a))
+        return out
+''')
+
+
+def _rng_arrays(*shapes: tuple[int, ...]) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+
+
+def _apply_pattern(source: str, shapes, tmp_path, pattern: str):
+    prof = profile(source, shapes, tmp_path)
+    plans = RULE.plan(source, prof)
+    chosen = [p for p in plans if p.params["pattern"] == pattern]
+    assert chosen, [p.description for p in plans]
+    return prof, chosen[0], RULE.apply(source, chosen[0])
+
+
+def test_silu_written_out_becomes_one_activation(tmp_path):
+    prof, plan, new = _apply_pattern(SILU, [(256, 512)], tmp_path, "silu")
+    assert plan.rule == "fuse_elementwise" and plan.line == 14 and plan.params["consumed"] == "denominator"
+    assert "result = nl.silu(tile)  # silu" in new
+    assert "denominator" not in new
+    assert "# the formula as written" in new  # the comment above the removed line stays
+    assert_same(SILU, new, _rng_arrays((256, 512)), tmp_path)
+    assert profile(new, [(256, 512)], tmp_path).latency_ms < prof.latency_ms
+    assert RULE.plan(new, None) == []  # nothing left to fuse
+
+
+def test_exp_of_negative_folds_into_the_activation_scale(tmp_path):
+    prof, _, new = _apply_pattern(SILU, [(256, 512)], tmp_path, "activation")
+    assert "nisa.activation(op=nl.exp, data=tile, scale=-1.0)" in new
+    assert "import neuronxcc.nki.isa as nisa" in new
+    assert_same(SILU, new, _rng_arrays((256, 512)), tmp_path)
+    assert profile(new, [(256, 512)], tmp_path).latency_ms < prof.latency_ms
+
+
+def test_softmax_bias_and_row_sum_fold_into_one_activation_reduce(tmp_path):
+    prof, _, new = _apply_pattern(SOFTMAX, [(256, 1024)], tmp_path, "activation_reduce")
+    assert "nisa.activation_reduce(op=nl.exp, data=scores, reduce_op=nl.add, reduce_res=row_sum" in new
+    assert "bias=nl.negative(row_max)" in new
+    assert "nl.sum(" not in new and "# shifted" in new
+    assert_same(SOFTMAX, new, _rng_arrays((256, 1024)), tmp_path)
+    assert profile(new, [(256, 1024)], tmp_path).latency_ms < prof.latency_ms
+
+
+@pytest.mark.parametrize("pattern, construct", [
+    ("tensor_scalar", "nisa.tensor_scalar(data=a, op0=np.multiply, operand0=2.0, op1=np.add, operand1=1.0)"),
+    ("scalar_tensor_tensor", "nisa.scalar_tensor_tensor(data=b, op0=np.multiply, operand0=0.5, "
+                             "op1=np.subtract, operand1=scaled)"),
+    ("square", "nl.square(mixed)"),
+])
+def test_python_operators_and_calls_fuse(tmp_path, pattern, construct):
+    shapes = [(128, 512), (128, 512)]
+    prof, _, new = _apply_pattern(AFFINE, shapes, tmp_path, pattern)
+    assert construct in new
+    if "np." in construct:
+        assert "import numpy as np" in new
+    assert_same(AFFINE, new, _rng_arrays(*shapes), tmp_path)
+    assert profile(new, shapes, tmp_path).latency_ms < prof.latency_ms
+
+
+def test_apply_refuses_a_source_that_changed(tmp_path):
+    prof = profile(SILU, [(256, 512)], tmp_path)
+    plan = RULE.plan(SILU, prof)[0]
+    changed = SILU.replace("nl.divide(tile, denominator)", "nl.multiply(tile, denominator)")
+    from accelopt_core.agents.rules import RuleError
+
+    with pytest.raises(RuleError):
+        RULE.apply(changed, plan)
+
+
+def test_tensor_tensor_products_do_not_fuse(tmp_path):
+    assert RULE.plan(PLAIN, profile(PLAIN, [(128, 512), (128, 512)], tmp_path)) == []
+
+
+def test_index_arithmetic_and_shared_intermediates_are_left_alone():
+    source = textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+
+        @nki.jit
+        def kernel(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            i_p = nl.arange(128)[:, None]
+            i_f = nl.arange(64)[None, :]
+            t = nl.load(x[i_p, 2 * i_f + 1])
+            e = nl.exp(t)
+            nl.store(out[i_p, i_f], value=nl.add(e, e))
+            return out
+    ''')
+    assert RULE.plan(source, None) == []

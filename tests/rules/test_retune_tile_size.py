@@ -1,0 +1,94 @@
+"""retune_tile_size: proposes only tile sizes that divide every dimension at every task size and
+fit the hardware; a larger tile for a DMA-bound kernel speeds it up with the same numbers."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+from rule_eval import assert_same, profile
+
+from accelopt_core.agents.rules import RuleError, cst_util
+from accelopt_core.agents.rules.tile_size import RetuneTileSize
+
+RULE = RetuneTileSize()
+FULL, SMALL = (1024, 6144), (256, 1024)
+
+COPY = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+    TILE = 512  # columns per tile
+
+
+    @nki.jit
+    def kernel(x):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            for c in nl.affine_range(cols // TILE):
+                t = nl.load(x[r * 128:(r + 1) * 128, c * TILE:(c + 1) * TILE])
+                nl.store(out[r * 128:(r + 1) * 128, c * TILE:(c + 1) * TILE], value=nl.exp(t))
+        return out
+''')
+
+MATMUL_ONLY = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.isa as nisa
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(a, b):
+        k_size, m_size = a.shape
+        _, n_size = b.shape
+        tile_n = nl.tile_size.gemm_moving_fmax  # one PSUM bank
+        out = nl.ndarray((m_size, n_size), dtype=a.dtype, buffer=nl.shared_hbm)
+        a_t = nl.load(a[0:k_size, 0:m_size])
+        for n in nl.affine_range(n_size // tile_n):
+            b_t = nl.load(b[0:k_size, n * tile_n:(n + 1) * tile_n])
+            res = nl.copy(nisa.nc_matmul(a_t, b_t))
+            nl.store(out[0:m_size, n * tile_n:(n + 1) * tile_n], value=res)
+        return out
+''')
+
+
+@pytest.fixture
+def shapes_known(monkeypatch):
+    """A task the rule can look up: the kernel's input shapes at the timed and the checked size."""
+    monkeypatch.setitem(cst_util._SHAPES_CACHE, "tile_test", {"full": (FULL,), "small": (SMALL,)})
+
+
+def test_larger_tiles_for_a_dma_bound_kernel(tmp_path, shapes_known):
+    prof = profile(COPY, [FULL], tmp_path, task="tile_test")
+    assert prof.bottleneck == "dma"
+    plans = RULE.plan(COPY, prof)
+    values = [p.params["new"] for p in plans]
+    assert values[0] == 1024  # 4 KiB per partition first (nki-facts A.6)
+    assert all(FULL[1] % v == 0 and SMALL[1] % v == 0 for v in values)  # 1536 would drop columns
+    new = RULE.apply(COPY, plans[0])
+    assert "TILE = 1024  # columns per tile" in new
+    rng = np.random.default_rng(5)
+    assert_same(COPY, new, [rng.standard_normal((256, 2048), dtype=np.float32)], tmp_path)
+    assert profile(new, [FULL], tmp_path).latency_ms < prof.latency_ms
+
+
+def test_min_expressions_are_tile_sizes_too(tmp_path, shapes_known):
+    source = COPY.replace("TILE = 512  # columns per tile\n", "").replace(
+        "rows, cols = x.shape\n", "rows, cols = x.shape\n    TILE = min(cols, 512)\n")
+    plans = RULE.plan(source, profile(source, [FULL], tmp_path, task="tile_test"))
+    assert plans and "TILE = min(cols, 1024)" in RULE.apply(source, plans[0])
+
+
+def test_matmul_limits_and_unknown_shapes_give_no_plan(tmp_path, shapes_known, monkeypatch):
+    monkeypatch.setitem(cst_util._SHAPES_CACHE, "mm_test", {"full": ((128, 128), (128, 2048))})
+    prof = profile(MATMUL_ONLY, [(128, 128), (128, 2048)], tmp_path, task="mm_test")
+    assert RULE.plan(MATMUL_ONLY, prof) == []  # 512 is the moving-operand maximum already
+    assert RULE.plan(COPY, None) == []  # no task: no way to show a value divides the dimensions
+
+
+def test_apply_refuses_a_changed_constant(tmp_path, shapes_known):
+    plan = RULE.plan(COPY, profile(COPY, [FULL], tmp_path, task="tile_test"))[0]
+    with pytest.raises(RuleError):
+        RULE.apply(COPY.replace("TILE = 512", "TILE = 256"), plan)
