@@ -122,6 +122,7 @@ class MemorySpec:
     psum_bytes_per_partition: int
     psum_banks: int
     psum_bank_bytes: int
+    vector_gpsimd_share_sbuf: bool  # NC-v2: Vector and GpSimd cannot access SBUF at the same time
 
 
 @dataclass(frozen=True, slots=True)

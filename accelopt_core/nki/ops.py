@@ -415,6 +415,10 @@ def _binary_dtype(name: str, a: Any, b: Any) -> np.dtype:
     return dtypes.promote(ta, tb)
 
 
+# Element-wise ops the docs list for GpSimd's tensor_tensor (shared/nki-facts.md B.6, B.7).
+_GPSIMD_TENSOR_TENSOR = frozenset({"power", "add", "multiply"})
+
+
 def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask: Mask | None = None,
                   engine: Any = None, dst: Tile | None = None) -> Tile:
     name, fn = _alu(op)
@@ -439,6 +443,9 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
     eng = _engine(engine, default, (Engine.VECTOR, Engine.GPSIMD))
     if eng == Engine.GPSIMD and PSUM in (data1.buffer, data2.buffer):
         raise HardwareRuleError("tensor_tensor on GpSimd cannot read PSUM")
+    if eng == Engine.GPSIMD and not (name in _GPSIMD_TENSOR_TENSOR or int_math):
+        raise HardwareRuleError(f"tensor_tensor {name!r} cannot run on GpSimd; it runs power, add and multiply "
+                                "(and 32-bit integer add/subtract/multiply) there, everything else on Vector")
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.promote(data1.dtype, data2.dtype)
     out, fresh = _output(dst, shape, out_dtype)
     _record(eng, "tensor_tensor", (data1, data2), out, mask=mask, fresh=fresh, attrs={"op": name},

@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
-from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Loop, Trace
+from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Instruction, Loop, Trace
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline
 from accelopt_core.perfmodel.spill import SbufPressure, sbuf_pressure
@@ -210,6 +210,10 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     psum = _PsumBanks(tensors, hardware.memory)
     last_dma = -1
     latency = 0.0
+    # NC-v2: Vector and GpSimd share the SBUF port, so their SBUF-touching instructions take turns;
+    # without this, moving work to GpSimd would look like free parallelism on trn1.
+    shared_port = {_CODE[Engine.VECTOR], _CODE[Engine.GPSIMD]} if hardware.memory.vector_gpsimd_share_sbuf else set()
+    port_free, port_last = 0.0, -1
 
     for i, inst in enumerate(instructions):
         code = _CODE.get(inst.engine)
@@ -299,6 +303,9 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             if engine_free[code] > bound:
                 bound = engine_free[code]
                 p = engine_last[code]
+            on_port = code in shared_port and _touches_sbuf(inst)
+            if on_port and port_free > bound:
+                bound, p = port_free, port_last
             s = bound
             occupancy = costs.occupancy(inst)
             busy[i] = occupancy
@@ -306,6 +313,8 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             r = e + tails[code]
             engine_free[code] = e
             engine_last[code] = i
+            if on_port:
+                port_free, port_last = e, i
         start[i] = s
         end[i] = e
 
@@ -427,3 +436,7 @@ class _PsumBanks:
         layout = (keys, strides, partition_axis)
         self._layout[acc.tensor] = layout
         return layout
+
+
+def _touches_sbuf(inst: Instruction) -> bool:
+    return any(a.buffer == "sbuf" for a in inst.reads) or any(a.buffer == "sbuf" for a in inst.writes)

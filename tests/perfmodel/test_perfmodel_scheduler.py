@@ -438,3 +438,17 @@ def test_spill_reloads_wait_until_the_instruction_could_start(trn1: HardwareProf
     assert fractions is not None
     gaps = [sched.start[i] - sched.end[i - 1] for i in range(65, 128) if fractions[i] > 0]
     assert gaps and min(gaps) > 0
+
+
+def test_vector_and_gpsimd_take_turns_on_the_sbuf_port_on_trn1() -> None:
+    """NC-v2 (fact sheet A.4): Vector and GpSimd cannot use SBUF at the same time; NC-v3 lifts that."""
+    b = TraceBuilder()
+    x, y, z, w = (b.tensor(n, "sbuf", (128, 512)) for n in "xyzw")
+    b.compute("vector", "tensor_tensor", [x, x], [y], attrs={"op": "add"})
+    b.compute("gpsimd", "tensor_tensor", [z, z], [w], attrs={"op": "add"})
+    trace = b.build()
+    one, two = load_hardware("trn1"), load_hardware("trn2")
+    trn1_alone = sum(times(one, inst)[0] for inst in trace.instructions)
+    assert estimate(trace, one).latency >= trn1_alone  # serialised on the shared port
+    assert estimate(trace, two).latency < sum(times(two, inst)[0] + times(two, inst)[1]
+                                              for inst in trace.instructions)  # overlapped on trn2

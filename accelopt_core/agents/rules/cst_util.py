@@ -291,7 +291,7 @@ def call_outputs(call: cst.Call) -> set[str]:
 
 def names_written(node: cst.CSTNode) -> set[str]:
     """Every variable bound or mutated under `node` (conservative)."""
-    return set(binding_counts(node))
+    return set(_bindings(node)[0])
 
 
 # ---------------------------------------------------------------- accesses (reads and writes with their index)
@@ -398,28 +398,32 @@ def _assignments(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 
 def binding_count(owner: cst.CSTNode, name: str) -> int:
-    """How many times `name` is bound or mutated under `owner` (statements, loop targets, outputs)."""
-    return binding_counts(owner).get(name, 0)
+    """How many times `name` is bound or mutated under `owner` (statements, loop targets, outputs,
+    parameters)."""
+    counts, params = _bindings(owner)
+    return counts.get(name, 0) + params.get(name, 0)
 
 
-_COUNTS: dict[int, tuple[cst.CSTNode, dict[str, int]]] = {}
+_COUNTS: dict[int, tuple[cst.CSTNode, dict[str, int], dict[str, int]]] = {}
 
 
-def binding_counts(owner: cst.CSTNode) -> dict[str, int]:
-    """For every variable, how many times it is bound or mutated under `owner` (one walk, remembered)."""
+def _bindings(owner: cst.CSTNode) -> tuple[dict[str, int], dict[str, int]]:
+    """(bindings and mutations by statements, bindings by parameters) per variable under `owner`:
+    one walk per tree, remembered, since the analyses ask about the same loops many times."""
     entry = _COUNTS.get(id(owner))
     if entry is not None and entry[0] is owner:
-        return entry[1]
+        return entry[1], entry[2]
     counts: dict[str, int] = {}
+    params: dict[str, int] = {}
     for node in _walk(owner):
         for name in _bound_by(node):
             counts[name] = counts.get(name, 0) + 1
         if isinstance(node, cst.Param):
-            counts[node.name.value] = counts.get(node.name.value, 0) + 1
-    if len(_COUNTS) > 2_000:
+            params[node.name.value] = params.get(node.name.value, 0) + 1
+    if len(_COUNTS) > 2_000:  # bounded: entries keep their trees alive
         _COUNTS.clear()
-    _COUNTS[id(owner)] = (owner, counts)
-    return counts
+    _COUNTS[id(owner)] = (owner, counts, params)
+    return counts, params
 
 
 def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

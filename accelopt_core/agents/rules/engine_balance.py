@@ -37,8 +37,8 @@ from .fuse_elementwise import COLUMN, SCALAR, KernelAnalysis
 _ENGINES = ("vector", "scalar", "gpsimd")
 # A target engine counts as idle when it is busy less than this share of the bottleneck's time.
 _IDLE_SHARE = 0.6
-# Ops GpSimd runs for floating-point data (nki-facts B.7: add and multiply; subtract alike).
-_GPSIMD_OPS = frozenset({"add", "subtract", "multiply"})
+# Ops GpSimd runs for floating-point data (nki-facts B.7: add and multiply; the simulator refuses others).
+_GPSIMD_OPS = frozenset({"add", "multiply"})
 
 
 @dataclass
