@@ -1,7 +1,7 @@
 """`accelopt bench`: check and profile every NKIBench baseline, print a table, write JSON and a plot.
 
-Tasks run in a pool of worker processes (one per core by default); each task is checked on its
-seeds, then timed by the performance model on the trace of one numeric run.
+Tasks run side by side (one per core by default), each kernel in its own sandboxed process: checked
+on its seeds, then timed by the performance model.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from accelopt_core.blas import single_threaded_blas
-from accelopt_core.nki import KernelLoadError, load_kernel
-from accelopt_core.profiling import ProfileResult, profile_kernel
+from accelopt_core.nki import KernelLoadError
+from accelopt_core.nki.loader import read_source
+from accelopt_core.profiling import ProfileResult, SimulatorProfiler, TaskRef
 from accelopt_core.tasks import TaskError
 from accelopt_core.tasks.check import fresh_seeds
-from accelopt_core.tasks.registry import all_task_files, find_task
+from accelopt_core.tasks.registry import all_task_files
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -40,18 +40,17 @@ class BenchRow:
 
 
 def run_task(name: str, hardware: str, small: bool, seeds: Sequence[int] | None, check: bool) -> BenchRow:
-    """Check and profile one task's baseline (runs in a worker process)."""
-    single_threaded_blas()
+    """Check and profile one task's baseline (the kernel runs in its own sandboxed process)."""
     start = time.perf_counter()
     files = all_task_files()[name]
-    task = find_task(f"{name}:small" if small else name)
+    label = os.path.relpath(files.kernel)
     try:
-        kernel = load_kernel(files.kernel)
+        source = read_source(files.kernel)
     except KernelLoadError as exc:
-        result = ProfileResult(os.path.relpath(files.kernel), name, hardware, "simulator", error=str(exc))
-        return BenchRow(name, result, time.perf_counter() - start)
-    result = profile_kernel(kernel, task, hardware, check=check, seeds=seeds,
-                            kernel_label=os.path.relpath(files.kernel))
+        return BenchRow(name, ProfileResult(label, name, hardware, "simulator", error=str(exc)), 0.0)
+    profiler = SimulatorProfiler(seeds=len(seeds or []) or 1)
+    result = profiler.profile(source, TaskRef(f"{name}:small" if small else name), hardware, check=check,
+                              seeds=seeds, kernel_label=label)
     return BenchRow(name, result, time.perf_counter() - start)
 
 
@@ -143,7 +142,7 @@ def run_bench(tasks: Sequence[str], hardware: str = "trn1", small: bool = False,
     progress = Progress(len(tasks))
     rows: dict[str, BenchRow] = {}
     workers = workers or min(len(tasks), os.cpu_count() or 1)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_task, name, hardware, small, seeds, check): name for name in tasks}
         for future in as_completed(futures):
             row = future.result()
