@@ -29,12 +29,10 @@ import os
 import pickle
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +48,7 @@ from .errors import describe_kernel_exception
 from .guards import guard_violation
 from .profiler import TaskRef, kernel_hash, zero_arrays
 from .result import ProfileResult
-from .sandbox import CANCELLED, SandboxLimits, clean_environment
+from .sandbox import SandboxLimits, clean_environment, run_worker
 
 # programs the SDK may start from inside the child (compiler, benchmark and profiler tools)
 NEURON_TOOLS = ("neuronx-cc", "neuron-bench", "neuron-profile", "neuron-explorer", "neuron-ls")
@@ -380,40 +378,8 @@ def _saved_summary(folder: str) -> dict[str, Any]:
 def run_device_child(job: NeuronJob, workdir: str, limits: SandboxLimits, env: dict[str, str],
                      cancel: threading.Event | None = None) -> DeviceMeasurement:
     """Run `job` in a fresh child (its own session, killed on timeout or cancel) inside `workdir`."""
-    with open(os.path.join(workdir, "job.pkl"), "wb") as handle:
-        pickle.dump(job, handle, protocol=pickle.HIGHEST_PROTOCOL)
-    command = [sys.executable, "-m", "accelopt_core.profiling.neuron", workdir, str(limits.memory_mb)]
-    with subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, start_new_session=True) as child:
-        deadline = time.monotonic() + limits.seconds
-        while True:
-            try:
-                _, stderr = child.communicate(timeout=max(0.0, min(0.25, deadline - time.monotonic())))
-                break
-            except subprocess.TimeoutExpired:
-                stopped = cancel is not None and cancel.is_set()
-                if stopped or time.monotonic() >= deadline:
-                    os.killpg(child.pid, signal.SIGKILL)
-                    child.communicate()
-                    return DeviceMeasurement(error=CANCELLED if stopped else
-                                             f"the kernel did not finish within {limits.seconds:g} s (sandbox limit)")
-    result_path = os.path.join(workdir, "result.pkl")
-    if child.returncode == 0 and os.path.isfile(result_path) and not os.path.islink(result_path):
-        with open(result_path, "rb") as handle:
-            measured = pickle.load(handle)
-        if isinstance(measured, DeviceMeasurement):
-            return measured
-    detail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] if stderr else []
-    code = child.returncode
-    if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        reason = f"the kernel's worker process was killed by signal {name} (crash or memory limit)"
-    else:
-        reason = f"the kernel's worker process exited with status {code} before reporting a result"
-    return DeviceMeasurement(error=reason + (f": {detail[0]}" if detail else ""))
+    run = run_worker("accelopt_core.profiling.neuron", job, workdir, env, limits, cancel)
+    return run.result if isinstance(run.result, DeviceMeasurement) else DeviceMeasurement(error=run.error)
 
 
 def _install_device_guard(workdir: str, forbidden: Sequence[str], writable: Sequence[str],

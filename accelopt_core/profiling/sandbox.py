@@ -144,36 +144,52 @@ def _scratch_root() -> str | None:
 CANCELLED = "evaluation cancelled"
 
 
+@dataclass
+class WorkerRun:
+    """How a worker child ended: its pickled result (None if it left none), or why there is none."""
+
+    result: Any = None
+    error: str | None = None
+
+
+def run_worker(module: str, job: Any, workdir: str, env: dict[str, str], limits: SandboxLimits,
+               cancel: threading.Event | None = None) -> WorkerRun:
+    """Run `python -m MODULE WORKDIR MEMORY_MB` on `job` (pickled into WORKDIR) in its own session;
+    killed on timeout or cancellation; its result is what it pickled into WORKDIR/result.pkl."""
+    with open(os.path.join(workdir, "job.pkl"), "wb") as handle:
+        pickle.dump(job, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    command = [sys.executable, "-m", module, workdir, str(limits.memory_mb)]
+    with subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, start_new_session=True) as child:
+        deadline = time.monotonic() + limits.seconds
+        while True:
+            try:
+                _, stderr = child.communicate(timeout=max(0.0, min(0.25, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                stopped = cancel is not None and cancel.is_set()
+                if stopped or time.monotonic() >= deadline:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    child.communicate()
+                    return WorkerRun(error=CANCELLED if stopped else
+                                     f"the kernel did not finish within {limits.seconds:g} s (sandbox limit)")
+    result_path = os.path.join(workdir, "result.pkl")
+    if child.returncode == 0 and os.path.isfile(result_path) and not os.path.islink(result_path):
+        with open(result_path, "rb") as handle:
+            return WorkerRun(result=pickle.load(handle))
+    detail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] if stderr else []
+    return WorkerRun(error=_exit_reason(child.returncode) + (f": {detail[0]}" if detail else ""))
+
+
 def run_sandboxed(job: SandboxJob, limits: SandboxLimits = SandboxLimits(),
                   cancel: threading.Event | None = None) -> Measurement:
     """Measure a kernel in a fresh child process; failures of any kind come back as an error.
     Setting `cancel` kills the child within a quarter of a second."""
     workdir = tempfile.mkdtemp(prefix="accelopt-eval-", dir=_scratch_root())
     try:
-        with open(os.path.join(workdir, "job.pkl"), "wb") as handle:
-            pickle.dump(job, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        command = [sys.executable, "-m", "accelopt_core.profiling.sandbox", workdir, str(limits.memory_mb)]
-        env = clean_environment(dict(os.environ))
-        with subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as child:
-            deadline = time.monotonic() + limits.seconds
-            while True:
-                try:
-                    _, stderr = child.communicate(timeout=max(0.0, min(0.25, deadline - time.monotonic())))
-                    break
-                except subprocess.TimeoutExpired:
-                    stopped = cancel is not None and cancel.is_set()
-                    if stopped or time.monotonic() >= deadline:
-                        os.killpg(child.pid, signal.SIGKILL)
-                        child.communicate()
-                        return Measurement(error=CANCELLED if stopped else
-                                           f"the kernel did not finish within {limits.seconds:g} s (sandbox limit)")
-        result_path = os.path.join(workdir, "result.pkl")
-        if child.returncode == 0 and os.path.exists(result_path):
-            with open(result_path, "rb") as handle:
-                return pickle.load(handle)
-        detail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] if stderr else []
-        return Measurement(error=_exit_reason(child.returncode) + (f": {detail[0]}" if detail else ""))
+        run = run_worker("accelopt_core.profiling.sandbox", job, workdir, clean_environment(dict(os.environ)),
+                         limits, cancel)
+        return run.result if isinstance(run.result, Measurement) else Measurement(error=run.error)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
