@@ -111,6 +111,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
+def cmd_lsp(args: argparse.Namespace) -> int:
+    """The language server; its own parser handles --stdio / --tcp / logging."""
+    from server.__main__ import main as lsp_main
+
+    return lsp_main(args.lsp_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelopt", description="Check, profile and optimize NKI kernels "
                                      "for AWS Trainium (on a built-in simulator by default).")
@@ -172,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=cmd_bench)
 
     add_memory_parser(sub)
+
+    lsp = sub.add_parser("lsp", help="start the language server (stdio by default; --tcp PORT for debugging)",
+                         add_help=False)
+    lsp.add_argument("lsp_args", nargs=argparse.REMAINDER)
+    lsp.set_defaults(func=cmd_lsp)
 
     serve = sub.add_parser("serve", help="serve profile jobs over HTTP (e.g. on a Trainium host)",
                            description="Exit codes: 0 stopped, 2 bad configuration.")
