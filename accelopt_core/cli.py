@@ -111,11 +111,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
-def cmd_lsp(args: argparse.Namespace) -> int:
-    """The language server; its own parser handles --stdio / --tcp / logging."""
+def run_lsp(argv: Sequence[str]) -> int:
+    """The language server; its own parser handles --stdio / --tcp / logging options."""
     from server.__main__ import main as lsp_main
 
-    return lsp_main(args.lsp_args)
+    return lsp_main(argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,10 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_memory_parser(sub)
 
-    lsp = sub.add_parser("lsp", help="start the language server (stdio by default; --tcp PORT for debugging)",
-                         add_help=False)
-    lsp.add_argument("lsp_args", nargs=argparse.REMAINDER)
-    lsp.set_defaults(func=cmd_lsp)
+    sub.add_parser("lsp", help="start the language server (stdio by default; --tcp PORT for debugging)",
+                   add_help=False)  # main() hands everything after `lsp` to the server's own parser
 
     serve = sub.add_parser("serve", help="serve profile jobs over HTTP (e.g. on a Trainium host)",
                            description="Exit codes: 0 stopped, 2 bad configuration.")
@@ -201,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lsp"]:
+        return run_lsp(argv[1:])
     args = build_parser().parse_args(argv)
     single_threaded_blas()
     try:
