@@ -91,7 +91,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         handle.write(source)
     options = argparse.Namespace(kernel=kernel_path, hardware=args.hardware, preset=args.preset, iterations=None,
                                  beam_width=None, workers=None, planner="rules", llm=False, out=None, resume=None,
-                                 db=args.db, json=None)
+                                 db=args.db, json=None, backend="simulator")
     return run_optimize(options, source, TaskRef(name=files.name))
 
 
@@ -101,6 +101,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     task = _task_for(args)
     source = _read_kernel(args.kernel, None)
+    if args.backend == "remote" and not (args.service_url and args.token_file):
+        raise CliError("--backend remote needs --service-url and --token-file")
     return run_optimize(args, source, task)
 
 
@@ -160,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
                           help="use the LLM agents (endpoint from ACCELOPT_LLM_BASE_URL, ACCELOPT_LLM_MODEL, "
                           "ACCELOPT_LLM_API_KEY or the config file); with none configured the rule-based "
                           "optimizer runs")
+    optimize.add_argument("--backend", choices=("simulator", "remote"), default="simulator",
+                          help="where candidates are profiled: the built-in simulator or a profiling service")
+    optimize.add_argument("--service-url", help="profiling service URL, for --backend remote")
+    optimize.add_argument("--token-file", help="file holding the service's bearer token, for --backend remote")
+    optimize.add_argument("--allow-fallback", action="store_true",
+                          help="with --backend remote: use the simulator when the service is unreachable")
     optimize.add_argument("--out", help="where to write the best kernel (default: KERNEL.optimized.py)")
     optimize.add_argument("--resume", type=int, metavar="SEARCH_ID", help="continue a killed search")
     optimize.add_argument("--db", help="optimization memory database (default: ACCELOPT_MEMORY_DB or the "

@@ -15,7 +15,8 @@ from .agents.rules.agent import RuleAgent
 from .agents.rules.registry import default_rules
 from .config import ConfigError, LLMSettings
 from .memory import Memory, ProfileCache
-from .profiling import SimulatorProfiler, TaskRef
+from .nki.loader import read_source
+from .profiling import RemoteProfiler, SimulatorProfiler, TaskRef
 from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, SearchResult, preset
 
 NO_ENDPOINT = "no LLM endpoint configured: using the rule-based optimizer"
@@ -113,7 +114,13 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
     agents, llm, who = choose_agents(args, config, settings)
     memory = Memory(args.db)
     cancel = threading.Event()
-    profiler = SimulatorProfiler(seeds=config.seeds, check_variant=_check_variant(task), cache=ProfileCache(memory))
+    variant = _check_variant(task)
+    if args.backend == "remote":  # evaluations go to a profiling service (e.g. a Trainium host)
+        token = read_source(args.token_file).strip()
+        profiler: Any = RemoteProfiler(args.service_url, token, check_variant=variant,
+                                       allow_fallback=args.allow_fallback)
+    else:
+        profiler = SimulatorProfiler(seeds=config.seeds, check_variant=variant, cache=ProfileCache(memory))
     search = BeamSearch(profiler, agents, config, memory, ProgressLine(), cancel)
     print(f"optimizing {os.path.relpath(args.kernel)} for {task.key} on {args.hardware} (simulator) with {who}",
           file=sys.stderr)

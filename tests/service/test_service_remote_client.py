@@ -174,3 +174,23 @@ def test_failed_job_is_reported(reference: TaskRef) -> None:
     finally:
         server.shutdown()
     assert result.error == f"profiling service at {url} could not profile the kernel: {failed['error']}"
+
+
+def test_optimize_profiles_candidates_through_the_service(service: Service, tmp_path: Path) -> None:
+    """`accelopt optimize --backend remote`: the search's evaluations go to the service."""
+    import subprocess
+    import sys
+
+    from accelopt_core.tasks.registry import task_files
+
+    kernel = tmp_path / "silu.py"
+    kernel.write_text(Path(task_files("silu").kernel).read_text())
+    token_file = tmp_path / "token"
+    token_file.write_text(service.token)
+    run = subprocess.run([sys.executable, "-m", "accelopt_core", "optimize", str(kernel), "--task", "silu",
+                          "--preset", "quick", "--backend", "remote", "--service-url", service.url,
+                          "--token-file", str(token_file), "--db", str(tmp_path / "m.db")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert float(run.stdout.split("speedup ")[1].split("x")[0]) > 1.2
+    assert (tmp_path / "silu.optimized.py").exists()
