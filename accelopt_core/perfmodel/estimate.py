@@ -195,9 +195,15 @@ def _lines(trace: Trace, codes: np.ndarray, duration: np.ndarray) -> list[dict[s
         entry["engines"][ENGINES[code]] = t * 1e3
         entry["time_ms"] += t * 1e3
         entry["instructions"] += c
+    traffic: dict[int, dict[str, int]] = {}
+    for inst in trace.instructions:
+        levels = traffic.setdefault(inst.line, {})
+        for access in (*inst.reads, *inst.writes):
+            levels[access.buffer] = levels.get(access.buffer, 0) + access.nbytes
     for entry in per_line.values():
         engines = entry["engines"]
         entry["engine"] = max(engines, key=lambda name: engines[name])
+        entry["bytes"] = traffic.get(entry["line"], {})  # bytes read and written per memory level
     return sorted(per_line.values(), key=lambda e: (-e["time_ms"], e["line"]))
 
 

@@ -1,0 +1,91 @@
+"""Code lenses over each kernel: the headline (`1.33 ms · 40% of peak · trn1 · vector-bound`), then
+Optimize, Profile on the other generation, and Show report."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from ..format import headline, short_error
+from ..state import KernelDocument
+
+if TYPE_CHECKING:
+    from ..server import AccelOptServer
+
+OTHER = {"trn1": "trn2", "trn2": "trn1"}
+REFRESH_DELAY_S = 0.05
+
+
+def headline_title(doc: KernelDocument) -> str | None:
+    """The first lens's text, or None when there is nothing to show yet."""
+    if doc.task_error:
+        return f"AccelOpt: the task fails to load: {short_error(doc.task_error, 60)}"
+    if doc.failure and doc.result is None:
+        return f"AccelOpt: {short_error(doc.failure, 70)}"
+    result = doc.result
+    if result is None:
+        return "AccelOpt: profiling…" if doc.phase != "idle" else None
+    if result.error:
+        text = f"kernel fails: {short_error(result.error, 70)}"
+    else:
+        text = headline(result)
+        if doc.checked is not None and doc.checked.correct is False:
+            text += " · ✗ wrong results"
+        elif doc.checked is not None and doc.checked.correct:
+            text += f" · ✓ {len(doc.checked.seeds)} seeds"
+        elif doc.phase == "checking":
+            text += " · checking…"
+    if doc.outdated:
+        text += " · (before your edits)"
+    elif doc.phase in ("waiting", "tracing"):
+        text += " · re-profiling…"
+    return text
+
+
+def lenses(doc: KernelDocument, hardware: str) -> list[tuple[str, str, list[object]]]:
+    """(title, command, arguments) for each lens, engine-side view."""
+    if not doc.info.is_kernel or doc.info.def_line is None or doc.link is None or not doc.link.ok:
+        return []
+    out: list[tuple[str, str, list[object]]] = []
+    title = headline_title(doc)
+    if title:
+        out.append((title, "accelopt.showReport", [doc.uri]))
+    if doc.search is not None:
+        event = doc.search.last_event
+        progress = f" {event.speedup:.2f}x so far" if event is not None and event.speedup else ""
+        out.append(("Stopping…" if doc.search.stopping else f"Optimizing…{progress} (stop)",
+                    "accelopt.stopOptimize", [doc.uri]))
+    else:
+        out.append(("Optimize", "accelopt.optimize", [doc.uri]))
+    current = doc.hardware(hardware)
+    out.append((f"Profile on {OTHER.get(current, 'trn2')}", "accelopt.profile", [doc.uri, OTHER.get(current, "trn2")]))
+    out.append(("Show report", "accelopt.showReport", [doc.uri]))
+    return out
+
+
+def register(server: AccelOptServer) -> None:
+    @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
+    def code_lens(ls: AccelOptServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+        doc = ls.session.documents.get(params.text_document.uri)
+        if doc is None or doc.info.def_line is None:
+            return []
+        line = doc.info.def_line - 1
+        where = types.Range(types.Position(line, 0), types.Position(line, 0))
+        return [types.CodeLens(range=where, command=types.Command(title=title, command=command, arguments=arguments))
+                for title, command, arguments in lenses(doc, ls.session.settings.hardware)]
+
+    scheduled = False
+
+    def refresh() -> None:
+        nonlocal scheduled
+        scheduled = False
+        server.workspace_code_lens_refresh(None)
+
+    def on_change(doc: KernelDocument, what: set[str]) -> None:
+        nonlocal scheduled
+        if "lenses" in what and server.client.code_lens_refresh and not scheduled and server.loop is not None:
+            scheduled = True
+            server.loop.call_later(REFRESH_DELAY_S, refresh)
+
+    server.session.listeners.append(on_change)

@@ -1,0 +1,269 @@
+"""What the diagnostics say, as plain data: errors, wrong results and bottlenecks found in a kernel's
+source and profile. No LSP types here; features/diagnostics.py translates."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from accelopt_core.profiling import ProfileResult
+
+from .format import ms, nbytes, percent
+from .kernels import KernelFile, TaskLink
+
+ERROR, WARNING, INFO, HINT = "error", "warning", "information", "hint"
+HOT_SHARE = 0.25  # a line taking at least this share of busy time is worth pointing at
+MAX_HOT_LINES = 2
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnostic: `line` is 1-based; `column` None means the whole line's text."""
+
+    line: int
+    severity: str
+    code: str
+    message: str
+    column: int | None = None
+    end_column: int | None = None
+    data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    priority: float = 0.0
+
+
+def line_share(result: ProfileResult) -> dict[int, float]:
+    """Each line's share of the summed busy time (lines on different engines overlap in time)."""
+    total = sum(entry["time_ms"] for entry in result.lines) or 1.0
+    return {entry["line"]: entry["time_ms"] / total for entry in result.lines}
+
+
+def trip_counts(result: ProfileResult) -> dict[int, int]:
+    """Iterations per execution of each loop (by header line), from the profile's loop table."""
+    counts = {}
+    for loop in result.profile.get("loops") or []:
+        executions = max(1, int(loop.get("executions") or 1))
+        counts[int(loop["line"])] = max(1, round(int(loop.get("iterations") or 1) / executions))
+    return counts
+
+
+# --- static analysis: loads that repeat in a loop they do not depend on -------------------------
+
+
+@dataclass(frozen=True)
+class RepeatedLoad:
+    line: int
+    loop_line: int
+    loop_vars: tuple[str, ...]
+
+
+def _names(node: ast.AST | None) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node is not None else set()
+
+
+def _base_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _assigned(target: ast.AST) -> set[str]:
+    """Names an assignment target rebinds or writes into (`a_t[k] = ...` writes `a_t`, not `k`)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_assigned(t) for t in target.elts)) if target.elts else set()
+    if isinstance(target, ast.Starred):
+        return _assigned(target.value)
+    name = _base_name(target)
+    return {name} if name else set()
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _varying(loop: ast.For) -> tuple[set[str], set[str]]:
+    """Names whose value changes from one iteration of `loop` to the next (its variables and what
+    is computed from them inside it), and the tensors the loop writes with stores."""
+    varying = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    written: set[str] = set()
+    statements = [n for n in ast.walk(loop) if n is not loop]
+    for node in statements:
+        if isinstance(node, ast.Call) and _call_name(node) in ("store", "dma_copy"):
+            destinations = node.args[:1] + [k.value for k in node.keywords if k.arg == "dst"]
+            written |= {name for name in map(_base_name, destinations) if name}
+    changed = True
+    while changed:
+        changed = False
+        for node in statements:
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                uses = _names(node.value) | (_names(node.target) if isinstance(node, ast.AugAssign) else set())
+                if uses & varying:
+                    for name in set().union(*(_assigned(t) for t in targets)) - varying:
+                        varying.add(name)
+                        changed = True
+            elif isinstance(node, ast.For) and _names(node.iter) & varying:
+                new = {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)} - varying
+                if new:
+                    varying |= new
+                    changed = True
+    return varying, written
+
+
+def repeated_loads(source: str, kernel: KernelFile) -> list[RepeatedLoad]:
+    """`nl.load`s inside a loop whose address does not change with that loop: the same bytes come
+    from HBM on every iteration. Reported against the outermost such loop (hoisting out of it helps most)."""
+    if not kernel.function:
+        return []
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel.function), None)
+    if function is None:
+        return []
+    found: list[RepeatedLoad] = []
+    analysis: dict[int, tuple[set[str], set[str]]] = {}
+
+    def visit(node: ast.AST, loops: list[ast.For]) -> None:
+        if isinstance(node, ast.For):
+            analysis[id(node)] = _varying(node)
+            loops = [*loops, node]
+        if isinstance(node, ast.Call) and _call_name(node) == "load" and loops:
+            used = set().union(*(_names(a) for a in node.args), *(_names(k.value) for k in node.keywords))
+            source_tensor = _base_name(node.args[0]) if node.args else None
+            for loop in loops:  # outermost first
+                varying, written = analysis[id(loop)]
+                if not used & varying and source_tensor not in written:
+                    targets = tuple(n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name))
+                    found.append(RepeatedLoad(node.lineno, loop.lineno, targets))
+                    break
+        for child in ast.iter_child_nodes(node):
+            visit(child, loops)
+
+    visit(function, [])
+    return found
+
+
+# --- all findings for one kernel ---------------------------------------------------------------
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def structural(kernel: KernelFile, link: TaskLink | None) -> list[Finding]:
+    """Findings from the text alone: syntax errors, unrecognisable kernels, broken or missing links."""
+    out: list[Finding] = []
+    if kernel.syntax_error:
+        line, column, message = kernel.syntax_error
+        out.append(Finding(line, ERROR, "syntax-error", f"syntax error: {message}", column, column + 1))
+        return out
+    directive = kernel.directive
+    if directive is not None:
+        out.extend(Finding(directive.line, WARNING, "bad-directive", f"accelopt directive: {p}")
+                   for p in directive.problems)
+    if kernel.problem:
+        out.append(Finding(directive.line if directive else 1, WARNING, "no-kernel",
+                           kernel.problem + " (or add `kernel=NAME` to the `# accelopt:` directive)"))
+        return out
+    if link is None or link.origin == "none":
+        out.append(Finding(kernel.def_line or 1, HINT, "no-task",
+                           "No task linked, so this kernel is not profiled: add `# accelopt: task=NAME` or "
+                           "`# accelopt: reference=path/to/ref.py`", kernel.name_start,
+                           kernel.name_start + len(kernel.function or "")))
+    elif link.problem:
+        out.append(Finding(link.line or kernel.def_line or 1, ERROR, "bad-task", link.problem))
+    return out
+
+
+def from_results(kernel: KernelFile, source: str, trace: ProfileResult | None, checked: ProfileResult | None,
+                 task_error: str | None) -> list[Finding]:
+    """Errors, wrong results and the top bottlenecks of the latest profile."""
+    def_line = kernel.def_line or 1
+    if task_error:
+        line = kernel.directive.line if kernel.directive else def_line
+        return [Finding(line, ERROR, "task-error", f"the task could not be loaded: {task_error}")]
+    result = checked if checked is not None and checked.latency_ms is not None else trace
+    failing = checked if checked is not None and checked.error else trace if trace and trace.error else None
+    if failing is not None and failing.error:
+        from accelopt_core.profiling.sandbox import CANCELLED
+
+        if failing.error == CANCELLED:
+            return []
+        line = failing.error_line or def_line
+        return [Finding(line, ERROR, "kernel-error", f"the kernel fails: {failing.error}")]
+    out: list[Finding] = []
+    if checked is not None and checked.correct is False:
+        detail = checked.check_message or "outputs differ from the reference"
+        errors = []
+        if checked.max_abs_error is not None:
+            errors.append(f"max abs error {checked.max_abs_error:.3g}")
+        if checked.rel_l2_error is not None:
+            errors.append(f"relative L2 error {checked.rel_l2_error:.3g}")
+        suffix = f" ({', '.join(errors)})" if errors else ""
+        out.append(Finding(def_line, WARNING, "wrong-results", f"wrong results: {detail}{suffix}",
+                           kernel.name_start, kernel.name_start + len(kernel.function or "")))
+    if result is not None and result.latency_ms is not None:
+        out.extend(bottlenecks(kernel, source, result))
+    return out
+
+
+def bottlenecks(kernel: KernelFile, source: str, result: ProfileResult) -> list[Finding]:
+    """Repeated loads, hot lines, an idle Tensor engine, spills: information-level findings."""
+    out: list[Finding] = []
+    share = line_share(result)
+    trips = trip_counts(result)
+    by_line = {entry["line"]: entry for entry in result.lines}
+    loops = {loop.line: loop for loop in kernel.loops}
+    flagged: set[int] = set()
+    for load in repeated_loads(source, kernel):
+        count = trips.get(load.loop_line)
+        times = f"{count}×" if count else "on every iteration"
+        variables = " or ".join(f"`{v}`" for v in load.loop_vars) or "its variable"
+        spent = share.get(load.line, 0.0)
+        cost = f"; this line is {percent(100 * spent)} of busy time" if spent else ""
+        loop = loops.get(load.loop_line)
+        out.append(Finding(load.line, INFO, "repeated-load",
+                           f"this load does not depend on {variables} but runs in every iteration of the loop "
+                           f"on line {load.loop_line}{f' ({loop.iterator})' if loop else ''}: the same data is "
+                           f"read from HBM {times}{cost}. Load it once before that loop if SBUF has room.",
+                           data={"loop_line": load.loop_line}, priority=spent + 0.01))
+        flagged.add(load.line)
+    hot = [e for e in result.lines if share.get(e["line"], 0.0) >= HOT_SHARE and e["line"] not in flagged]
+    for entry in hot[:MAX_HOT_LINES]:
+        engines = ", ".join(f"{name} {ms(t)}" for name, t in sorted(entry.get("engines", {}).items(),
+                                                                     key=lambda item: -item[1]))
+        out.append(Finding(entry["line"], INFO, "hot-line",
+                           f"hot spot: {percent(100 * share[entry['line']])} of the kernel's busy time, mostly "
+                           f"on the {entry['engine']} engine ({engines}; "
+                           f"{_plural(entry['instructions'], 'instruction')})",
+                           priority=share[entry["line"]]))
+    profile = result.profile
+    tensor_active = profile.get("tensor_engine_active_time_percent")
+    if result.bound == "matmul" and tensor_active is not None and tensor_active < 50:
+        target = next((e["line"] for e in result.lines if e["engine"] != "tensor"), kernel.def_line or 1)
+        if not profile.get("hardware_flops"):
+            message = ("the Tensor engine is never used, yet this task is matmul-bound at peak: its "
+                       "matrix products belong on nisa.nc_matmul")
+        else:
+            message = (f"the Tensor engine is idle {percent(100 - tensor_active)} of the time in a matmul-bound "
+                       f"task; it waits on the {result.bottleneck} engine")
+        line = target if target in by_line else kernel.def_line or 1
+        out.append(Finding(line, INFO, "idle-tensor-engine", message, priority=0.5))
+    spilled = (profile.get("spill_save_bytes") or 0) + (profile.get("spill_reload_bytes") or 0)
+    if spilled:
+        out.append(Finding(kernel.def_line or 1, INFO, "sbuf-spills",
+                           f"SBUF overflows: {nbytes(profile.get('spill_save_bytes'))} saved to HBM and "
+                           f"{nbytes(profile.get('spill_reload_bytes'))} reloaded (peak live "
+                           f"{nbytes(profile.get('sbuf_peak_live_bytes_per_partition'))} per partition of "
+                           f"{nbytes(profile.get('sbuf_usable_bytes_per_partition'))})",
+                           kernel.name_start, kernel.name_start + len(kernel.function or ""), priority=0.4))
+    return out
+
+
+def rule_findings(fixes: Sequence[Any]) -> list[Finding]:
+    """One information diagnostic per rule-based rewrite on offer (its quick fix applies it)."""
+    return [Finding(fix.line, INFO, f"rule:{fix.rule}", f"{fix.rule}: {fix.description}",
+                    data={"fix": fix.key}, priority=fix.priority) for fix in fixes]

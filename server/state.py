@@ -1,0 +1,145 @@
+"""What the server knows about one kernel file: its text, what it is, its task, its latest profile,
+the quick fixes and verified rewrites on offer. Plain data; the session updates it, features read it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from pygls.uris import to_fs_path
+
+from accelopt_core.profiling import ProfileResult
+from accelopt_core.profiling.profiler import kernel_hash
+
+from .edits import line_map
+from .kernels import KernelFile, TaskLink, analyze, link_task
+from .rules import QuickFix
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A verified candidate from Optimize: correct on the checked seeds and faster than the base."""
+
+    key: str
+    source: str
+    base_digest: str
+    speedup: float
+    latency_ms: float
+    base_latency_ms: float
+    peak_percent: float | None
+    base_peak_percent: float | None
+    seeds: int
+    plan: str
+
+    @property
+    def title(self) -> str:
+        if self.peak_percent is not None and self.base_peak_percent is not None:
+            detail = f"{self.base_peak_percent:.0f}% -> {self.peak_percent:.0f}% of peak"
+        else:
+            detail = f"{self.base_latency_ms:.3g} ms -> {self.latency_ms:.3g} ms"
+        return f"Apply rewrite: {self.speedup:.2f}x faster ({detail}, checked on {self.seeds} seeds)"
+
+
+@dataclass
+class SearchRun:
+    """An Optimize in progress on this file."""
+
+    job: Any
+    base_source: str
+    last_event: Any = None
+    stopping: bool = False
+
+
+@dataclass
+class KernelDocument:
+    uri: str
+    path: str | None
+    source: str
+    version: int | None = None
+    open: bool = True
+    info: KernelFile = field(default_factory=lambda: KernelFile(False))
+    link: TaskLink | None = None
+    hardware_override: str | None = None
+    request_id: int = 0
+    phase: str = "idle"  # idle, waiting, tracing, checking
+    profiled_source: str | None = None
+    trace: ProfileResult | None = None
+    checked: ProfileResult | None = None
+    task_error: str | None = None
+    failure: str | None = None  # the profiling machinery failed (not the kernel)
+    fixes: list[QuickFix] = field(default_factory=list)
+    rewrites: list[Rewrite] = field(default_factory=list)
+    search: SearchRun | None = None
+    last_search: dict[str, Any] | None = None
+    _digest: tuple[str, str] | None = None
+    _line_map: tuple[str, dict[int, int]] | None = None
+
+    @staticmethod
+    def create(uri: str, source: str, version: int | None = None) -> KernelDocument:
+        path = to_fs_path(uri) if uri.startswith("file:") else None
+        doc = KernelDocument(uri, path, source, version)
+        doc.reanalyze()
+        return doc
+
+    def reanalyze(self) -> None:
+        """Re-read what the text is; cheap enough for every keystroke."""
+        self.info = analyze(self.source, os.path.basename(self.path or "kernel.py"))
+        self.relink()
+
+    def relink(self) -> bool:
+        """Recompute the task link (files may have appeared or gone); True when it changed."""
+        link = link_task(self.info, self.path) if self.info.is_kernel and not self.info.syntax_error else None
+        changed = link != self.link
+        self.link = link
+        return changed
+
+    @property
+    def digest(self) -> str:
+        if self._digest is None or self._digest[0] is not self.source:
+            self._digest = (self.source, kernel_hash(self.source))
+        return self._digest[1]
+
+    @property
+    def profilable(self) -> bool:
+        return bool(self.info.is_kernel and self.info.function and not self.info.syntax_error
+                    and self.link is not None and self.link.ok)
+
+    def hardware(self, default: str) -> str:
+        return self.hardware_override or default
+
+    @property
+    def result(self) -> ProfileResult | None:
+        """The most complete profile: the checked run once it has timing, else the trace-only run."""
+        if self.checked is not None and (self.checked.latency_ms is not None or self.checked.error):
+            return self.checked
+        return self.trace
+
+    @property
+    def outdated(self) -> bool:
+        """The shown profile belongs to an earlier text of the file."""
+        return self.profiled_source is not None and self.profiled_source != self.source
+
+    def to_current(self) -> dict[int, int] | None:
+        """Profiled line -> current line for lines unchanged since profiling (None: nothing changed)."""
+        if not self.outdated or self.profiled_source is None:
+            return None
+        if self._line_map is None or self._line_map[0] is not self.source:
+            self._line_map = (self.source, line_map(self.profiled_source, self.source))
+        return self._line_map[1]
+
+    def current_line_of(self, profiled: int) -> int | None:
+        mapping = self.to_current()
+        return profiled if mapping is None else mapping.get(profiled)
+
+    def profiled_line_of(self, current: int) -> int | None:
+        mapping = self.to_current()
+        if mapping is None:
+            return current
+        return next((old for old, new in mapping.items() if new == current), None)
+
+    def current_rewrites(self) -> list[Rewrite]:
+        return [r for r in self.rewrites if r.base_digest == self.digest]
+
+    def current_fixes(self) -> list[QuickFix]:
+        return self.fixes if not self.outdated else []

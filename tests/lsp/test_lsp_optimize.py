@@ -1,0 +1,83 @@
+"""Optimize from the editor: $/progress while the beam search runs, verified candidates as code
+actions whose WorkspaceEdit rewrites the kernel, and cancellation through the progress token.
+
+The search runs with the scripted agent of tests/search (known wins on silu), injected through the
+`optimizerAgents` initialization option, so the test does not depend on the rule set."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from lsp_client import AGENTS, SMALL_SILU, apply_edit, running_server, wait_for
+from lsprotocol import types
+
+pytestmark = pytest.mark.asyncio
+
+SCRIPTED = {"optimizerAgents": [f"{AGENTS}:ScriptedAgent"], "searchWorkers": 2}
+SLEEPY = {"optimizerAgents": [f"{AGENTS}:SleepyAgent"], "searchWorkers": 2}
+FUSED = "nisa.activation(op=nl.exp, data=tile, scale=-1.0)"
+
+
+async def test_optimize_reports_progress_and_its_rewrite_applies(workspace: Path, memory_db: Path) -> None:
+    async with running_server(workspace, memory_db, init_options=SCRIPTED) as editor:
+        uri = editor.open(workspace / "silu_small.py", SMALL_SILU)
+        await editor.profiled(uri)
+        summary = await editor.command("accelopt.optimize", uri)
+        assert not summary.get("error"), summary
+        assert summary["speedup"] > 1.2 and not summary["cancelled"]
+        rewrites = summary["rewrites"]
+        assert rewrites and rewrites[0]["title"].startswith("Apply rewrite: ")
+        assert "x faster (" in rewrites[0]["title"] and "% of peak, checked on 5 seeds)" in rewrites[0]["title"]
+
+        (reports,) = editor.client.progress_reports.values()
+        kinds = [r.kind for r in reports]
+        assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds
+        assert reports[0].cancellable
+        messages = [r.message for r in reports if r.kind == "report"]
+        assert any("best 1." in m and "% of peak" in m and "iteration" in m for m in messages), messages
+
+        hint = await wait_for(lambda: editor.diagnostics(uri, "rewrite-available"), 10, what="the rewrite hint")
+        def_line = hint[0].range.start.line + 1
+        actions = await editor.actions(uri, def_line, hint)
+        rewrite = next(a for a in actions if a.kind == types.CodeActionKind.RefactorRewrite)
+        assert rewrite.title == rewrites[0]["title"] and rewrite.is_preferred
+        edit = rewrite.edit
+        assert edit is not None and edit.document_changes and edit.change_annotations
+        (annotation,) = edit.change_annotations.values()
+        assert annotation.needs_confirmation  # editors show a diff preview before applying
+        (change,) = edit.document_changes
+        assert isinstance(change, types.TextDocumentEdit) and change.text_document.version == 1
+        assert all(isinstance(e, types.AnnotatedTextEdit) for e in change.edits)
+
+        new_text = apply_edit(SMALL_SILU, edit, uri)
+        assert FUSED in new_text and "import neuronxcc.nki.isa as nisa" in new_text
+        assert new_text.splitlines()[0] == "# accelopt: task=silu:small"  # only the rewritten lines changed
+        editor.change(uri, new_text)
+        editor.save(uri)
+        report = await editor.profiled(uri)
+        assert report["result"]["correct"] is True
+        assert report["result"]["latency_ms"] < summary["base"]["latency_ms"]
+        await wait_for(lambda: not editor.diagnostics(uri, "rewrite-available"), 10,
+                       what="the offer for the old text to go")
+
+
+async def test_optimize_is_cancelled_through_its_progress_token(workspace: Path, memory_db: Path) -> None:
+    async with running_server(workspace, memory_db, init_options=SLEEPY) as editor:
+        uri = editor.open(workspace / "silu_small.py", SMALL_SILU)
+        await editor.profiled(uri)
+        running = asyncio.ensure_future(editor.command("accelopt.optimize", uri))
+        token = await wait_for(lambda: next(iter(editor.client.progress_reports), None), 30, what="a progress token")
+        await wait_for(lambda: any(r.kind == "report" for r in editor.client.progress_reports[token]), 60,
+                       what="the first evaluated candidate")
+        titles = [lens.command.title for lens in await editor.lenses(uri) if lens.command]
+        assert any(t.startswith("Optimizing") for t in titles), titles
+        editor.client.window_work_done_progress_cancel(types.WorkDoneProgressCancelParams(token=token))
+        summary = await asyncio.wait_for(running, timeout=30)  # the hanging candidates are killed
+        assert summary["cancelled"] is True and summary["rewrites"] == []
+        assert editor.client.progress_reports[token][-1].kind == "end"
+        status = await editor.status()
+        assert status["searchLane"]["crashed"] == 0 and status["searchLane"]["running"] == 0
+        titles = [lens.command.title for lens in await editor.lenses(uri) if lens.command]
+        assert "Optimize" in titles

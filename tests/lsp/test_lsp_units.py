@@ -1,0 +1,125 @@
+"""The server's engine-side helpers on their own (no server process): recognising kernels, linking
+tasks, finding repeated loads, minimal edits, settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lsp_client import ROOT, SILU
+
+from server.config import Settings, merge
+from server.edits import apply_line_edits, line_edits, line_map
+from server.findings import repeated_loads
+from server.kernels import analyze, check_variant, directive_insert_line, link_task, parse_directive, suggest_tasks
+
+MATMUL = (ROOT / "nkibench" / "kernels" / "matmul.py").read_text()
+
+
+def test_kernels_are_recognised_by_content() -> None:
+    assert analyze(SILU).is_kernel and analyze(SILU).function == "kernel"
+    assert not analyze("import numpy as np\n\ndef f(x):\n    return x\n").is_kernel
+    modern = "import nki\nimport nki.language as nl\n\n@nki.jit\ndef my_kernel(a):\n    return a\n"
+    assert analyze(modern).function == "my_kernel" and analyze(modern).def_line == 5
+    broken = analyze(SILU.replace("def kernel(x):", "def kernel(x:"))
+    assert broken.is_kernel and broken.syntax_error and broken.syntax_error[0] == 8
+    two = "import neuronxcc.nki as nki\n\n@nki.jit\ndef a(x):\n    pass\n\n@nki.jit\ndef b(x):\n    pass\n"
+    assert analyze(two).problem and "cannot tell which function" in (analyze(two).problem or "")
+    assert analyze("# accelopt: kernel=b\n" + two).function == "b"
+
+
+def test_directives_and_task_links(tmp_path: Path) -> None:
+    directive = parse_directive("'''doc'''\n# accelopt: task=silu:small\n")
+    assert directive is not None and directive.line == 2 and directive.task == "silu:small"
+    assert parse_directive("# accelopt: colour=blue\n").problems  # type: ignore[union-attr]
+    link = link_task(analyze("# accelopt: task=silu\n" + SILU), None)
+    assert link.ok and link.ref is not None and link.ref.name == "silu" and link.reference_path
+    assert check_variant(link) == "small"
+    assert check_variant(link_task(analyze("# accelopt: task=silu:small\n" + SILU), None)) is None
+    assert "unknown task" in (link_task(analyze("# accelopt: task=nope\n" + SILU), None).problem or "")
+    missing = link_task(analyze("# accelopt: reference=ref.py\n" + SILU), str(tmp_path / "k.py"))
+    assert missing.problem and "not found" in missing.problem
+
+    # the NKIBench layout: kernels/NAME.py beside reference/NAME.py
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "reference").mkdir()
+    (tmp_path / "reference" / "mine.py").write_text("x = 1\n")
+    layout = link_task(analyze(SILU), str(tmp_path / "kernels" / "mine.py"))
+    assert layout.origin == "nkibench" and layout.ref is not None and layout.ref.reference
+    ours = link_task(analyze(SILU), str(ROOT / "nkibench" / "kernels" / "silu.py"))
+    assert ours.origin == "nkibench" and ours.ref is not None and ours.ref.name == "silu"
+    assert link_task(analyze(SILU), str(tmp_path / "loose.py")).origin == "none"
+    assert suggest_tasks("/x/my_silu.py")[0] == "silu"
+    assert directive_insert_line("#!/usr/bin/env python\n# -*- coding: utf-8 -*-\nimport x\n") == 2
+
+
+def test_repeated_loads_are_found_where_a_loop_does_not_change_the_address() -> None:
+    loads = repeated_loads(MATMUL, analyze(MATMUL))
+    assert [(load.line, load.loop_vars) for load in loads] == [(31, ("m",))]
+    assert repeated_loads(SILU, analyze(SILU)) == []
+    written = ("import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n\n@nki.jit\ndef kernel(a, out):\n"
+               "    for i in nl.affine_range(4):\n        t = nl.load(out[0:128, 0:4])\n"
+               "        nl.store(out[0:128, 0:4], value=t)\n")
+    assert repeated_loads(written, analyze(written)) == []  # re-reading what the loop writes is not redundant
+
+
+def test_line_edits_are_minimal_and_exact() -> None:
+    old = "a\nb\nc\nd"
+    new = "a\nB\nc\nd\ne\n"
+    edits = line_edits(old, new)
+    assert apply_line_edits(old, edits) == new
+    assert edits[0].start == 1 and edits[0].end == 2
+    assert line_map("x\ny\nz\n", "x\nnew\ny\nz\n") == {1: 1, 2: 3, 3: 4}
+
+
+def test_settings_merge_validates_and_guards_agents() -> None:
+    settings, problems = merge(Settings(), {"accelopt": {"hardware": "trn2", "searchPreset": "fast",
+                                                         "llm": {"endpoint": "http://x", "model": "m"}}})
+    assert settings.hardware == "trn2" and settings.search_preset == "quick" and settings.llm_model == "m"
+    assert problems and "searchPreset" in problems[0]
+    settings, problems = merge(Settings(), {"optimizerAgents": ["a.py:Agent"]})
+    assert settings.optimizer_agents == () and problems  # workspace settings cannot make us import code
+    settings, _ = merge(Settings(), {"optimizerAgents": ["a.py:Agent"]}, trusted=True)
+    assert settings.optimizer_agents == ("a.py:Agent",)
+
+
+class _Rule:
+    """A stand-in rule: plans at fixed lines, rewrites by appending a comment, refuses one plan."""
+
+    def __init__(self, name: str, plans: list[tuple[int, float]]):
+        self.name = name
+        self.plans = plans
+
+    def plan(self, source: str, profile: object) -> list[object]:
+        from accelopt_core.agents.rules import Plan
+
+        return [Plan(self.name, line, f"change line {line}", {"line": line}, priority) for line, priority in self.plans]
+
+    def apply(self, source: str, plan: object) -> str:
+        from accelopt_core.agents.rules import RuleError
+
+        if plan.line == 13:  # type: ignore[attr-defined]
+            raise RuleError("does not fit")
+        return source + f"# {self.name} at {plan.line}\n"  # type: ignore[attr-defined]
+
+
+def test_rule_fixes_are_ordered_limited_and_skip_plans_that_do_not_apply() -> None:
+    from server.rules import RuleFixes
+
+    fixer = RuleFixes([_Rule("a", [(10, 0.2), (13, 0.9)]), _Rule("b", [(11, 0.5), (12, 0.1)])])
+    fixes = fixer.plan(SILU, None, limit=2)
+    assert [(f.rule, f.line) for f in fixes] == [("b", 11), ("a", 10)]
+    assert fixes[0].new_source.endswith("# b at 11\n")
+
+
+def test_bytes_per_line_exact_when_the_profile_has_them_else_estimated_for_dma_lines() -> None:
+    from accelopt_core.profiling import ProfileResult
+    from server.describe import bytes_text
+
+    result = ProfileResult("k.py", "silu", "trn1", "simulator",
+                           profile={"dma_transfer_total_bytes": 4096, "dma_instruction_count": 4})
+    dma_line = {"line": 3, "time_ms": 1.0, "engine": "dma", "instructions": 2, "engines": {"dma": 1.0}}
+    assert bytes_text(dma_line, result) == "≈ 2.0 KiB (estimated from this line's share of DMA instructions)"
+    vector_line = {"line": 4, "time_ms": 1.0, "engine": "vector", "instructions": 2, "engines": {"vector": 1.0}}
+    assert bytes_text(vector_line, result) is None
+    exact = {**vector_line, "bytes": {"hbm": 0, "sbuf": 2048, "psum": 512}}
+    assert bytes_text(exact, result) == "SBUF 2.0 KiB · PSUM 512 B"
