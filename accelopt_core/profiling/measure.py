@@ -3,6 +3,7 @@ the facts the anti-cheating guards need. This is what a sandboxed worker execute
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from .errors import describe_kernel_exception
 class Measurement:
     """What one kernel did: outputs per case, performance-model report, trace facts, or an error."""
 
-    outputs: list[list[np.ndarray]] = field(default_factory=list)
+    outputs: list[list[Any]] = field(default_factory=list)  # per case: arrays, or .npy paths from a sandbox
     report: dict[str, Any] | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
@@ -65,8 +66,18 @@ def first_uninitialized_read(trace: Trace, input_ids: set[int]) -> int | None:
     return None
 
 
+def _spill(outputs: list[np.ndarray], folder: str, case: int) -> list[str]:
+    """Write one case's outputs to .npy files; the caller compares them one case at a time."""
+    paths = []
+    for i, array in enumerate(outputs):
+        path = os.path.join(folder, f"out-{case}-{i}.npy")
+        np.save(path, array)
+        paths.append(path)
+    return paths
+
+
 def measure(kernel: Kernel, check_inputs: Sequence[Sequence[np.ndarray]], timing_specs: Sequence[TensorSpec],
-            hardware: str) -> Measurement:
+            hardware: str, output_dir: str | None = None) -> Measurement:
     """Run numerically on every case, then time the trace of the timing shapes (reusing the first
     numeric run when the shapes are the same, else a trace-only run)."""
     result = Measurement()
@@ -74,7 +85,9 @@ def measure(kernel: Kernel, check_inputs: Sequence[Sequence[np.ndarray]], timing
         timing_run: RunResult | None = None
         for inputs in check_inputs:
             run = run_kernel(kernel, [np.array(a, copy=True) for a in inputs], numeric=True, hardware=hardware)
-            result.outputs.append([o for o in run.outputs if o is not None])
+            produced = [o for o in run.outputs if o is not None]
+            result.outputs.append(_spill(produced, output_dir, len(result.outputs)) if output_dir else produced)
+            run.outputs = []  # outputs of large tasks are gigabytes: keep at most one case in memory
             if timing_run is None and [TensorSpec.of(a) for a in inputs] == list(timing_specs):
                 timing_run = run
         if timing_run is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,8 +25,9 @@ from ..tasks import PeakWork, Task, load_reference
 from ..tasks.check import compare, fresh_seeds
 from ..tasks.registry import find_task
 from .guards import guard_violation
+from .measure import Measurement
 from .result import ProfileResult
-from .sandbox import SandboxJob, SandboxLimits, run_sandboxed
+from .sandbox import SandboxJob, SandboxLimits, run_sandboxed, sandbox_workdir
 
 
 @dataclass(frozen=True)
@@ -108,30 +110,42 @@ class SimulatorProfiler:
         forbidden = self.forbidden_paths + [p for p in (timing_task.source_path,) if p]
         job = SandboxJob(kernel_source, [c.inputs for c in cases], specs, hardware, forbidden, kernel_name,
                          kernel_label)
-        measured = run_sandboxed(job, self.limits, cancel)
+        workdir = sandbox_workdir()
+        try:
+            return self._conclude(result, run_sandboxed(job, workdir, self.limits, cancel), cases, timing_task,
+                                  specs, check, cache_key if seeds is None else None,
+                                  check_task.rtol if check and self.rtol is None else self.rtol)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _conclude(self, result: ProfileResult, measured: Measurement, cases: list[Any], timing_task: Task,
+                  specs: list[TensorSpec], check: bool, cache_key: Any, rtol: float | None) -> ProfileResult:
+        """Judge the outputs, apply the guards, fill timing, cache."""
         if measured.error:
             result.error, result.error_line = measured.error, measured.error_line
-            if measured.error_line is not None and seeds is None:  # a deterministic kernel error, not a limit
+            if measured.error_line is not None and cache_key is not None:  # deterministic kernel error, not a limit
                 self.cache[cache_key] = result
             return result
         work = timing_task.peak_work(zero_arrays(specs)) if timing_task.peak_work else None
         if check:
-            self._judge(result, cases, measured.outputs, check_task.rtol if self.rtol is None else self.rtol)
+            self._judge(result, cases, measured.outputs, rtol if rtol is not None else timing_task.rtol)
         violation = guard_violation(measured.facts, work)
         if violation:
             result.correct = False
             result.check_message = violation
-        _fill_timing(result, measured.report or {}, work, hardware)
-        if seeds is None:
+        _fill_timing(result, measured.report or {}, work, result.hardware)
+        if cache_key is not None:
             self.cache[cache_key] = result
         return result
 
     @staticmethod
-    def _judge(result: ProfileResult, cases: Sequence[Any], outputs: Sequence[Sequence[np.ndarray]],
-               rtol: float) -> None:
+    def _judge(result: ProfileResult, cases: list[Any], outputs: Sequence[Sequence[Any]], rtol: float) -> None:
+        """Compare case by case, letting each case's reference and outputs go before the next."""
         result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
-        for seed, case, produced in zip(result.seeds, cases, outputs, strict=True):
-            rel, abs_err, problem = compare(case.convert(list(produced)), case.reference(), rtol)
+        for index, (seed, produced) in enumerate(zip(result.seeds, outputs, strict=True)):
+            case, cases[index] = cases[index], None
+            arrays = [np.load(o, mmap_mode="r") if isinstance(o, str) else o for o in produced]
+            rel, abs_err, problem = compare(case.convert(arrays), case.reference(), rtol)
             result.rel_l2_error = max(result.rel_l2_error, rel)
             result.max_abs_error = max(result.max_abs_error, abs_err)
             if problem:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -126,7 +125,7 @@ def worker_main() -> None:
     _install_guard(workdir, job.forbidden_paths)
     try:
         kernel = find_kernel(load_module(job.kernel_source, job.kernel_filename), job.kernel_name)
-        result = measure(kernel, job.check_inputs, job.timing_specs, job.hardware)
+        result = measure(kernel, job.check_inputs, job.timing_specs, job.hardware, output_dir=workdir)
     except KernelLoadError as exc:
         result = Measurement(error=str(exc))
     except MemoryError:
@@ -181,17 +180,19 @@ def run_worker(module: str, job: Any, workdir: str, env: dict[str, str], limits:
     return WorkerRun(error=_exit_reason(child.returncode) + (f": {detail[0]}" if detail else ""))
 
 
-def run_sandboxed(job: SandboxJob, limits: SandboxLimits = SandboxLimits(),
+def sandbox_workdir() -> str:
+    """A fresh private folder for one evaluation (in memory-backed /dev/shm when there is one)."""
+    return tempfile.mkdtemp(prefix="accelopt-eval-", dir=_scratch_root())
+
+
+def run_sandboxed(job: SandboxJob, workdir: str, limits: SandboxLimits = SandboxLimits(),
                   cancel: threading.Event | None = None) -> Measurement:
-    """Measure a kernel in a fresh child process; failures of any kind come back as an error.
-    Setting `cancel` kills the child within a quarter of a second."""
-    workdir = tempfile.mkdtemp(prefix="accelopt-eval-", dir=_scratch_root())
-    try:
-        run = run_worker("accelopt_core.profiling.sandbox", job, workdir, clean_environment(dict(os.environ)),
-                         limits, cancel)
-        return run.result if isinstance(run.result, Measurement) else Measurement(error=run.error)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    """Measure a kernel in a fresh child process working in `workdir` (the caller removes it once it
+    has read the outputs left there); failures of any kind come back as an error. Setting `cancel`
+    kills the child within a quarter of a second."""
+    run = run_worker("accelopt_core.profiling.sandbox", job, workdir, clean_environment(dict(os.environ)),
+                     limits, cancel)
+    return run.result if isinstance(run.result, Measurement) else Measurement(error=run.error)
 
 
 def _exit_reason(code: int | None) -> str:
