@@ -24,6 +24,10 @@ class Settings:
     llm_endpoint: str | None = None
     llm_model: str | None = None
     search_preset: str = "quick"  # an editor wants answers in minutes, not the paper's hours
+    # The search's spend limit in US dollars (the VS Code extension's `search.budget`). The beam search
+    # itself has no wall-time or evaluation budget; the only spend is the LLM planner's, so this becomes
+    # the LLM client's `max_usd` budget and means nothing for the rule-based optimizer.
+    search_budget: float | None = None
     search_workers: int | None = None
     memory_db: str | None = None  # None: ACCELOPT_MEMORY_DB or the user's data directory
     profile_on: str = "save"  # "change" also profiles while typing (debounced)
@@ -47,6 +51,7 @@ _ALIASES = {
     "hardware": "hardware",
     "backend": "backend",
     "searchPreset": "search_preset",
+    "searchBudget": "search_budget",
     "searchWorkers": "search_workers",
     "memoryDb": "memory_db",
     "memoryDatabase": "memory_db",
@@ -63,16 +68,29 @@ _ALIASES = {
 _TRUSTED_ONLY = {"optimizer_agents", "quick_fix_rules"}
 
 
+# Nested groups as the VS Code extension sends them (`llm.baseUrl`, `search.preset`, `memory.dbPath`):
+# group -> {key inside the group: the flat key it stands for}. `llm.endpoint` is the older spelling.
+_NESTED = {
+    "llm": {"baseUrl": "llmEndpoint", "endpoint": "llmEndpoint", "model": "llmModel"},
+    "search": {"preset": "searchPreset", "budget": "searchBudget", "workers": "searchWorkers"},
+    "memory": {"dbPath": "memoryDb", "db": "memoryDb"},
+}
+
+
 def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
-    """Accept both `{"accelopt": {...}}` and the bare section, and `llm: {endpoint, model}`."""
+    """Accept both `{"accelopt": {...}}` and the bare section, flat keys (`searchPreset`) and the
+    nested groups of _NESTED; a flat key given next to its nested form wins."""
     section = raw.get("accelopt", raw) if isinstance(raw, dict) else {}
     if not isinstance(section, dict):
         return {}
     flat = dict(section)
-    llm = flat.pop("llm", None)
-    if isinstance(llm, dict):
-        flat.setdefault("llmEndpoint", llm.get("endpoint"))
-        flat.setdefault("llmModel", llm.get("model"))
+    for group, keys in _NESTED.items():
+        nested = flat.pop(group, None)
+        if not isinstance(nested, dict):
+            continue
+        for inner, key in keys.items():
+            if inner in nested:
+                flat.setdefault(key, nested[inner])
     return flat
 
 
@@ -91,6 +109,11 @@ def _valid(name: str, value: Any) -> Any:
         if number < (0 if name == "debounce_ms" else 1):
             raise ValueError(f"{name} must be positive")
         return number
+    if name == "search_budget":
+        budget = float(value)
+        if budget < 0:
+            raise ValueError("search.budget must be a number of US dollars (0: no limit)")
+        return budget or None
     if name == "sandbox_seconds":
         seconds = float(value)
         if seconds <= 0:
@@ -118,7 +141,11 @@ def merge(base: Settings, raw: Any, trusted: bool = False) -> tuple[Settings, li
     problems: list[str] = []
     for key, value in _flatten(raw).items():
         name = _ALIASES.get(key) or ({"llmEndpoint": "llm_endpoint", "llmModel": "llm_model"}.get(key)) or key
-        nullable = name in ("memory_db", "llm_endpoint", "llm_model", "search_workers")
+        if name == "llm_endpoint" and value == "":
+            value = None  # an empty setting in an editor means "not set"
+        if name == "llm_model" and value == "":
+            value = None
+        nullable = name in ("memory_db", "llm_endpoint", "llm_model", "search_workers", "search_budget")
         if name not in names or (value is None and not nullable):
             continue
         if name in _TRUSTED_ONLY and not trusted:

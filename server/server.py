@@ -83,6 +83,10 @@ class AccelOptServer(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.watcher: Any = None  # the watchdog observer, while running
         self.deliver_change: Callable[[str], None] = lambda path: None  # set by features/watcher.py
+        # From initializationOptions: who the client is ("vscode" shows command results itself) and
+        # whether it shows `accelopt/report` in a panel of its own (then no text report is opened).
+        self.client_name: str | None = None
+        self.report_panel = False
 
 
 def create_server() -> AccelOptServer:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from accelopt_core.config import Secret
 from accelopt_core.profiling import ProfileResult
 from accelopt_core.profiling.profiler import kernel_hash
 from accelopt_core.profiling.sandbox import CANCELLED
@@ -74,6 +75,9 @@ class Session:
         self._memory_path: str | None = None
         self._warned: set[str] = set()
         self.ready = asyncio.Event()  # set once the client's settings are in (profiles wait for it)
+        # llm_api_key, service_token from initializationOptions; kept out of Settings (which is logged
+        # and compared) and only handed to the worker processes in job payloads.
+        self.secrets: dict[str, Secret] = {}
 
     # --- plumbing ---------------------------------------------------------------------------------
     def changed(self, doc: KernelDocument, what: set[str] | None = None) -> None:
@@ -90,6 +94,12 @@ class Session:
             self._warned.add(message)
         for notify in self.notices:
             notify(level, message)
+
+    def secret(self, name: str) -> str | None:
+        """A secret's value for a worker's job payload (a Secret refuses to be pickled; the worker reads
+        it from the payload and never logs it)."""
+        value = self.secrets.get(name)
+        return value.reveal() if value is not None else None
 
     @property
     def memory_path(self) -> str:
@@ -223,7 +233,7 @@ class Session:
                 "limits": (self.settings.sandbox_seconds, self.settings.sandbox_memory_mb),
                 "memory_db": self.memory_path if memory is not None else None, "digest": digest,
                 "label": os.path.basename(doc.path or "kernel.py"), "kernel_name": snap.function,
-                "backend": self.settings.backend}
+                "backend": self.settings.backend, "service_token": self.secret("service_token")}
 
     def _cached(self, digest: str, key: tuple[Any, ...]) -> ProfileResult | None:
         memory = self.memory()
@@ -389,11 +399,17 @@ class Session:
                    "limits": (self.settings.sandbox_seconds, self.settings.sandbox_memory_mb),
                    "memory_db": self.memory_path if memory is not None else None, "digest": digest,
                    "agents": list(self.settings.optimizer_agents), "backend": self.settings.backend,
-                   "llm": {"endpoint": self.settings.llm_endpoint, "model": self.settings.llm_model}}
+                   "service_token": self.secret("service_token"),
+                   "llm": {"endpoint": self.settings.llm_endpoint, "model": self.settings.llm_model,
+                           "api_key": self.secret("llm_api_key"), "budget_usd": self.settings.search_budget}}
 
         def event(value: Any) -> None:
             if doc.search is not None:
                 doc.search.last_event = value
+                if value.kind in ("started", "iteration"):  # the baseline is point 0, see describe.search_history
+                    doc.search.history.append({"iteration": value.iteration + (value.kind == "iteration"),
+                                               "best_latency_ms": value.best_latency_ms,
+                                               "best_peak_percent": value.best_peak_percent})
             on_event(value)
 
         job = self.search_lane.submit("optimize", payload, timeout=24 * 3600.0, on_event=event)

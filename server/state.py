@@ -49,6 +49,8 @@ class SearchRun:
     base_source: str
     last_event: Any = None
     stopping: bool = False
+    # {iteration, best_latency_ms, best_peak_percent} per finished iteration, as the search reports them
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -105,7 +105,9 @@ def make_profiler(payload: dict[str, Any], seeds: int) -> Any:
     if backend != "simulator":
         from accelopt_core.profiling.remote import RemoteProfiler
 
-        remote = RemoteProfiler(backend, os.environ.get(TOKEN_VARIABLE, ""), check_variant=payload.get("check_variant"))
+        # The token the editor handed over (initializationOptions.secrets.serviceToken) comes first.
+        token = payload.get("service_token") or os.environ.get(TOKEN_VARIABLE, "")
+        remote = RemoteProfiler(backend, token, check_variant=payload.get("check_variant"))
         return CachingProfiler(remote, _cache(payload), payload.get("check_variant"))
     return SimulatorProfiler(seeds=seeds, check_variant=payload.get("check_variant"),
                              limits=SandboxLimits(seconds, memory_mb), cache=_cache(payload))
@@ -139,14 +141,17 @@ def profile_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable
 
 def llm_agent(llm: dict[str, Any], notes: list[str]) -> Any | None:
     """The LLM planner when the editor's settings name an endpoint or a model (an explicit opt-in: it costs
-    money); the API key comes from the environment or the engine's config file, never from settings."""
+    money). The API key is the one the editor passed as a secret (initializationOptions), else the
+    environment's or the engine's config file's, never one from settings; `budget_usd` caps the spend."""
     if not (llm.get("endpoint") or llm.get("model")):
         return None
     try:
         from accelopt_core.agents.llm import LLMAgent
         from accelopt_core.config import LLMSettings
 
-        settings = LLMSettings.load(base_url=llm.get("endpoint"), model=llm.get("model"))
+        budget = {"max_usd": llm["budget_usd"]} if llm.get("budget_usd") else None
+        settings = LLMSettings.load(base_url=llm.get("endpoint"), model=llm.get("model"), api_key=llm.get("api_key"),
+                                    budget=budget)
         if not settings.configured():
             notes.append(f"LLM planner not used: missing {', '.join(settings.missing())}")
             return None

@@ -3,6 +3,7 @@ another hardware generation, and show the report."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import tempfile
@@ -14,12 +15,15 @@ from pygls.uris import from_fs_path
 
 from ..config import HARDWARE
 from ..describe import report
+from ..memory_view import memory_markdown
 from ..server import AccelOptServer  # at run time: pygls reads command handlers' type hints
 from ..session import OptimizeError
+from .code_actions import workspace_edit
 
 log = logging.getLogger(__name__)
 OPTIMIZE, STOP, PROFILE, SHOW_REPORT = "accelopt.optimize", "accelopt.stopOptimize", "accelopt.profile", \
     "accelopt.showReport"
+APPLY_BEST, SHOW_MEMORY = "accelopt.applyBestRewrite", "accelopt.showMemory"
 
 
 def _uri(args: tuple[Any, ...]) -> str:
@@ -52,6 +56,15 @@ def register(server: AccelOptServer) -> None:
     def show(ls: AccelOptServer, level: types.MessageType, text: str) -> None:
         ls.window_show_message(types.ShowMessageParams(type=level, message=text))
 
+    def refresh_lenses(ls: AccelOptServer) -> None:
+        """Sent at once when a search ends, besides the debounced refresh of features/code_lens.py: the
+        "Optimizing… (stop)" lens must not outlive the search."""
+        if ls.client.code_lens_refresh:
+            try:
+                ls.workspace_code_lens_refresh(None)
+            except Exception as exc:
+                log.info("codeLens refresh failed: %s", exc)
+
     @server.command(OPTIMIZE)
     async def optimize(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
         uri = _uri(args)
@@ -76,24 +89,28 @@ def register(server: AccelOptServer) -> None:
                                                                                  percentage=percentage))
 
         outcome = "cancelled"
+        vscode = ls.client_name == "vscode"
         try:
             summary = await ls.session.optimize(uri, on_event)
             best = summary["rewrites"][0] if summary["rewrites"] else None
             state = "stopped early; " if summary["cancelled"] else ""
             outcome = (f"{state}best verified rewrite {best['speedup']:.2f}x faster" if best else
                        f"{state}no faster correct kernel found") + f" ({summary['evaluated']} candidates evaluated)"
-            show(ls, types.MessageType.Info, f"AccelOpt: {name}: {outcome}"
-                 + ("; apply it with the code action on the kernel" if best else "")
-                 + "".join(f". {note}" for note in summary.get("notes", [])))
-            return summary
+            message = (f"{name}: {outcome}" + ("; apply it with the code action on the kernel" if best else "")
+                       + "".join(f". {note}" for note in summary.get("notes", [])))
+            if not vscode:  # the VS Code extension shows the result's `message` itself
+                show(ls, types.MessageType.Info, f"AccelOpt: {message}")
+            return {**summary, "message": message}
         except OptimizeError as exc:
             outcome = f"cannot optimize: {exc}"
-            show(ls, types.MessageType.Warning, f"AccelOpt: {outcome}")
+            if not vscode:  # the extension shows `error` as a warning
+                show(ls, types.MessageType.Warning, f"AccelOpt: {outcome}")
             return {"error": str(exc)}
         finally:
             tokens.pop(token, None)
             if progress:
                 ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=outcome))
+            refresh_lenses(ls)
 
     @server.feature(types.WINDOW_WORK_DONE_PROGRESS_CANCEL)
     def cancel_progress(ls: AccelOptServer, params: types.WorkDoneProgressCancelParams) -> None:
@@ -123,6 +140,8 @@ def register(server: AccelOptServer) -> None:
         if doc is None:
             return {"error": "unknown document"}
         data = report(doc, ls.session.settings.hardware, ls.session.backend)
+        if ls.report_panel:
+            return data  # the client shows accelopt/report in its own panel: no text report besides
         if ls.client.show_document and data["text"]:
             folder = os.path.join(tempfile.gettempdir(), "accelopt-reports")
             os.makedirs(folder, exist_ok=True)
@@ -134,3 +153,47 @@ def register(server: AccelOptServer) -> None:
         elif not data["text"]:
             show(ls, types.MessageType.Info, "AccelOpt: no profile yet for this file")
         return data
+
+    @server.command(APPLY_BEST)
+    async def apply_best_rewrite(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
+        """The fastest verified rewrite of the last Optimize, applied through workspace/applyEdit."""
+        uri = _uri(args)
+        doc = ls.session.documents.get(uri)
+        if doc is None:
+            return {"applied": False, "message": "this file is not open in the AccelOpt server"}
+        rewrites = doc.current_rewrites()
+        if not rewrites:
+            why = ("the file changed since the search" if doc.rewrites else
+                   "run Optimize first" if doc.last_search is None else "the last search found no faster kernel")
+            return {"applied": False, "message": f"no verified rewrite for this file ({why})"}
+        best = rewrites[0]
+        # No confirmation annotation: the user asked for this very rewrite by name.
+        edit = workspace_edit(ls, doc, new_source=best.source)
+        try:
+            answer = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=best.title))
+        except Exception as exc:
+            return {"applied": False, "message": f"the editor did not apply the rewrite: {exc}"}
+        if not answer.applied:
+            reason = answer.failure_reason or "the editor refused the edit (did the file change?)"
+            return {"applied": False, "message": reason}
+        return {"applied": True, "message": f"applied: {best.title.removeprefix('Apply rewrite: ')}"}
+
+    @server.command(SHOW_MEMORY)
+    async def show_memory(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
+        """Markdown: the memory's top experiences for this kernel's task family and hardware, and the
+        task's recent searches."""
+        uri = _uri(args)
+        doc = ls.session.documents.get(uri)
+        if doc is None or doc.link is None or doc.link.ref is None:
+            return {"error": "link this kernel to a task first (`# accelopt: task=NAME`)"}
+        memory = ls.session.memory()
+        if memory is None:
+            return {"error": f"cannot open the optimization memory {ls.session.memory_path}"}
+        hardware = doc.hardware(ls.session.settings.hardware)
+        try:
+            text = await asyncio.to_thread(memory_markdown, memory, doc.link.ref.key, hardware,
+                                           ls.session.memory_path)
+        except Exception as exc:
+            log.exception("reading the optimization memory failed")
+            return {"error": f"cannot read the optimization memory: {exc}"}
+        return {"markdown": text}

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from accelopt_core.config import Secret
+
 from ..config import merge
 
 if TYPE_CHECKING:
@@ -34,9 +36,27 @@ def _report(ls: AccelOptServer, problems: list[str]) -> None:
         ls.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=problem))
 
 
+def read_secrets(options: Any) -> dict[str, Secret]:
+    """`secrets: {llmApiKey, serviceToken}` from initializationOptions (the VS Code extension keeps them
+    in its secret storage). Only non-empty strings are kept; their values are never logged."""
+    raw = options.get("secrets") if isinstance(options, dict) else None
+    if not isinstance(raw, dict):
+        return {}
+    names = {"llmApiKey": "llm_api_key", "serviceToken": "service_token"}
+    return {ours: Secret(raw[theirs]) for theirs, ours in names.items()
+            if isinstance(raw.get(theirs), str) and raw[theirs]}
+
+
 def apply_initialization_options(ls: AccelOptServer, options: Any) -> None:
     """Options from whoever launched the server are trusted (they may name optimizer agents)."""
-    settings, problems = merge(ls.session.settings, as_plain(options) or {}, trusted=True)
+    plain = as_plain(options) or {}
+    if isinstance(plain, dict):
+        ls.session.secrets = read_secrets(plain)
+        client = plain.get("client")
+        ls.client_name = client if isinstance(client, str) else None
+        ls.report_panel = plain.get("reportPanel") is True
+        plain = {k: v for k, v in plain.items() if k != "secrets"}
+    settings, problems = merge(ls.session.settings, plain, trusted=True)
     ls.session.apply_settings(settings)
     _report(ls, problems)
 

@@ -184,7 +184,17 @@ async def running_server(workspace: Path, memory_db: Path, init_options: dict[st
     client = await config.start()
     assert isinstance(client, LanguageClient)
     client.feature(types.CLIENT_REGISTER_CAPABILITY)(lambda params: None)
-    client.feature(types.WORKSPACE_CODE_LENS_REFRESH)(lambda params: None)
+    refreshes: list[float] = []
+    client.lens_refreshes = refreshes  # type: ignore[attr-defined]
+    client.feature(types.WORKSPACE_CODE_LENS_REFRESH)(lambda params: refreshes.append(time.monotonic()))
+    applied: list[types.WorkspaceEdit] = []
+    client.applied_edits = applied  # type: ignore[attr-defined]
+
+    def apply_workspace_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+        applied.append(params.edit)
+        return types.ApplyWorkspaceEditResult(applied=True)
+
+    client.feature(types.WORKSPACE_APPLY_EDIT)(apply_workspace_edit)
     if configuration:
         client.set_configuration(configuration)
     uri = from_fs_path(str(workspace))

@@ -81,3 +81,47 @@ async def test_optimize_is_cancelled_through_its_progress_token(workspace: Path,
         assert status["searchLane"]["crashed"] == 0 and status["searchLane"]["running"] == 0
         titles = [lens.command.title for lens in await editor.lenses(uri) if lens.command]
         assert "Optimize" in titles
+
+
+VSCODE = {**SCRIPTED, "client": "vscode", "reportPanel": True, "secrets": {"llmApiKey": "sk-not-logged"}}
+
+
+async def test_vscode_client_commands(workspace: Path, memory_db: Path) -> None:
+    """As the VS Code extension drives it: results carry `message` (no window/showMessage), the report
+    holds the search history, Apply Best Rewrite goes through workspace/applyEdit, Show Memory is markdown."""
+    async with running_server(workspace, memory_db, init_options=VSCODE) as editor:
+        uri = editor.open(workspace / "silu_small.py", SMALL_SILU)
+        profiled = await editor.profiled(uri)
+        nothing = await editor.command("accelopt.applyBestRewrite", uri)
+        assert nothing["applied"] is False and "run Optimize first" in nothing["message"]
+
+        refreshes = editor.client.lens_refreshes
+        before = len(refreshes)
+        summary = await editor.command("accelopt.optimize", uri)
+        assert summary["message"].startswith("silu_small.py: best verified rewrite")
+        assert len(refreshes) > before  # the "Optimizing… (stop)" lens goes away
+        assert not [m for m in editor.client.messages if "best verified rewrite" in m.message]
+        titles = [lens.command.title for lens in await editor.lenses(uri) if lens.command]
+        assert "Optimize" in titles
+
+        report = await editor.report(uri)
+        assert report is not None
+        history = report["history"]
+        assert [h["iteration"] for h in history] == list(range(len(summary["history"]) + 1))
+        # point 0 is the baseline, timed as the profile was
+        assert history[0]["best_latency_ms"] == pytest.approx(profiled["result"]["latency_ms"], rel=1e-6)
+        assert history[-1]["best_latency_ms"] == pytest.approx(summary["best"]["latency_ms"])
+
+        shown = await editor.command("accelopt.showReport", uri)
+        assert shown["text"] and editor.client.shown_documents == []  # the extension has its own panel
+
+        applied = await editor.command("accelopt.applyBestRewrite", uri)
+        assert applied["applied"] is True and "faster" in applied["message"]
+        (edit,) = editor.client.applied_edits
+        assert FUSED in apply_edit(SMALL_SILU, edit, uri)
+
+        memory = await editor.command("accelopt.showMemory", uri)
+        assert memory["markdown"].startswith("# AccelOpt memory: silu:small on trn1")
+        assert "Recent searches" in memory["markdown"] and "| finished |" in memory["markdown"]
+        logged = " ".join(m.message for m in editor.client.log_messages)
+        assert "sk-not-logged" not in logged

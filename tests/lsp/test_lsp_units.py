@@ -123,3 +123,20 @@ def test_bytes_per_line_exact_when_the_profile_has_them_else_estimated_for_dma_l
     assert bytes_text(vector_line, result) is None
     exact = {**vector_line, "bytes": {"hbm": 0, "sbuf": 2048, "psum": 512}}
     assert bytes_text(exact, result) == "SBUF 2.0 KiB · PSUM 512 B"
+
+
+def test_settings_take_the_vscode_extensions_names() -> None:
+    sent = {"hardware": "trn2", "llm": {"baseUrl": "http://localhost:8000/v1", "model": "m"},
+            "search": {"preset": "default", "budget": 2.5}, "memory": {"dbPath": "/tmp/x.db"},
+            "secrets": {"llmApiKey": "sk-1"}, "client": "vscode", "reportPanel": True}
+    settings, problems = merge(Settings(), {"accelopt": sent})
+    assert problems == []
+    assert (settings.hardware, settings.llm_endpoint, settings.llm_model) == ("trn2", "http://localhost:8000/v1", "m")
+    assert (settings.search_preset, settings.search_budget, settings.memory_db) == ("default", 2.5, "/tmp/x.db")
+    assert "sk-1" not in repr(settings)
+    cleared, _ = merge(settings, {"llm": {"baseUrl": ""}, "search": {"budget": 0}, "memory": {"dbPath": ""}})
+    assert cleared.llm_endpoint is None and cleared.search_budget is None and cleared.memory_db is None
+    old, _ = merge(Settings(), {"searchPreset": "paper", "memoryDb": "/a.db", "llm": {"endpoint": "http://e"}})
+    assert (old.search_preset, old.memory_db, old.llm_endpoint) == ("paper", "/a.db", "http://e")
+    _, bad = merge(Settings(), {"search": {"preset": "huge"}})
+    assert bad and "searchPreset" in bad[0]
