@@ -175,10 +175,15 @@ class Lane:
             return
         if job.state != "queued":  # cancelled while the worker was starting
             return
+        try:
+            frame = encode_frame({"op": job.op, "id": job.id, "payload": job.payload})
+        except Exception as exc:  # a payload that cannot be sent must fail its job, never leave it waiting
+            self._finish(job, error=exc)
+            return
         job.state = "running"
         self.current = job
         self.stats["started"] += 1
-        self._send({"op": job.op, "id": job.id, "payload": job.payload})
+        self._write(frame)
         try:
             await asyncio.wait_for(asyncio.shield(job.finished), timeout=job.timeout)
         except TimeoutError:
@@ -229,11 +234,14 @@ class Lane:
         return self.process
 
     def _send(self, message: dict[str, Any]) -> None:
+        self._write(encode_frame(message))
+
+    def _write(self, frame: bytes) -> None:
         process = self.process
         if process is None or process.stdin is None or process.returncode is not None:
             return
         try:
-            process.stdin.write(encode_frame(message))
+            process.stdin.write(frame)
         except (BrokenPipeError, ConnectionResetError):
             log.warning("lane %s: worker pipe closed", self.name)
 

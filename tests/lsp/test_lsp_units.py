@@ -140,3 +140,25 @@ def test_settings_take_the_vscode_extensions_names() -> None:
     assert (old.search_preset, old.memory_db, old.llm_endpoint) == ("paper", "/a.db", "http://e")
     _, bad = merge(Settings(), {"search": {"preset": "huge"}})
     assert bad and "searchPreset" in bad[0]
+
+
+def test_a_job_that_cannot_be_sent_fails_instead_of_waiting() -> None:
+    """An unpicklable payload (e.g. a masked secret object) fails its job at once."""
+    import asyncio
+    import threading
+
+    from server.workers import Lane
+
+    async def scenario() -> BaseException | None:
+        lane = Lane("test")
+        job = lane.submit("profile", {"unpicklable": threading.Lock()}, timeout=30)
+        try:
+            await asyncio.wait_for(job.future, timeout=20)
+        except Exception as exc:
+            return exc
+        finally:
+            await lane.close()
+        return None
+
+    error = asyncio.run(scenario())
+    assert error is not None and "pickle" in str(error).lower()
