@@ -47,7 +47,17 @@ class TaskRef:
 
     @property
     def key(self) -> str:
-        return self.name or os.path.abspath(self.reference or "")
+        """Identity for caches: the name, or the reference's path and content (an edited reference
+        must not be answered from results checked against its old version)."""
+        if self.name or not self.reference:
+            return self.name or ""
+        path = os.path.abspath(self.reference)
+        try:
+            with open(path, "rb") as handle:
+                digest = hashlib.sha256(handle.read()).hexdigest()[:16]
+        except OSError:
+            digest = "missing"
+        return f"{path}#{digest}"
 
 
 class Profiler(Protocol):

@@ -123,3 +123,12 @@ def test_reading_a_reshaped_output_before_writing_it_is_rejected(tmp_path: Path)
     result = SimulatorProfiler(seeds=1).profile(_copy_through("out.reshape((128, 512))"),
                                                 TaskRef(reference=str(tmp_path / "ref.py")))
     assert result.correct is False and "before anything was written" in result.check_message
+
+
+def test_an_edited_reference_is_not_answered_from_the_cache(tmp_path: Path) -> None:
+    (tmp_path / "ref.py").write_text(RESHAPE_REF)
+    profiler, task = SimulatorProfiler(seeds=1), TaskRef(reference=str(tmp_path / "ref.py"))
+    kernel = _copy_through("x.reshape((128, 512))")
+    assert profiler.profile(kernel, task).correct is True
+    (tmp_path / "ref.py").write_text(RESHAPE_REF.replace("return x.copy()", "return -x"))
+    assert profiler.profile(kernel, task).correct is False
