@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelopt_core.profiling.sandbox import importable_environment
+
 from .worker import HEADER, encode_frame
 
 log = logging.getLogger(__name__)
@@ -56,9 +58,7 @@ class Job:
 
 def _child_environment() -> dict[str, str]:
     """The worker must import this `server` package even when the editor started us from elsewhere."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    env = importable_environment(dict(os.environ))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

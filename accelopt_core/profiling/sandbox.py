@@ -151,6 +151,16 @@ class WorkerRun:
     error: str | None = None
 
 
+SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def importable_environment(env: dict[str, str]) -> dict[str, str]:
+    """`env` with this checkout first on PYTHONPATH: a child process must run the same code as its
+    parent, installed or not."""
+    paths = [SOURCE_ROOT, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def run_worker(module: str, job: Any, workdir: str, env: dict[str, str], limits: SandboxLimits,
                cancel: threading.Event | None = None) -> WorkerRun:
     """Run `python -m MODULE WORKDIR MEMORY_MB` on `job` (pickled into WORKDIR) in its own session;
@@ -158,8 +168,8 @@ def run_worker(module: str, job: Any, workdir: str, env: dict[str, str], limits:
     with open(os.path.join(workdir, "job.pkl"), "wb") as handle:
         pickle.dump(job, handle, protocol=pickle.HIGHEST_PROTOCOL)
     command = [sys.executable, "-m", module, workdir, str(limits.memory_mb)]
-    with subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, start_new_session=True) as child:
+    with subprocess.Popen(command, cwd=workdir, env=importable_environment(env), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as child:
         deadline = time.monotonic() + limits.seconds
         while True:
             try:

@@ -1,29 +1,14 @@
-"""The correctness check: run the kernel on several seeds and compare with the reference in full."""
+"""The correctness check's pieces: seeds a kernel cannot predict, and a full comparison of its outputs
+with the reference (the profilers run the kernel; this judges what came back)."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..nki import Kernel, RunResult, run_kernel
-from .task import Task
-
 DEFAULT_SEED_COUNT = 5
-
-
-@dataclass
-class CheckResult:
-    """Worst errors over all seeds; `message` explains the first failure."""
-
-    correct: bool
-    seeds: list[int]
-    rel_l2_error: float | None = None
-    max_abs_error: float | None = None
-    message: str | None = None
-    run: RunResult | None = field(default=None, repr=False)
 
 
 def fresh_seeds(count: int = DEFAULT_SEED_COUNT) -> list[int]:
@@ -73,22 +58,3 @@ def _difference(out: np.ndarray, ref: np.ndarray) -> tuple[float, float, float] 
         max_abs = max(max_abs, float(np.abs(d).max(initial=0.0)))
     return diff_sq ** 0.5, ref_sq ** 0.5, max_abs
 
-
-def check_kernel(kernel: Kernel, task: Task, seeds: Sequence[int] | None = None, hardware: str = "trn1",
-                 rtol: float | None = None) -> CheckResult:
-    """Run `kernel` on each seed's inputs and compare with the reference. Stops at the first failure."""
-    seeds = list(seeds) if seeds is not None else fresh_seeds()
-    tolerance = task.rtol if rtol is None else rtol
-    result = CheckResult(True, seeds, 0.0, 0.0)
-    for seed in seeds:
-        case = task.make_case(seed)
-        run = run_kernel(kernel, [np.array(a, copy=True) for a in case.inputs], numeric=True, hardware=hardware)
-        result.run = result.run or run
-        rel, abs_err, problem = compare(case.convert(run.outputs), case.reference(), tolerance)
-        result.rel_l2_error = max(result.rel_l2_error or 0.0, rel)
-        result.max_abs_error = max(result.max_abs_error or 0.0, abs_err)
-        if problem:
-            result.correct = False
-            result.message = f"seed {seed}: {problem}"
-            break
-    return result

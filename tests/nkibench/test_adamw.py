@@ -1,21 +1,8 @@
-"""adamw: the baseline kernel passes the check on the small variant, and the peak work at the full
-size matches the nkibench.md formulas (0, 7MN, 20MN)."""
+"""adamw: the peak work at the full size matches the nkibench.md formulas (0, 7MN, 20MN)."""
 
 import numpy as np
 
-from accelopt_core.nki import load_kernel
-from accelopt_core.tasks.check import check_kernel
-from accelopt_core.tasks.registry import find_task, task_files
-
-SEEDS = [11, 22, 33, 44, 55]
-
-
-def test_small_baseline_is_correct_on_five_seeds() -> None:
-    task = find_task("adamw:small")
-    kernel = load_kernel(task_files("adamw").kernel)
-    result = check_kernel(kernel, task, seeds=SEEDS)
-    assert result.correct, result.message
-    assert result.seeds == SEEDS
+from accelopt_core.tasks.registry import find_task
 
 
 def test_peak_work_at_full_size() -> None:

@@ -1,21 +1,9 @@
-"""gqa_full: the baseline kernel passes the check on the small variant, and the peak work at the full
-size matches the nkibench.md formulas (4 B QH N^2 D, 5 B QH N^2, 4(2 B QH N D + 2 B KH N D))."""
+"""gqa_full: the peak work at the full size matches the nkibench.md formulas
+(4 B QH N^2 D, 5 B QH N^2, 4(2 B QH N D + 2 B KH N D))."""
 
 import numpy as np
 
-from accelopt_core.nki import load_kernel
-from accelopt_core.tasks.check import check_kernel
-from accelopt_core.tasks.registry import find_task, task_files
-
-SEEDS = [11, 22, 33, 44, 55]
-
-
-def test_small_baseline_is_correct_on_five_seeds() -> None:
-    task = find_task("gqa_full:small")
-    kernel = load_kernel(task_files("gqa_full").kernel)
-    result = check_kernel(kernel, task, seeds=SEEDS)
-    assert result.correct, result.message
-    assert result.seeds == SEEDS
+from accelopt_core.tasks.registry import find_task
 
 
 def test_peak_work_at_full_size() -> None:

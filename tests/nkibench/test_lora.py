@@ -1,21 +1,8 @@
-"""NKIBench lora: the baseline kernel passes the check, and the peak work matches nkibench.md."""
-
-from pathlib import Path
+"""NKIBench lora: the peak work matches nkibench.md."""
 
 import numpy as np
 
-from accelopt_core.nki import load_kernel
-from accelopt_core.tasks.check import check_kernel
 from accelopt_core.tasks.registry import find_task
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_small_baseline_is_correct_on_five_seeds() -> None:
-    task = find_task("lora:small")
-    kernel = load_kernel(str(ROOT / "nkibench" / "kernels" / "lora.py"))
-    result = check_kernel(kernel, task, seeds=[1, 2, 3, 4, 5])
-    assert result.correct, result.message
 
 
 def test_peak_work_at_full_size() -> None:

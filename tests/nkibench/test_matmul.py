@@ -1,22 +1,8 @@
-"""NKIBench matmul: the baseline kernel passes the check, and the peak work matches nkibench.md."""
-
-from pathlib import Path
+"""NKIBench matmul: the peak work matches nkibench.md."""
 
 import numpy as np
 
-from accelopt_core.nki import load_kernel
-from accelopt_core.tasks.check import check_kernel
-from accelopt_core.tasks.registry import find_task, task_files
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_small_baseline_is_correct_on_five_seeds() -> None:
-    task = find_task("matmul:small")
-    kernel = load_kernel(str(ROOT / "nkibench" / "kernels" / "matmul.py"))
-    result = check_kernel(kernel, task, seeds=[1, 2, 3, 4, 5])
-    assert result.correct, result.message
-    assert task_files("matmul").kernel == str(ROOT / "nkibench" / "kernels" / "matmul.py")
+from accelopt_core.tasks.registry import find_task
 
 
 def test_peak_work_at_full_size() -> None:

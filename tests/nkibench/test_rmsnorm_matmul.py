@@ -1,11 +1,8 @@
-"""NKIBench rmsnorm_matmul: the baseline passes the 5-seed check on the small sizes, and the peak
-work at the full sizes is the nkibench.md formula."""
+"""NKIBench rmsnorm_matmul: the peak work at the full sizes is the nkibench.md formula."""
 
 import numpy as np
 
-from accelopt_core.nki import load_kernel
-from accelopt_core.tasks.check import check_kernel
-from accelopt_core.tasks.registry import find_task, task_files
+from accelopt_core.tasks.registry import find_task
 
 TASK = "rmsnorm_matmul"
 
@@ -13,13 +10,6 @@ TASK = "rmsnorm_matmul"
 def full_shape(*shape: int) -> np.ndarray:
     """A zero-stride float32 array: the shape without the memory."""
     return np.broadcast_to(np.float32(0), shape)
-
-
-def test_small_baseline_passes_the_check_on_five_seeds() -> None:
-    task = find_task(f"{TASK}:small")
-    kernel = load_kernel(task_files(TASK).kernel)
-    result = check_kernel(kernel, task, seeds=[11, 12, 13, 14, 15])
-    assert result.correct, result.message
 
 
 def test_peak_work_at_full_size() -> None:

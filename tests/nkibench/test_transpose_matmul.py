@@ -1,23 +1,8 @@
-"""NKIBench transpose_matmul: the baseline kernel passes the check (ragged last column tile included),
-and the peak work matches nkibench.md."""
-
-from pathlib import Path
+"""NKIBench transpose_matmul: the peak work matches nkibench.md."""
 
 import numpy as np
 
-from accelopt_core.nki import load_kernel
-from accelopt_core.tasks.check import check_kernel
 from accelopt_core.tasks.registry import find_task
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_small_baseline_is_correct_on_five_seeds() -> None:
-    task = find_task("transpose_matmul:small")
-    assert task.make_case(0).inputs[1].shape[1] % 512 != 0  # the small size keeps a ragged tile
-    kernel = load_kernel(str(ROOT / "nkibench" / "kernels" / "transpose_matmul.py"))
-    result = check_kernel(kernel, task, seeds=[1, 2, 3, 4, 5])
-    assert result.correct, result.message
 
 
 def test_peak_work_at_full_size() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import accelopt_core
 from accelopt_core.profiling import SandboxLimits, SimulatorProfiler, TaskRef
 from accelopt_core.tasks.registry import task_files
 
@@ -87,3 +88,13 @@ def test_secrets_are_not_inherited(profiler: SimulatorProfiler, monkeypatch: pyt
     result = fresh.profile(candidate(body), TASK)
     assert "RuntimeError: []" in result.error
     assert os.environ["OPENAI_API_KEY"] == "sk-do-not-leak"  # the caller's own environment is untouched
+
+
+def test_worker_runs_this_checkout_even_when_it_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child starts with a bare PYTHONPATH and cwd elsewhere, yet imports the same accelopt_core."""
+    monkeypatch.setenv("PYTHONPATH", "/nonexistent")
+    monkeypatch.chdir("/")
+    fresh = SimulatorProfiler(seeds=1, check_variant="small")
+    body = "    import accelopt_core\n    raise RuntimeError(accelopt_core.__file__)\n"
+    result = fresh.profile(candidate(body), TASK)
+    assert f"RuntimeError: {accelopt_core.__file__}" in result.error
