@@ -8,7 +8,8 @@ evaluation rate, and what the optimization memory saves on a second, similar ker
 Each task's search starts from its baseline with a fresh memory database (so one task's lessons do
 not help another), checks candidates on the small variant and times them at full size.
 --memory-effect then optimizes a second kernel of the same family twice — once with an empty memory,
-once with the memory of the first search — and counts evaluations until the best latency is reached.
+once with the memory of a search on the first — and counts the evaluations each needed to reach the
+empty-memory run's best latency (`--memory-effect --tasks` with no task names runs only that).
 """
 
 from __future__ import annotations
@@ -43,14 +44,13 @@ def optimize(task: str, source: str, config_name: str, workers: int, db: str) ->
         return search.run(source, TaskRef(task), "trn1", find_task(task).family)
 
 
-def evaluations_to_best(result: SearchResult, search: BeamSearch | None = None) -> int:
-    """1-based position, in evaluation order, of the first candidate as fast as the final best."""
-    target = result.best.latency_ms * (1 + 1e-9)
-    order = [c for c in (search.evaluated.values() if search else [])]
-    for position, candidate in enumerate(order, start=1):
-        if candidate.result.correct and candidate.latency_ms <= target:
+def evaluations_to_reach(search: BeamSearch, target_ms: float) -> int | None:
+    """1-based position, in evaluation order (the baseline is 1), of the first correct candidate at
+    least as fast as `target_ms`; None if the search never got there."""
+    for position, candidate in enumerate(search.evaluated.values(), start=1):
+        if candidate.result.correct and candidate.latency_ms <= target_ms * (1 + 1e-9):
             return position
-    return len(order)
+    return None
 
 
 def headline(tasks: list[str], config_name: str, workers: int) -> list[dict]:
@@ -75,49 +75,64 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+MEMORY_PAIRS = [("rmsnorm_matmul", "add_rmsnorm_matmul"), ("silu", "adamw"), ("matmul", "transpose_matmul"),
+                ("bmm_softmax", "gqa_full")]
+
+
 def memory_effect(first: str, second: str, config_name: str, workers: int) -> dict:
-    """Evaluations a search on `second` needs to reach its best, without and with `first`'s memory."""
+    """Optimize `second` with an empty memory, then with the memory `first`'s search left, and count the
+    evaluations each needed to reach the empty-memory run's best."""
     with tempfile.TemporaryDirectory() as tmp:
         warm_db, cold_db = os.path.join(tmp, "warm.db"), os.path.join(tmp, "cold.db")
         optimize(first, read_source(all_task_files()[first].kernel), config_name, workers, warm_db)
         source = read_source(all_task_files()[second].kernel)
-        counts = {}
+        runs = {}
         for label, db in (("cold", cold_db), ("warm", warm_db)):
             config = preset(config_name, workers=workers)
             with Memory(db) as memory:
                 search = BeamSearch(SimulatorProfiler(seeds=config.seeds, check_variant="small"),
                                     [RuleAgent(default_rules())], config, memory)
                 result = search.run(source, TaskRef(second), "trn1", find_task(second).family)
-            counts[label] = {"evaluations_to_best": evaluations_to_best(result, search),
-                             "evaluated": result.evaluated, "best_ms": result.best.latency_ms}
-        return {"first": first, "second": second, **counts}
+            runs[label] = (search, result)
+        target = runs["cold"][1].best.latency_ms
+        return {"first": first, "second": second, "target_ms": target,
+                **{label: {"evaluations_to_target": evaluations_to_reach(search, target),
+                           "evaluated": result.evaluated, "best_ms": result.best.latency_ms}
+                   for label, (search, result) in runs.items()}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--preset", default="default")
-    parser.add_argument("--tasks", nargs="+")
+    parser.add_argument("--tasks", nargs="*", help="default: all 14; none at all skips the headline")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json")
     parser.add_argument("--memory-effect", action="store_true")
     args = parser.parse_args()
     single_threaded_blas()
-    tasks = args.tasks or bench_task_names()
-    rows = headline(tasks, args.preset, args.workers)
-    before = geomean([r["before_peak"] for r in rows])
-    after = geomean([r["after_peak"] for r in rows])
-    evals = sum(r["evaluated"] for r in rows)
-    minutes = sum(r["seconds"] for r in rows) / 60
-    print(f"geometric mean % of peak (simulated trn1): {before:.1f}% -> {after:.1f}% ({after / before:.2f}x)")
-    print(f"{evals} evaluations in {minutes:.1f} min with {args.workers} workers: {evals / minutes:.1f} per minute")
-    payload: dict = {"preset": args.preset, "rows": rows, "geomean_before": before, "geomean_after": after,
-                     "evaluations_per_minute": evals / minutes}
+    tasks = bench_task_names() if args.tasks is None else args.tasks
+    payload: dict = {"preset": args.preset}
+    if tasks:
+        rows = headline(tasks, args.preset, args.workers)
+        before = geomean([r["before_peak"] for r in rows])
+        after = geomean([r["after_peak"] for r in rows])
+        evals = sum(r["evaluated"] for r in rows)
+        minutes = sum(r["seconds"] for r in rows) / 60
+        print(f"geometric mean % of peak (simulated trn1): {before:.1f}% -> {after:.1f}% ({after / before:.2f}x)")
+        print(f"{evals} evaluations in {minutes:.1f} min with {args.workers} workers: "
+              f"{evals / minutes:.1f} per minute")
+        payload.update(rows=rows, geomean_before=before, geomean_after=after, evaluations_per_minute=evals / minutes)
     if args.memory_effect:
-        effect = memory_effect("rmsnorm_matmul", "add_rmsnorm_matmul", args.preset, args.workers)
-        print(f"memory effect on {effect['second']} after {effect['first']}: evaluations to reach the best "
-              f"{effect['cold']['evaluations_to_best']} (empty memory) vs {effect['warm']['evaluations_to_best']} "
-              "(with memory)")
-        payload["memory_effect"] = effect
+        payload["memory_effect"] = []
+        print("memory effect (simulated trn1): evaluations until the empty-memory run's best is reached")
+        for first, second in MEMORY_PAIRS:
+            effect = memory_effect(first, second, args.preset, args.workers)
+            cold, warm = effect["cold"], effect["warm"]
+            print(f"{second:<20} after {first:<16} empty memory {cold['evaluations_to_target']:3d} of "
+                  f"{cold['evaluated']:3d} evals (best {cold['best_ms']:.4f} ms)   with memory "
+                  f"{warm['evaluations_to_target'] or '-':>3} of {warm['evaluated']:3d} evals "
+                  f"(best {warm['best_ms']:.4f} ms)", flush=True)
+            payload["memory_effect"].append(effect)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(payload, handle, indent=2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..memory.experiences import RuleStats
 from ..profiling import ProfileResult
 
 
@@ -52,7 +53,7 @@ class SearchContext:
     task_family: str
     hardware: str
     experiences: list[Any] = field(default_factory=list)
-    rule_stats: dict[str, Any] = field(default_factory=dict)
+    rule_stats: dict[str, RuleStats] = field(default_factory=dict)
 
 
 class Agent(Protocol):
@@ -61,6 +62,11 @@ class Agent(Protocol):
     name: str
 
     def propose(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
+        ...
+
+    def recall(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
+        """Plans for `parent` that the optimization memory saw win on similar kernels, most promising
+        first; empty when memory knows none. Cheap: the search asks before every memory replay step."""
         ...
 
     def realize(self, parent: Candidate, proposal: Proposal, samples: int) -> list[Draft]:

@@ -1,6 +1,11 @@
 """AccelOpt's beam search: keep the best B kernels; for each, N plans; for each plan, K executor
 samples; evaluate every new kernel (in parallel, sandboxed); keep the best B correct ones; repeat.
 
+Before the first iteration, a memory replay walks greedily from the baseline through the rewrites
+that won on this task family before (best remembered first, one wave of parallel evaluations at a
+time, keeping each verified improvement), so a search on a kernel like one optimized before starts
+where that one ended instead of rediscovering it.
+
 Every evaluated candidate and every finished iteration is written to the optimization memory as
 it happens, so a killed search resumes from its last finished iteration without re-evaluating
 anything. Lessons from slow->fast pairs go to memory as experiences.
@@ -52,6 +57,9 @@ class SearchResult:
         return self.base.latency_ms / self.best.latency_ms if self.best.latency_ms else 1.0
 
 
+REPLAY_ITERATION = -1  # memory replay's candidates come before the first iteration, like the baseline
+
+
 def _sort_key(candidate: Candidate) -> tuple[float, str]:
     return candidate.latency_ms, candidate.hash
 
@@ -96,7 +104,8 @@ class BeamSearch:
                 done.append(candidate)
                 self._record(search_id, candidate)
                 leader = min([best, *[c for c in done if c.result.correct]], key=_sort_key)
-                self._emit("evaluated", iteration, leader, f"{proposal.origin}: {proposal.description}")
+                label = "memory replay: " if iteration == REPLAY_ITERATION else ""
+                self._emit("evaluated", max(iteration, 0), leader, f"{label}{proposal.origin}: {proposal.description}")
 
         with ThreadPoolExecutor(max_workers=max(1, self.config.workers)) as pool:
             list(pool.map(one, drafts))
@@ -138,6 +147,9 @@ class BeamSearch:
         context = SearchContext(task.key, task_family or name, hardware)
         search_id, beam, first_iteration = (self._resume(resume, task) if resume is not None
                                             else self._start(source, task, hardware, context))
+        if resume is None and self.config.replay_steps:
+            self._refresh_context(context)
+            beam = self._replay(beam[0], context, task, hardware, search_id)
         history: list[IterationRecord] = []
         best = min(beam, key=_sort_key)
         stale = 0
@@ -174,6 +186,34 @@ class BeamSearch:
         assert self._base is not None
         return SearchResult(search_id, self._base, best, beam, history, len(self.evaluated) - 1, cancelled,
                             time.monotonic() - start_time, self._lineage(best))
+
+    def _replay(self, base: Candidate, context: SearchContext, task: TaskRef, hardware: str,
+                search_id: int | None) -> list[Candidate]:
+        """Greedy descent through remembered wins; returns the first beam (the best B correct kernels
+        evaluated so far). Costs nothing when memory knows no winning rewrite for this family, and one
+        wave of evaluations when what it knows does not carry over."""
+        current, wave = base, max(1, self.config.workers)
+        for _ in range(self.config.replay_steps):
+            drafts = self._draft([current], context, recall=True)
+            faster: list[Candidate] = []
+            for start in range(0, len(drafts), wave):
+                if self.cancel.is_set():
+                    break
+                children = self._evaluate_all(drafts[start:start + wave], task, hardware, REPLAY_ITERATION,
+                                              search_id, current)
+                for child in children:
+                    self._learn(current, child, context, search_id)
+                faster = [c for c in children if c.result.correct and c.latency_ms < current.latency_ms]
+                if faster:
+                    break
+            if not faster:
+                break
+            current = min(faster, key=_sort_key)
+        return self._best_evaluated()
+
+    def _best_evaluated(self) -> list[Candidate]:
+        correct = [c for c in self.evaluated.values() if c.result.correct]
+        return sorted(correct, key=_sort_key)[: self.config.beam_width]
 
     def _lineage(self, candidate: Candidate) -> list[Candidate]:
         chain = [candidate]
@@ -215,7 +255,7 @@ class BeamSearch:
         if base is None:
             raise SearchError(f"search {search_id} has no recorded baseline to resume from")
         self._base = base
-        beam = [self.evaluated[h] for h in state.beam if h in self.evaluated] or [base]
+        beam = [self.evaluated[h] for h in state.beam if h in self.evaluated] or self._best_evaluated()
         self._emit("started", state.iteration + 1, min(beam, key=_sort_key),
                    f"resumed search {search_id} after iteration {state.iteration}")
         return search_id, beam, state.iteration + 1
@@ -225,13 +265,15 @@ class BeamSearch:
             context.experiences = self.memory.top_experiences(context.task_family, context.hardware)
             context.rule_stats = self.memory.rule_stats(context.task_family, context.hardware)
 
-    def _draft(self, beam: Sequence[Candidate], context: SearchContext) -> list[tuple[str, Candidate, Proposal]]:
+    def _draft(self, beam: Sequence[Candidate], context: SearchContext, recall: bool = False
+               ) -> list[tuple[str, Candidate, Proposal]]:
         """N plans per beam kernel (taken in turn from each agent), K samples per plan; only kernels
-        never evaluated before."""
+        never evaluated before. `recall`: only the plans memory saw win (the agents' `recall`)."""
         drafts: list[tuple[str, Candidate, Proposal]] = []
         seen = set(self.evaluated)
         for parent in beam:
-            per_agent = [a.propose(parent, context, self.config.plans_per_candidate) for a in self.agents]
+            per_agent = [(a.recall if recall else a.propose)(parent, context, self.config.plans_per_candidate)
+                         for a in self.agents]
             chosen: list[tuple[Agent, Proposal]] = []
             while len(chosen) < self.config.plans_per_candidate and any(per_agent):
                 for agent, proposals in zip(self.agents, per_agent, strict=True):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 @dataclass(frozen=True)
 class SearchConfig:
     """Beam width B, plans per candidate N, executor samples per plan K, iterations T (paper:
-    6, 12, 2, 16), parallel evaluations, and when to stop early."""
+    6, 12, 2, 16), parallel evaluations, when to stop early, and how far memory replay may go."""
 
     beam_width: int = 6
     plans_per_candidate: int = 12
@@ -17,6 +17,7 @@ class SearchConfig:
     iterations: int = 16
     workers: int = max(1, os.cpu_count() or 1)
     patience: int = 3  # iterations without a better kernel before stopping early (0: never)
+    replay_steps: int = 8  # remembered wins to chain before the first iteration (0: no memory replay)
     seeds: int = 5
 
 

@@ -21,6 +21,10 @@ class ScriptedAgent:
         found = [Proposal(text, "rule:scripted", (old, new)) for text, old, new in EDITS if old in parent.source]
         return found[:count]
 
+    def recall(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
+        stats = context.rule_stats.get("scripted")
+        return self.propose(parent, context, count) if stats and stats.wins > stats.losses else []
+
     def realize(self, parent: Candidate, proposal: Proposal, samples: int) -> list[Draft]:
         old, new = proposal.payload
         source = parent.source.replace(old, new)

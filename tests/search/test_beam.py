@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,35 @@ def test_killed_search_resumes_without_reevaluating(tmp_path: Path) -> None:
     assert result.best.result.correct
     assert len(after.candidates) - len(before.candidates) == profiler.calls  # each new evaluation recorded once
     assert not ({c.kernel_hash for c in after.candidates[len(before.candidates):]} & recorded)
+
+
+def _evaluations_to(search: BeamSearch, latency_ms: float) -> int:
+    order = list(search.evaluated.values())
+    return next(i for i, c in enumerate(order, 1) if c.result.correct and c.latency_ms <= latency_ms)
+
+
+def test_memory_replay_reaches_the_same_best_in_fewer_evaluations(tmp_path: Path) -> None:
+    config = replace(CONFIG, workers=1)  # one at a time: the evaluation order is deterministic
+    with Memory(tmp_path / "m.db") as memory:
+        cold = BeamSearch(CountingProfiler(), [ScriptedAgent()], config, memory)
+        cold_result = cold.run(SILU, TASK, "trn1", "elementwise")
+        events: list[SearchEvent] = []
+        warm = BeamSearch(CountingProfiler(), [ScriptedAgent()], config, memory, events.append)
+        warm_result = warm.run(SILU, TASK, "trn1", "elementwise")
+    assert warm_result.best.latency_ms <= cold_result.best.latency_ms
+    target = cold_result.best.latency_ms
+    assert _evaluations_to(warm, target) < _evaluations_to(cold, target)
+    replayed = [c for c in warm.evaluated.values() if c.iteration == -1 and c.parent is not None]
+    assert replayed and any(c.result.correct and c.latency_ms < warm_result.base.latency_ms for c in replayed)
+    assert any(e.kind == "evaluated" and e.message.startswith("memory replay: ") for e in events)
+    assert all(e.iteration >= 0 for e in events)
+
+
+def test_no_memory_replay_without_remembered_wins_or_when_switched_off(tmp_path: Path) -> None:
+    with Memory(tmp_path / "m.db") as memory:
+        first = BeamSearch(CountingProfiler(), [ScriptedAgent()], CONFIG, memory)
+        first.run(SILU, TASK, "trn1", "elementwise")
+        assert all(c.iteration >= 0 for c in first.evaluated.values() if c.parent is not None)
+        off = BeamSearch(CountingProfiler(), [ScriptedAgent()], replace(CONFIG, replay_steps=0), memory)
+        off.run(SILU, TASK, "trn1", "elementwise")
+        assert all(c.iteration >= 0 for c in off.evaluated.values() if c.parent is not None)

@@ -282,6 +282,10 @@ class LLMAgent:
         return last.reason if last else default
 
     # --- summarizer ------------------------------------------------------------------------------
+    def recall(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
+        """Nothing to replay without asking the model: lessons reach it through the planner prompt."""
+        return []
+
     def summarize(self, slow: Candidate, fast: Candidate, context: SearchContext) -> str:
         """A 2-4 sentence lesson from the model; a plain template sentence when the pair is in the neutral
         band (memory will not keep it), past the per-iteration bound, or when the model is unavailable."""

@@ -1,7 +1,7 @@
 """The rule-based optimizer as a search agent: rules propose plans, the same rules write them.
 
-Rules that won on similar kernels before (the optimization memory's rule statistics) are tried
-first, so a second search on a similar kernel reaches the same result in fewer evaluations.
+Rules that won on similar kernels before (the optimization memory's rule statistics) rank first among
+the plans, and are what the agent recalls when the search replays memory before its first iteration.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ class RuleAgent:
         stats = context.rule_stats.get(rule.name)
         if stats is None:
             return 0.0
-        wins, losses = getattr(stats, "wins", 0), getattr(stats, "losses", 0)
-        return _MEMORY_WEIGHT * (wins - 0.5 * losses) / max(1, wins + losses)
+        return _MEMORY_WEIGHT * (stats.wins - 0.5 * stats.losses) / max(1, stats.wins + stats.losses)
 
     def propose(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
         proposals: list[Proposal] = []
@@ -37,6 +36,17 @@ class RuleAgent:
             for plan in rule.plan(parent.source, parent.result):
                 proposals.append(Proposal(plan.description, f"rule:{rule.name}", (rule, plan), plan.priority + boost))
         proposals.sort(key=lambda p: -p.priority)
+        return proposals[:count]
+
+    def recall(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
+        """Plans of the rules that won more often than they lost on this family, the rule with the
+        biggest mean speedup first, each rule's plans in their own order."""
+        winners = {name: stats.mean_speedup for name, stats in context.rule_stats.items()
+                   if stats.wins > stats.losses and stats.mean_speedup > 1.0}
+        proposals: list[Proposal] = []
+        for rule in sorted((r for r in self.rules if r.name in winners), key=lambda r: -winners[r.name]):
+            proposals += [Proposal(plan.description, f"rule:{rule.name}", (rule, plan), plan.priority)
+                          for plan in rule.plan(parent.source, parent.result)]
         return proposals[:count]
 
     def realize(self, parent: Candidate, proposal: Proposal, samples: int) -> list[Draft]:

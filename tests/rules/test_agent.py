@@ -1,0 +1,70 @@
+"""RuleAgent: every rule's plans become proposals, rules that won on the family before rank first and
+are what it recalls for memory replay, and the executor turns a plan into its rewrite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rule_eval import profile
+
+from accelopt_core.agents.base import Candidate, SearchContext
+from accelopt_core.agents.rules.agent import RuleAgent
+from accelopt_core.agents.rules.registry import default_rules
+from accelopt_core.memory import RuleStats
+from accelopt_core.nki.loader import read_source
+from accelopt_core.tasks.registry import task_files
+
+SILU = read_source(task_files("silu").kernel)
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory: pytest.TempPathFactory) -> Candidate:
+    result = profile(SILU, [(256, 2048)], Path(tmp_path_factory.mktemp("silu")), "silu")
+    return Candidate(SILU, "base", result)
+
+
+def test_without_memory_all_rules_propose_and_nothing_is_recalled(parent: Candidate) -> None:
+    agent, context = RuleAgent(default_rules()), SearchContext("silu", "elementwise", "trn1")
+    proposals = agent.propose(parent, context, 50)
+    assert len({p.origin for p in proposals}) >= 2
+    assert [p.priority for p in proposals] == sorted((p.priority for p in proposals), reverse=True)
+    assert agent.recall(parent, context, 50) == []
+
+
+def test_rules_that_won_before_rank_first_and_are_recalled_biggest_win_first(parent: Candidate) -> None:
+    agent = RuleAgent(default_rules())
+    cold = agent.propose(parent, SearchContext("silu", "elementwise", "trn1"), 50)
+    origins = list(dict.fromkeys(p.origin.removeprefix("rule:") for p in cold))
+    small, big = origins[-1], origins[0]
+    warm = SearchContext("silu", "elementwise", "trn1", rule_stats={
+        small: RuleStats(small, wins=3, losses=1, mean_speedup=1.1),
+        big: RuleStats(big, wins=1, losses=0, mean_speedup=1.5)})
+    assert agent.propose(parent, warm, 50)[0].origin in (f"rule:{small}", f"rule:{big}")
+    recalled = [p.origin for p in agent.recall(parent, warm, 50)]
+    assert set(recalled) == {f"rule:{small}", f"rule:{big}"}
+    assert recalled.index(f"rule:{big}") < recalled.index(f"rule:{small}")
+    assert len(agent.recall(parent, warm, 1)) == 1
+
+
+def test_a_rule_that_lost_more_than_it_won_is_demoted_and_not_recalled(parent: Candidate) -> None:
+    agent = RuleAgent(default_rules())
+    cold = agent.propose(parent, SearchContext("silu", "elementwise", "trn1"), 50)
+    first = cold[0].origin
+    name = first.removeprefix("rule:")
+    context = SearchContext("silu", "elementwise", "trn1",
+                            rule_stats={name: RuleStats(name, wins=1, losses=4, mean_speedup=0.9)})
+    warm = agent.propose(parent, context, 50)
+    assert max(p.priority for p in warm if p.origin == first) < max(p.priority for p in cold if p.origin == first)
+    assert agent.recall(parent, context, 50) == []
+
+
+def test_realize_writes_the_rewrite_and_summarize_names_it(parent: Candidate) -> None:
+    agent = RuleAgent(default_rules())
+    context = SearchContext("silu", "elementwise", "trn1")
+    proposal = agent.propose(parent, context, 1)[0]
+    [draft] = agent.realize(parent, proposal, 1)
+    assert draft.error is None and draft.source and draft.source != SILU
+    fast = Candidate(draft.source, "fast", parent.result, "base", proposal.description, proposal.origin)
+    lesson = agent.summarize(parent, fast, context)
+    assert proposal.description in lesson and "silu" in lesson
