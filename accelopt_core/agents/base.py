@@ -54,6 +54,7 @@ class SearchContext:
     hardware: str
     experiences: list[Any] = field(default_factory=list)
     rule_stats: dict[str, RuleStats] = field(default_factory=dict)
+    tried: set[tuple[str, str, str]] = field(default_factory=set)  # (parent hash, origin, plan) evaluated
 
 
 class Agent(Protocol):

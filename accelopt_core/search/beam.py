@@ -271,6 +271,7 @@ class BeamSearch:
         never evaluated before. `recall`: only the plans memory saw win (the agents' `recall`)."""
         drafts: list[tuple[str, Candidate, Proposal]] = []
         seen = set(self.evaluated)
+        context.tried = {(c.parent, c.origin, c.plan) for c in self.evaluated.values() if c.parent is not None}
         for parent in beam:
             per_agent = [(a.recall if recall else a.propose)(parent, context, self.config.plans_per_candidate)
                          for a in self.agents]

@@ -1,5 +1,5 @@
-"""RuleAgent: every rule's plans become proposals, rules that won on the family before rank first and
-are what it recalls for memory replay, and the executor turns a plan into its rewrite."""
+"""RuleAgent: every rule's plans become proposals by the profile's priorities, rules that won on the
+family before are what it recalls for memory replay, and the executor turns a plan into its rewrite."""
 
 from __future__ import annotations
 
@@ -32,31 +32,37 @@ def test_without_memory_all_rules_propose_and_nothing_is_recalled(parent: Candid
     assert agent.recall(parent, context, 50) == []
 
 
-def test_rules_that_won_before_rank_first_and_are_recalled_biggest_win_first(parent: Candidate) -> None:
+def test_rules_that_won_before_are_recalled_biggest_win_first(parent: Candidate) -> None:
     agent = RuleAgent(default_rules())
-    cold = agent.propose(parent, SearchContext("silu", "elementwise", "trn1"), 50)
+    cold_context = SearchContext("silu", "elementwise", "trn1")
+    cold = agent.propose(parent, cold_context, 50)
     origins = list(dict.fromkeys(p.origin.removeprefix("rule:") for p in cold))
     small, big = origins[-1], origins[0]
     warm = SearchContext("silu", "elementwise", "trn1", rule_stats={
         small: RuleStats(small, wins=3, losses=1, mean_speedup=1.1),
         big: RuleStats(big, wins=1, losses=0, mean_speedup=1.5)})
-    assert agent.propose(parent, warm, 50)[0].origin in (f"rule:{small}", f"rule:{big}")
     recalled = [p.origin for p in agent.recall(parent, warm, 50)]
     assert set(recalled) == {f"rule:{small}", f"rule:{big}"}
     assert recalled.index(f"rule:{big}") < recalled.index(f"rule:{small}")
     assert len(agent.recall(parent, warm, 1)) == 1
+    assert agent.propose(parent, warm, 50) == cold  # memory does not reorder the beam's plans
 
 
-def test_a_rule_that_lost_more_than_it_won_is_demoted_and_not_recalled(parent: Candidate) -> None:
+def test_a_rule_that_lost_more_than_it_won_is_not_recalled(parent: Candidate) -> None:
     agent = RuleAgent(default_rules())
-    cold = agent.propose(parent, SearchContext("silu", "elementwise", "trn1"), 50)
-    first = cold[0].origin
-    name = first.removeprefix("rule:")
+    name = agent.propose(parent, SearchContext("silu", "elementwise", "trn1"), 1)[0].origin.removeprefix("rule:")
     context = SearchContext("silu", "elementwise", "trn1",
                             rule_stats={name: RuleStats(name, wins=1, losses=4, mean_speedup=0.9)})
-    warm = agent.propose(parent, context, 50)
-    assert max(p.priority for p in warm if p.origin == first) < max(p.priority for p in cold if p.origin == first)
     assert agent.recall(parent, context, 50) == []
+
+
+def test_plans_already_tried_on_this_kernel_leave_room_for_others(parent: Candidate) -> None:
+    agent = RuleAgent(default_rules())
+    first, second, *_ = agent.propose(parent, SearchContext("silu", "elementwise", "trn1"), 50)
+    context = SearchContext("silu", "elementwise", "trn1", tried={(parent.hash, first.origin, first.description)})
+    assert agent.propose(parent, context, 1) == [second]
+    other = SearchContext("silu", "elementwise", "trn1", tried={("another kernel", first.origin, first.description)})
+    assert agent.propose(parent, other, 1) == [first]
 
 
 def test_realize_writes_the_rewrite_and_summarize_names_it(parent: Candidate) -> None:

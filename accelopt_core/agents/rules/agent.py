@@ -1,7 +1,9 @@
 """The rule-based optimizer as a search agent: rules propose plans, the same rules write them.
 
-Rules that won on similar kernels before (the optimization memory's rule statistics) rank first among
-the plans, and are what the agent recalls when the search replays memory before its first iteration.
+Plans rank by the share of kernel time they address (from the profile). Memory acts in one place: the
+rules that won on similar kernels before (the optimization memory's rule statistics) are what the agent
+recalls when the search replays memory before its first iteration. (Boosting remembered rules inside
+every iteration as well pushed the profile's best plans out of a small beam and lost wins.)
 """
 
 from __future__ import annotations
@@ -10,9 +12,6 @@ from collections.abc import Sequence
 
 from ..base import Candidate, Draft, Proposal, SearchContext
 from .base import Plan, Rule, RuleError
-
-# How much a past win raises a rule's plans, against plan priorities in [0, 1] (share of time).
-_MEMORY_WEIGHT = 1.0
 
 
 class RuleAgent:
@@ -23,19 +22,8 @@ class RuleAgent:
     def __init__(self, rules: Sequence[Rule]):
         self.rules = list(rules)
 
-    def _boost(self, rule: Rule, context: SearchContext) -> float:
-        stats = context.rule_stats.get(rule.name)
-        if stats is None:
-            return 0.0
-        return _MEMORY_WEIGHT * (stats.wins - 0.5 * stats.losses) / max(1, stats.wins + stats.losses)
-
     def propose(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
-        proposals: list[Proposal] = []
-        for rule in self.rules:
-            boost = self._boost(rule, context)
-            for plan in rule.plan(parent.source, parent.result):
-                proposals.append(Proposal(plan.description, f"rule:{rule.name}", (rule, plan), plan.priority + boost))
-        proposals.sort(key=lambda p: -p.priority)
+        proposals = sorted(self._proposals(self.rules, parent, context), key=lambda p: -p.priority)
         return proposals[:count]
 
     def recall(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
@@ -43,11 +31,19 @@ class RuleAgent:
         biggest mean speedup first, each rule's plans in their own order."""
         winners = {name: stats.mean_speedup for name, stats in context.rule_stats.items()
                    if stats.wins > stats.losses and stats.mean_speedup > 1.0}
+        rules = sorted((r for r in self.rules if r.name in winners), key=lambda r: -winners[r.name])
+        return self._proposals(rules, parent, context)[:count]
+
+    @staticmethod
+    def _proposals(rules: Sequence[Rule], parent: Candidate, context: SearchContext) -> list[Proposal]:
+        """Every plan of `rules` for `parent` that the search has not already tried on it."""
         proposals: list[Proposal] = []
-        for rule in sorted((r for r in self.rules if r.name in winners), key=lambda r: -winners[r.name]):
-            proposals += [Proposal(plan.description, f"rule:{rule.name}", (rule, plan), plan.priority)
-                          for plan in rule.plan(parent.source, parent.result)]
-        return proposals[:count]
+        for rule in rules:
+            origin = f"rule:{rule.name}"
+            proposals += [Proposal(plan.description, origin, (rule, plan), plan.priority)
+                          for plan in rule.plan(parent.source, parent.result)
+                          if (parent.hash, origin, plan.description) not in context.tried]
+        return proposals
 
     def realize(self, parent: Candidate, proposal: Proposal, samples: int) -> list[Draft]:
         rule, plan = proposal.payload
