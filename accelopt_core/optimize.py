@@ -105,7 +105,8 @@ def choose_agents(args: argparse.Namespace, config: SearchConfig, settings: LLMS
 
 
 def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
-    config = preset(args.preset, iterations=args.iterations, beam_width=args.beam_width, workers=args.workers)
+    config = preset(args.preset, iterations=args.iterations, beam_width=args.beam_width, workers=args.workers,
+                    replay_steps=args.replay_steps)
     try:
         settings = LLMSettings.load()
     except ConfigError as exc:

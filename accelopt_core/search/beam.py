@@ -192,7 +192,7 @@ class BeamSearch:
         """Greedy descent through remembered wins; returns the first beam (the best B correct kernels
         evaluated so far). Costs nothing when memory knows no winning rewrite for this family, and one
         wave of evaluations when what it knows does not carry over."""
-        current, wave = base, max(1, self.config.workers)
+        current, wave, before, kept = base, max(1, self.config.workers), len(self.evaluated), 0
         for _ in range(self.config.replay_steps):
             drafts = self._draft([current], context, recall=True)
             faster: list[Candidate] = []
@@ -208,7 +208,10 @@ class BeamSearch:
                     break
             if not faster:
                 break
-            current = min(faster, key=_sort_key)
+            current, kept = min(faster, key=_sort_key), kept + 1
+        if len(self.evaluated) > before:
+            self._emit("replayed", 0, current, f"memory replay kept {kept} remembered rewrite(s) of "
+                       f"{len(self.evaluated) - before} evaluated")
         return self._best_evaluated()
 
     def _best_evaluated(self) -> list[Candidate]:

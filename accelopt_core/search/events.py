@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SearchEvent:
-    """`kind` is "started", "evaluated", "iteration", "finished" or "cancelled"."""
+    """`kind` is "started", "evaluated", "replayed" (memory replay done), "iteration", "finished" or
+    "cancelled"."""
 
     kind: str
     iteration: int

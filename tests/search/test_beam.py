@@ -142,6 +142,8 @@ def test_memory_replay_reaches_the_same_best_in_fewer_evaluations(tmp_path: Path
     replayed = [c for c in warm.evaluated.values() if c.iteration == -1 and c.parent is not None]
     assert replayed and any(c.result.correct and c.latency_ms < warm_result.base.latency_ms for c in replayed)
     assert any(e.kind == "evaluated" and e.message.startswith("memory replay: ") for e in events)
+    [replay_done] = [e for e in events if e.kind == "replayed"]
+    assert replay_done.message.endswith(f"of {len(replayed)} evaluated")
     assert all(e.iteration >= 0 for e in events)
 
 
