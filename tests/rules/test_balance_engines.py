@@ -4,6 +4,7 @@ down) and stays quiet when the compute engines are not the bottleneck."""
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -93,3 +94,16 @@ def test_no_plan_when_dma_is_the_bottleneck(tmp_path):
     assert prof.bottleneck == "dma"
     assert RULE.plan(DMA_BOUND, prof) == []
     assert RULE.plan(DMA_BOUND, None) == []
+
+
+@pytest.mark.parametrize("tensor_over_vector, fires", [(1.2, True), (2.0, False)])
+def test_a_nearly_as_busy_vector_engine_behind_the_tensor_engine_is_unloaded(tmp_path, tensor_over_vector, fires):
+    """A Tensor-engine bottleneck with Vector close behind: they wait on each other, so moving vector
+    work still shortens the kernel; with Vector far behind the rule stays quiet."""
+    prof = profile(VECTOR_BOUND, SHAPES, tmp_path)
+    busy = dict(prof.profile["engine_busy_time"])
+    busy["tensor"] = busy["vector"] * tensor_over_vector
+    matmul_bound = replace(prof, bottleneck="tensor", profile={**prof.profile, "engine_busy_time": busy})
+    plans = RULE.plan(VECTOR_BOUND, matmul_bound)
+    assert bool(plans) == fires
+    assert all("vector is the busiest" in p.description for p in plans)

@@ -6,8 +6,9 @@ instructions can run on more than one of them: a copy (`tensor_copy`), a multipl
 two tiles (`tensor_tensor` on GpSimd), tensor_scalar (Vector, GpSimd, and from NC-v3 the Scalar
 engine, B.7). When the profile says one engine is the bottleneck while another idles, such
 instructions move to the idle one (perf guide Opt #3: the attention kernel puts the scaling on the
-Scalar engine). Candidates come from the lines the profile charges to the busy engine, largest
-first; each plan moves one instruction.
+Scalar engine); the same holds when the Tensor engine or DMA is the bottleneck but one of the three is
+nearly as busy, since then they wait on each other. Candidates come from the lines the profile charges
+to the busy engine, largest first; each plan moves one instruction.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from .fuse_elementwise import COLUMN, SCALAR, KernelAnalysis
 _ENGINES = ("vector", "scalar", "gpsimd")
 # A target engine counts as idle when it is busy less than this share of the bottleneck's time.
 _IDLE_SHARE = 0.6
+# A compute engine behind a Tensor or DMA bottleneck is worth unloading when at least this busy (share).
+_RUNNER_UP_SHARE = 0.75
 # Ops GpSimd runs for floating-point data (nki-facts B.7: add and multiply; the simulator refuses others).
 _GPSIMD_OPS = frozenset({"add", "multiply"})
 
@@ -69,8 +72,8 @@ class BalanceEngines:
 
     def plan(self, source: str, profile: Any) -> list[Plan]:
         busy = _busy(profile)
-        bottleneck = getattr(profile, "bottleneck", None) if profile is not None else None
-        if bottleneck not in _ENGINES or not busy.get(bottleneck):
+        bottleneck = _busiest_compute_engine(profile, busy)
+        if bottleneck is None:
             return []
         idle = [e for e in _ENGINES if e != bottleneck and busy.get(e, 0.0) < _IDLE_SHARE * busy[bottleneck]]
         if not idle:
@@ -87,7 +90,7 @@ class BalanceEngines:
                 continue
             gap = (busy[bottleneck] - busy.get(move.target, 0.0)) * 1e3 / 2  # ms the two engines can even out
             priority = min(moved, gap) / latency if latency else 0.0
-            plans.append(Plan(self.name, line, f"line {line}: {move.description} ({bottleneck} is the bottleneck, "
+            plans.append(Plan(self.name, line, f"line {line}: {move.description} ({bottleneck} is the busiest, "
                               f"{move.target} is {100 * busy.get(move.target, 0.0) / busy[bottleneck]:.0f}% as busy)",
                               {**move.params(), "hardware": hardware}, max(0.0, min(1.0, priority))))
         plans.sort(key=lambda p: -p.priority)
@@ -113,6 +116,18 @@ class BalanceEngines:
         except SyntaxError as exc:
             raise RuleError(f"the move would not parse: {exc.msg}") from None
         return code
+
+
+def _busiest_compute_engine(profile: Any, busy: dict[str, float]) -> str | None:
+    """The profile's bottleneck when it is Vector, Scalar or GpSimd; when it is the Tensor engine or
+    DMA, the busiest of those three if it is nearly as busy (the two then queue on each other's
+    results, and shortening either shortens the kernel); None when none of them matters."""
+    bottleneck = getattr(profile, "bottleneck", None) if profile is not None else None
+    if bottleneck in _ENGINES:
+        return bottleneck if busy.get(bottleneck) else None
+    busiest = max(_ENGINES, key=lambda e: busy.get(e, 0.0))
+    top = max(busy.values(), default=0.0)
+    return busiest if top and busy.get(busiest, 0.0) >= _RUNNER_UP_SHARE * top else None
 
 
 def _busy(profile: Any) -> dict[str, float]:
