@@ -53,6 +53,27 @@ MATMUL_ONLY = textwrap.dedent('''
         return out
 ''')
 
+LITERAL = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(a, b):
+        rows, cols = a.shape
+        out = nl.ndarray((rows, cols), dtype=a.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            for c in nl.affine_range(cols // 256):  # 1 KiB per partition per DMA
+                x = nl.load(a[r * 128:(r + 1) * 128, c * 256:(c + 1) * 256])
+                y = nl.load(b[r * 128:(r + 1) * 128, c * 256:(c + 1) * 256])
+                s = nl.multiply(x, 0.5)
+                t = nl.add(s, y)
+                u = nl.exp(t)
+                nl.store(out[r * 128:(r + 1) * 128, c * 256:(c + 1) * 256], value=u)
+        return out
+''')
+LITERAL_SHAPES = [(1024, 2048), (1024, 2048)]
+
 
 @pytest.fixture
 def shapes_known(monkeypatch):
@@ -92,3 +113,26 @@ def test_apply_refuses_a_changed_constant(tmp_path, shapes_known):
     plan = RULE.plan(COPY, profile(COPY, [FULL], tmp_path, task="tile_test"))[0]
     with pytest.raises(RuleError):
         RULE.apply(COPY.replace("TILE = 512", "TILE = 256"), plan)
+
+
+def test_integer_literal_tile_sizes(tmp_path, monkeypatch):
+    monkeypatch.setitem(cst_util._SHAPES_CACHE, "lit_test", {"full": tuple(LITERAL_SHAPES)})
+    prof = profile(LITERAL, LITERAL_SHAPES, tmp_path, task="lit_test")
+    plans = RULE.plan(LITERAL, prof)
+    assert sorted(p.params["new"] for p in plans) == [512, 1024, 2048]  # divide 2048; 128 is the partition max
+    assert plans[0].params["new"] == 1024 and plans[0].line == 11
+    assert plans[0].description.startswith("line 11: the free-axis tile size 256 (a literal) = 1024 instead of 256")
+    new = RULE.apply(LITERAL, plans[0])
+    assert "cols // 1024):  # 1 KiB per partition per DMA" in new and " 256" not in new and "r * 128:" in new
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal((256, 2048), dtype=np.float32) for _ in range(2)]
+    assert_same(LITERAL, new, arrays, tmp_path)
+    assert profile(new, LITERAL_SHAPES, tmp_path).latency_ms < prof.latency_ms
+    with pytest.raises(RuleError):  # the literal gained a use that is not a tile size
+        RULE.apply(LITERAL.replace("nl.multiply(x, 0.5)", "nl.multiply(x, 256)"), plans[0])
+
+
+def test_literal_with_another_use_is_not_a_tile_size(tmp_path, monkeypatch):
+    monkeypatch.setitem(cst_util._SHAPES_CACHE, "lit_test", {"full": tuple(LITERAL_SHAPES)})
+    source = LITERAL.replace("nl.multiply(x, 0.5)", "nl.multiply(x, 256)")
+    assert RULE.plan(source, profile(source, LITERAL_SHAPES, tmp_path, task="lit_test")) == []

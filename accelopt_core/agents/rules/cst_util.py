@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from .base import RuleError
 
@@ -74,6 +74,11 @@ def flat(text: str) -> str:
 def positions(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
     """Source ranges of the nodes of `module` itself (no copy, so node identity holds)."""
     return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+
+def parents(module: cst.Module) -> Mapping[cst.CSTNode, cst.CSTNode]:
+    """The parent of every node of `module` itself (no copy, so node identity holds)."""
+    return MetadataWrapper(module, unsafe_skip_copy=True).resolve(ParentNodeProvider)
 
 
 def functions(module: cst.Module) -> list[cst.FunctionDef]:

@@ -11,13 +11,19 @@ tile, the dimensions it divides) and proposes values that respect the hardware l
 <= 128, matmul stationary free <= 128, moving free and PSUM tile <= 512 FP32) and divide every
 dimension they tile at every size of the task, so no element is dropped. One plan per value:
 larger first when the profile is DMA-bound, smaller first when SBUF spills.
+
+Kernels often write the tile size as a number (`x[c * 256:(c + 1) * 256]`, `cols // 256`). An
+integer literal whose every occurrence in the kernel is tile arithmetic (slice bounds, `nl.ds`,
+`nl.arange`, allocation shapes, and at least one loop bound `D // V`) is analysed as a constant:
+the same module with the literal hoisted into a placeholder name goes through the same analysis,
+and applying the plan rewrites every occurrence of the number.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import libcst as cst
@@ -33,11 +39,14 @@ from .cst_util import (
     dotted,
     edit_statements,
     flat,
+    fresh_name,
     kernel_function,
     keyword,
     line_of,
     names_in,
+    parents,
     parse,
+    parse_statement,
     positions,
     replace_nodes,
     shape_values,
@@ -45,12 +54,14 @@ from .cst_util import (
     small,
     static_value,
     task_input_shapes,
+    walk,
 )
 
 # Per-partition DMA payload the ordering aims at (nki-facts A.6: 4 KiB saturates the engines).
 _TARGET_BYTES = 4096
 _ELEMENT_BYTES = 4  # NKIBench kernels are FP32; other dtypes only shift the estimate
 _MATMUL_CALLS = ("nc_matmul", "matmul")
+_ALLOCATIONS = ("ndarray", "zeros", "ones", "full")
 
 
 @dataclass
@@ -74,6 +85,7 @@ class _Constant:
     literal: cst.BaseExpression  # the Integer node, or the nl.tile_size attribute
     current: int
     module_level: bool
+    occurrences: tuple[cst.Integer, ...] = ()  # a literal tile size: its nodes in the kernel (name is a placeholder)
 
 
 class RetuneTileSize:
@@ -102,10 +114,11 @@ class RetuneTileSize:
         usable = float(data.get("sbuf_usable_bytes_per_partition") or 180224)
         line_dma = _dma_line_times(profile)
         plans: list[Plan] = []
-        for const in _constants(module, fn):
-            use = _uses(module, fn, const.name, pos)
+        sizes = [(c, module, fn) for c in _constants(module, fn)] + list(_literal_sizes(module, fn))
+        for const, scope, scope_fn in sizes:  # a literal is analysed in its hoisted copy (same lines)
+            use = _uses(scope, scope_fn, const.name, pos if scope is module else positions(scope))
             limit = 128 if use.partition or use.stationary else 512 if use.moving else 1 << 16
-            values = self._values(module, fn, const, use, shapes, limit)
+            values = self._values(scope, scope_fn, const, use, shapes, limit)
             grow = [v for v in values if v > const.current]
             shrink = [v for v in values if v < const.current]
             if spills:
@@ -116,7 +129,10 @@ class RetuneTileSize:
             else:
                 continue
             dma_time = sum(line_dma.get(line, 0.0) for line in use.dma_lines)
-            line = line_of(const.stmt, pos)
+            line = line_of(const.occurrences[0] if const.occurrences else const.stmt, pos)
+            label = (f"the {'partition' if use.partition else 'free'}-axis tile size {const.current} (a literal)"
+                     if const.occurrences else const.name)
+            params = {"literal": True} if const.occurrences else {"name": const.name}
             if peak:  # the bigger tiles must still fit in SBUF
                 ordered = [v for v in ordered if v < const.current or peak * v / const.current <= usable]
             best = max((_dma_gain(const.current, v) for v in ordered if v > const.current), default=0.05)
@@ -126,9 +142,9 @@ class RetuneTileSize:
                 per_partition = value * _ELEMENT_BYTES
                 plans.append(Plan(
                     self.name, line,
-                    f"line {line}: {const.name} = {value} instead of {const.current} ({why}; "
+                    f"line {line}: {label} = {value} instead of {const.current} ({why}; "
                     f"{per_partition} B per partition per FP32 transfer; divides every dimension it tiles)",
-                    {"name": const.name, "old": const.current, "new": value}, priority))
+                    {**params, "old": const.current, "new": value}, priority))
         plans.sort(key=lambda p: -p.priority)
         return plans
 
@@ -168,6 +184,11 @@ class RetuneTileSize:
         if fn is None:
             raise RuleError("no kernel function in the source")
         name, old, new = plan.params.get("name"), plan.params.get("old"), plan.params.get("new")
+        if plan.params.get("literal"):
+            found = [c for c, _, _ in _literal_sizes(module, fn) if c.current == old]
+            if len(found) != 1:
+                raise RuleError(f"the literal tile size {old} is not in the kernel any more (or has other uses)")
+            return replace_nodes(module, {id(n): cst.Integer(str(int(new))) for n in found[0].occurrences}).code
         found = [c for c in _constants(module, fn) if c.name == name and c.current == old]
         if len(found) != 1:
             raise RuleError(f"the tile size {name} = {old} is not in the kernel any more")
@@ -196,6 +217,58 @@ def _constants(module: cst.Module, fn: cst.FunctionDef) -> Iterator[_Constant]:
                        else TILE_SIZES[(dotted(literal) or "").rsplit(".", 1)[-1]])
             if current >= 16:
                 yield _Constant(target.value, stmt, node.value, literal, current, module_level)
+
+
+def _literal_sizes(module: cst.Module, fn: cst.FunctionDef) -> Iterator[tuple[_Constant, cst.Module, cst.FunctionDef]]:
+    """Integer literals of the kernel used only as tile sizes, each as the constant of a copy of
+    `module` in which it is a placeholder name bound after the kernel (so no line moves): the
+    analysis of named constants then reads it unchanged."""
+    nl = alias_of(module, "neuronxcc.nki.language") or "nl"
+    up = parents(module)
+    found: dict[int, list[cst.Integer]] = {}
+    for node in walk(fn.body):
+        if isinstance(node, cst.Integer):
+            found.setdefault(int(node.evaluated_value), []).append(node)
+    for value, nodes in found.items():
+        kinds = {_tile_context(n, up, nl) for n in nodes}
+        if value < 16 or None in kinds or "loop" not in kinds:  # a `D // V` loop bound shows it tiles
+            continue
+        name = fresh_name(module, f"_tile_{value}")
+        hoisted = replace_nodes(module, {id(n): cst.Name(name) for n in nodes})
+        hoisted = hoisted.with_changes(body=[*hoisted.body, parse_statement(f"{name} = {value}\n")])
+        hoisted_fn = kernel_function(hoisted)
+        for const in _constants(hoisted, hoisted_fn) if hoisted_fn is not None else ():
+            if const.name == name:
+                yield replace(const, occurrences=tuple(nodes)), hoisted, hoisted_fn
+
+
+def _tile_context(node: cst.Integer, up: Mapping[cst.CSTNode, cst.CSTNode], nl: str) -> str | None:
+    """How a literal is used: "loop" for `D // V` as a loop argument, "tile" for index arithmetic
+    (slice bounds, `nl.ds`, an index expression, `nl.arange(V)`, an allocation shape), None for any
+    other use (a scalar operand, a comparison...), which rules the number out as a tile size."""
+    child, top = node, up.get(node)
+    while isinstance(top, cst.BinaryOperation | cst.UnaryOperation) or (  # climb through arithmetic, nl.ds(...)
+            isinstance(top, cst.Call) and call_name(top) in (f"{nl}.ds", f"{nl}.par_dim")) or (
+            isinstance(top, cst.Arg) and call_name(up.get(top)) in (f"{nl}.ds", f"{nl}.par_dim")):
+        child, top = top, up.get(top)
+    outer = up.get(top) if top is not None else None
+    if isinstance(top, cst.Arg) and isinstance(outer, cst.Call):
+        loop = up.get(outer)
+        if (isinstance(child, cst.BinaryOperation) and isinstance(child.operator, cst.FloorDivide)
+                and child.right is node and isinstance(loop, cst.For) and loop.iter is outer):
+            return "loop"
+        return "tile" if call_name(outer) == f"{nl}.arange" else None
+    if isinstance(top, cst.Slice) and (child is top.lower or child is top.upper):
+        return "tile"
+    if isinstance(top, cst.Index) and child is not node:  # `x[256]` alone is an index, not a tile
+        return "tile"
+    if isinstance(top, cst.Element) and isinstance(outer, cst.Tuple):
+        arg = up.get(outer)
+        call = up.get(arg) if arg is not None else None
+        if (isinstance(call, cst.Call) and call.args and call.args[0] is arg
+                and call_name(call) in {f"{nl}.{a}" for a in _ALLOCATIONS}):
+            return "tile"
+    return None
 
 
 def _size_literal(value: cst.BaseExpression, nl: str) -> cst.BaseExpression | None:
@@ -268,7 +341,7 @@ def _uses(module: cst.Module, fn: cst.FunctionDef, name: str, pos: Any) -> _Use:
                         use.stationary = True
                     elif sliced:
                         use.moving = True
-            if head == nl and fn_name in ("ndarray", "zeros", "ones", "full") and node.args:
+            if head == nl and fn_name in _ALLOCATIONS and node.args:
                 shape = node.args[0].value
                 buffer = keyword(node, "buffer")
                 psum = buffer is not None and flat(code_of(buffer.value)).endswith(".psum")
