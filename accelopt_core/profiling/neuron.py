@@ -46,7 +46,7 @@ from ..tasks import PeakWork, Task
 from ..tasks.check import compare, fresh_seeds
 from .errors import describe_kernel_exception
 from .guards import guard_violation
-from .profiler import TaskRef, kernel_hash, zero_arrays
+from .profiler import TaskRef, input_shapes, kernel_hash, zero_arrays
 from .result import ProfileResult
 from .sandbox import SandboxLimits, clean_environment, run_worker
 
@@ -237,6 +237,7 @@ class NeuronProfiler:
             check_task = task.load(self.check_variant) if self.check_variant else timing_task
             result.seeds = list(seeds) if seeds is not None else fresh_seeds(self.seed_count)
             cases = [check_task.make_case(seed) for seed in result.seeds]
+        result.input_shapes = input_shapes(specs, cases)
         forbidden = self.forbidden_paths + [p for p in (timing_task.source_path,) if p]
         job = NeuronJob(kernel_source, [c.inputs for c in cases], specs, kernel_name, _file_name(kernel_label),
                         forbidden, self.writable_paths, self.allowed_programs, self.warmup, self.iters,

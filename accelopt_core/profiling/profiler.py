@@ -78,6 +78,14 @@ def zero_arrays(specs: Sequence[TensorSpec]) -> list[np.ndarray]:
     return [np.broadcast_to(np.zeros((), dtype=s.dtype), s.shape) for s in specs]
 
 
+def input_shapes(timed: Sequence[TensorSpec], cases: Sequence[Any]) -> dict[str, list[list[int]]]:
+    """The sizes a kernel ran with, for rewrite rules that must know the dimensions they tile."""
+    shapes = {"timed": [list(s.shape) for s in timed]}
+    if cases:
+        shapes["checked"] = [list(np.shape(a)) for a in cases[0].inputs]
+    return shapes
+
+
 class SimulatorProfiler:
     """Profiles on the CPU simulator and the Trainium performance model.
 
@@ -117,6 +125,7 @@ class SimulatorProfiler:
             check_task = task.load(self.check_variant) if self.check_variant else timing_task
             result.seeds = list(seeds) if seeds is not None else fresh_seeds(self.seed_count)
             cases = [check_task.make_case(seed) for seed in result.seeds]
+        result.input_shapes = input_shapes(specs, cases)
         forbidden = self.forbidden_paths + [p for p in (timing_task.source_path,) if p]
         job = SandboxJob(kernel_source, [c.inputs for c in cases], specs, hardware, forbidden, kernel_name,
                          kernel_label)

@@ -29,6 +29,8 @@ class ProfileResult:
     lines: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     error_line: int | None = None
+    # the inputs' shapes the kernel ran with: "timed" (the timing size), "checked" (the check size, if checked)
+    input_shapes: dict[str, list[list[int]]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -52,6 +54,7 @@ class ProfileResult:
             "check_message": self.check_message,
             "error": self.error,
             "error_line": self.error_line,
+            "input_shapes": self.input_shapes,
         }
         return {**head, **self.profile, "lines": self.lines}
 
@@ -60,6 +63,7 @@ class ProfileResult:
         own = {k: data.get(k) for k in ("kernel", "task", "hardware", "backend", "latency_ms", "correct",
                                          "peak_percent", "bottleneck", "bound", "rel_l2_error", "max_abs_error",
                                          "check_message", "error", "error_line")}
-        skip = set(own) | {"seeds", "lines"}
+        skip = set(own) | {"seeds", "lines", "input_shapes"}
         return ProfileResult(**own, seeds=list(data.get("seeds") or []), lines=list(data.get("lines") or []),
+                             input_shapes=dict(data.get("input_shapes") or {}),
                              profile={k: v for k, v in data.items() if k not in skip})

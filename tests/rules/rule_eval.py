@@ -31,12 +31,16 @@ def outputs(source: str, arrays: Sequence[np.ndarray], tmp: Path) -> list[np.nda
 
 
 def profile(source: str, shapes: Sequence[tuple[int, ...]], tmp: Path, task: str | None = None,
-            hardware: str = "trn1") -> ProfileResult:
-    """The profile a rule sees: the performance model's report of a trace-only run (FP32 inputs)."""
+            hardware: str = "trn1", checked: Sequence[tuple[int, ...]] | None = None) -> ProfileResult:
+    """The profile a rule sees: the performance model's report of a trace-only run (FP32 inputs) at
+    `shapes`, as if checked at `checked` (the search checks on a task's small size)."""
     specs = [TensorSpec(tuple(s), np.dtype("float32")) for s in shapes]
     run = run_kernel(_kernel(textwrap.dedent(source), tmp), specs, numeric=False)
     report = estimate(run.trace, load_hardware(hardware)).to_dict()
     result = ProfileResult("kernel.py", task, hardware, "simulator", correct=True)
+    result.input_shapes = {"timed": [list(s) for s in shapes]}
+    if checked:
+        result.input_shapes["checked"] = [list(s) for s in checked]
     result.latency_ms = report.pop("latency_ms", None)
     result.bottleneck = report.pop("bottleneck", None)
     result.lines = report.pop("lines", [])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from rule_eval import assert_same, profile
 
-from accelopt_core.agents.rules import RuleError, cst_util
+from accelopt_core.agents.rules import RuleError
 from accelopt_core.agents.rules.tile_size import RetuneTileSize
 
 RULE = RetuneTileSize()
@@ -75,14 +75,8 @@ LITERAL = textwrap.dedent('''
 LITERAL_SHAPES = [(1024, 2048), (1024, 2048)]
 
 
-@pytest.fixture
-def shapes_known(monkeypatch):
-    """A task the rule can look up: the kernel's input shapes at the timed and the checked size."""
-    monkeypatch.setitem(cst_util._SHAPES_CACHE, "tile_test", {"full": (FULL,), "small": (SMALL,)})
-
-
-def test_larger_tiles_for_a_dma_bound_kernel(tmp_path, shapes_known):
-    prof = profile(COPY, [FULL], tmp_path, task="tile_test")
+def test_larger_tiles_for_a_dma_bound_kernel(tmp_path):
+    prof = profile(COPY, [FULL], tmp_path, checked=[SMALL])
     assert prof.bottleneck == "dma"
     plans = RULE.plan(COPY, prof)
     values = [p.params["new"] for p in plans]
@@ -95,29 +89,30 @@ def test_larger_tiles_for_a_dma_bound_kernel(tmp_path, shapes_known):
     assert profile(new, [FULL], tmp_path).latency_ms < prof.latency_ms
 
 
-def test_min_expressions_are_tile_sizes_too(tmp_path, shapes_known):
+def test_min_expressions_are_tile_sizes_too(tmp_path):
     source = COPY.replace("TILE = 512  # columns per tile\n", "").replace(
         "rows, cols = x.shape\n", "rows, cols = x.shape\n    TILE = min(cols, 512)\n")
-    plans = RULE.plan(source, profile(source, [FULL], tmp_path, task="tile_test"))
+    plans = RULE.plan(source, profile(source, [FULL], tmp_path, checked=[SMALL]))
     assert plans and "TILE = min(cols, 1024)" in RULE.apply(source, plans[0])
 
 
-def test_matmul_limits_and_unknown_shapes_give_no_plan(tmp_path, shapes_known, monkeypatch):
-    monkeypatch.setitem(cst_util._SHAPES_CACHE, "mm_test", {"full": ((128, 128), (128, 2048))})
-    prof = profile(MATMUL_ONLY, [(128, 128), (128, 2048)], tmp_path, task="mm_test")
+def test_matmul_limits_and_unknown_shapes_give_no_plan(tmp_path):
+    prof = profile(MATMUL_ONLY, [(128, 128), (128, 2048)], tmp_path)
     assert RULE.plan(MATMUL_ONLY, prof) == []  # 512 is the moving-operand maximum already
-    assert RULE.plan(COPY, None) == []  # no task: no way to show a value divides the dimensions
+    assert RULE.plan(COPY, None) == []  # no sizes: no way to show a value divides the dimensions
+    unsized = profile(COPY, [FULL], tmp_path)
+    unsized.input_shapes = {}
+    assert RULE.plan(COPY, unsized) == []
 
 
-def test_apply_refuses_a_changed_constant(tmp_path, shapes_known):
-    plan = RULE.plan(COPY, profile(COPY, [FULL], tmp_path, task="tile_test"))[0]
+def test_apply_refuses_a_changed_constant(tmp_path):
+    plan = RULE.plan(COPY, profile(COPY, [FULL], tmp_path, checked=[SMALL]))[0]
     with pytest.raises(RuleError):
         RULE.apply(COPY.replace("TILE = 512", "TILE = 256"), plan)
 
 
-def test_integer_literal_tile_sizes(tmp_path, monkeypatch):
-    monkeypatch.setitem(cst_util._SHAPES_CACHE, "lit_test", {"full": tuple(LITERAL_SHAPES)})
-    prof = profile(LITERAL, LITERAL_SHAPES, tmp_path, task="lit_test")
+def test_integer_literal_tile_sizes(tmp_path):
+    prof = profile(LITERAL, LITERAL_SHAPES, tmp_path)
     plans = RULE.plan(LITERAL, prof)
     assert sorted(p.params["new"] for p in plans) == [512, 1024, 2048]  # divide 2048; 128 is the partition max
     assert plans[0].params["new"] == 1024 and plans[0].line == 11
@@ -132,7 +127,6 @@ def test_integer_literal_tile_sizes(tmp_path, monkeypatch):
         RULE.apply(LITERAL.replace("nl.multiply(x, 0.5)", "nl.multiply(x, 256)"), plans[0])
 
 
-def test_literal_with_another_use_is_not_a_tile_size(tmp_path, monkeypatch):
-    monkeypatch.setitem(cst_util._SHAPES_CACHE, "lit_test", {"full": tuple(LITERAL_SHAPES)})
+def test_literal_with_another_use_is_not_a_tile_size(tmp_path):
     source = LITERAL.replace("nl.multiply(x, 0.5)", "nl.multiply(x, 256)")
-    assert RULE.plan(source, profile(source, LITERAL_SHAPES, tmp_path, task="lit_test")) == []
+    assert RULE.plan(source, profile(source, LITERAL_SHAPES, tmp_path)) == []

@@ -844,27 +844,8 @@ def _shape_of(expr: cst.BaseExpression, params: Mapping[str, tuple[int, ...]]) -
     return None
 
 
-_SHAPES_CACHE: dict[str, dict[str, tuple[tuple[int, ...], ...]]] = {}
-
-
-def task_input_shapes(task: str | None) -> dict[str, tuple[tuple[int, ...], ...]]:
-    """Input shapes of a named task by size variant ("full" is the task's own size), {} when the
-    task is unknown. One case per variant is drawn once per process."""
-    if not task:
-        return {}
-    base = task.split(":", 1)[0]
-    if base not in _SHAPES_CACHE:
-        from accelopt_core.tasks.registry import find_task
-
-        found: dict[str, tuple[tuple[int, ...], ...]] = {}
-        try:
-            full = find_task(base)
-            found["full"] = tuple(tuple(a.shape) for a in full.make_case(0).inputs)
-            for variant in full.variants:
-                if variant != "full":
-                    case = find_task(f"{base}:{variant}").make_case(0)
-                    found[variant] = tuple(tuple(a.shape) for a in case.inputs)
-        except Exception:  # an unknown or broken task only means the rule has no shapes
-            found = {}
-        _SHAPES_CACHE[base] = found
-    return _SHAPES_CACHE[base]
+def input_shapes(profile: Any) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """The inputs' shapes the profiled kernel ran with ("timed", and "checked" when it was checked);
+    {} without a profile, so rules that must show a value divides a dimension propose nothing."""
+    found = getattr(profile, "input_shapes", None) or {}
+    return {size: tuple(tuple(int(d) for d in shape) for shape in shapes) for size, shapes in found.items()}

@@ -34,6 +34,7 @@ from .cst_util import (
     edit_statements,
     flat,
     fresh_name,
+    input_shapes,
     kernel_function,
     keyword,
     line_of,
@@ -50,7 +51,6 @@ from .cst_util import (
     sites,
     small,
     static_value,
-    task_input_shapes,
     with_statements,
 )
 
@@ -93,8 +93,8 @@ class MergeDma:
         pos = positions(module)
         dma_time = _dma_line_times(profile)
         latency = float(getattr(profile, "latency_ms", 0.0) or 0.0) if profile is not None else 0.0
-        shapes = task_input_shapes(getattr(profile, "task", None) if profile is not None else None)
-        env = shape_values(fn, shapes["full"]) if "full" in shapes else single_assignments(fn)
+        shapes = input_shapes(profile)
+        env = shape_values(fn, shapes["timed"]) if "timed" in shapes else single_assignments(fn)
         trips = loop_trips(profile)
         plans: list[Plan] = []
         for merge in _merges(module, fn):
@@ -178,7 +178,7 @@ def _transfer_bytes(piece: Sequence[cst.BaseExpression], env: dict[str, cst.Base
 
 def _block_fits(block: tuple[str, str], env: dict[str, cst.BaseExpression], trips: float | None) -> bool:
     """A store block must stay within a modest share of SBUF per partition. The loop count comes
-    from the task's shapes, else from the profile's trip count of the loop."""
+    from the input shapes the profile ran with, else from the profile's trip count of the loop."""
     count = static_value(cst.parse_expression(block[0]), env) or trips
     size = static_value(cst.parse_expression(block[1]), env)
     return count is not None and size is not None and count * size * _ELEMENT_BYTES <= _BLOCK_BUDGET

@@ -40,6 +40,7 @@ from .cst_util import (
     edit_statements,
     flat,
     fresh_name,
+    input_shapes,
     kernel_function,
     keyword,
     line_of,
@@ -53,7 +54,6 @@ from .cst_util import (
     single_assignments,
     small,
     static_value,
-    task_input_shapes,
     walk,
 )
 
@@ -101,9 +101,9 @@ class RetuneTileSize:
         fn = kernel_function(module)
         if fn is None:
             return []
-        shapes = task_input_shapes(getattr(profile, "task", None) if profile is not None else None)
+        shapes = input_shapes(profile)
         if not shapes:
-            return []  # without the task's shapes no value can be shown to divide its dimensions
+            return []  # without the sizes it ran at no value can be shown to divide its dimensions
         pos = positions(module)
         data = (getattr(profile, "profile", None) or {}) if profile is not None else {}
         latency = float(getattr(profile, "latency_ms", 0.0) or 0.0) if profile is not None else 0.0
