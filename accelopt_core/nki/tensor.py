@@ -62,13 +62,14 @@ class Limits:
     psum_bank_bytes: int = 2 * 1024
     stationary_fmax: int = 128
     moving_fmax: int = 512
+    scalar_tensor_scalar: bool = False  # the Scalar engine runs tensor_scalar from NC-v3 (nki-facts B.7)
 
     @staticmethod
     def for_hardware(name: str) -> Limits:
         if name == "trn1":
             return Limits()
         if name == "trn2":
-            return Limits(name="trn2", sbuf_partition_bytes=224 * 1024)
+            return Limits(name="trn2", sbuf_partition_bytes=224 * 1024, scalar_tensor_scalar=True)
         raise KernelUsageError(f"unknown hardware {name!r} (expected trn1 or trn2)", "<config>", 0)
 
 

@@ -238,7 +238,7 @@ def kernel(a, col):
     assert ts.attrs["op_count"] == (1 if case in ("one_op", "reverse0") else 2)
 
 
-def test_tensor_scalar_on_scalar_engine_only_supports_multiply_add(run, fails):
+def test_tensor_scalar_on_scalar_engine_only_on_trn2_and_only_multiply_add(run, fails):
     ok = run(HEADER + """
 @nki.jit
 def kernel(a):
@@ -246,7 +246,7 @@ def kernel(a):
     r = nisa.tensor_scalar(nl.load(a), nl.multiply, 2.0, op1=nl.add, operand1=1.0, engine=nisa.scalar_engine)
     nl.store(out, value=r)
     return out
-""", np.ones((4, 4), np.float32))
+""", np.ones((4, 4), np.float32), hardware="trn2")
     np.testing.assert_array_equal(ok.out, np.full((4, 4), 3.0))
     assert ok.instructions[1].engine == "scalar"
     err = fails(HEADER + """
@@ -254,8 +254,15 @@ def kernel(a):
 def kernel(a):
     r = nisa.tensor_scalar(nl.load(a), nl.subtract, 2.0, engine=nisa.scalar_engine)  # ERR
     return a
-""", np.ones((4, 4), np.float32), error=HardwareRuleError)
+""", np.ones((4, 4), np.float32), error=HardwareRuleError, hardware="trn2")
     assert "Scalar engine" in err.message and "subtract" in err.message
+    err = fails(HEADER + """
+@nki.jit
+def kernel(a):
+    r = nisa.tensor_scalar(nl.load(a), nl.multiply, 2.0, engine=nisa.scalar_engine)  # ERR
+    return a
+""", np.ones((4, 4), np.float32), error=HardwareRuleError, hardware="trn1")
+    assert "Scalar engine of trn1" in err.message and "trn2" in err.message
 
 
 @pytest.mark.parametrize(("op", "fn"), [("nl.add", np.sum), ("nl.maximum", np.max), ("np.min", np.min)])
