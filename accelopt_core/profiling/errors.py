@@ -15,4 +15,5 @@ def describe_kernel_exception(exc: BaseException, func: object) -> tuple[str, in
         if frame.f_code.co_filename == filename:
             line = lineno
     where = f"{os.path.basename(filename)}:{line}: " if filename and line else ""
-    return f"{where}{type(exc).__name__}: {exc}", line
+    detail = str(exc) or ("out of memory (the sandbox's memory limit)" if isinstance(exc, MemoryError) else "")
+    return f"{where}{type(exc).__name__}" + (f": {detail}" if detail else ""), line

@@ -167,7 +167,9 @@ def run_worker(module: str, job: Any, workdir: str, env: dict[str, str], limits:
     killed on timeout or cancellation; its result is what it pickled into WORKDIR/result.pkl."""
     with open(os.path.join(workdir, "job.pkl"), "wb") as handle:
         pickle.dump(job, handle, protocol=pickle.HIGHEST_PROTOCOL)
-    command = [sys.executable, "-m", module, workdir, str(limits.memory_mb)]
+    # runpy warns that the package already imported the module it runs; harmless, and it would pose as the
+    # reason of every failure (the last line of stderr)
+    command = [sys.executable, "-W", "ignore::RuntimeWarning:runpy", "-m", module, workdir, str(limits.memory_mb)]
     with subprocess.Popen(command, cwd=workdir, env=importable_environment(env), stdin=subprocess.DEVNULL,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as child:
         deadline = time.monotonic() + limits.seconds

@@ -41,11 +41,13 @@ def test_hang_is_stopped(profiler: SimulatorProfiler) -> None:
 def test_huge_allocation_is_refused(profiler: SimulatorProfiler) -> None:
     result = profiler.profile(candidate("    import numpy\n    numpy.ones(50 * 2**30 // 8)\n"), TASK)
     assert "memory" in result.error.lower()
+    result = profiler.profile(candidate("    x = bytearray(50 * 2**30)\n"), TASK)
+    assert "MemoryError: out of memory (the sandbox's memory limit)" in result.error
 
 
 def test_early_exit_is_a_failure(profiler: SimulatorProfiler) -> None:
-    result = profiler.profile(candidate("    import os\n    os._exit(0)\n"), TASK)
-    assert "before reporting a result" in result.error
+    result = profiler.profile(candidate("    import os\n    os._exit(3)\n"), TASK)
+    assert result.error == "the kernel's worker process exited with status 3 before reporting a result"
 
 
 def test_segfault_is_a_failure(profiler: SimulatorProfiler) -> None:
