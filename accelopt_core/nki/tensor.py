@@ -274,6 +274,16 @@ class Tile:
         sim.trace.tensors[alias.id].alias_of = self.storage.id
         return Tile(alias, full_subscript(new_shape))
 
+    def broadcast_to(self, shape: Any) -> Tile:
+        """`tile.broadcast_to(shape)`, as in the RMSNorm tutorial: the same as `nl.broadcast_to`, for
+        tiles on chip (an HBM tensor is loaded first)."""
+        if self.storage.buffer == HBM:
+            raise KernelUsageError(f"broadcast_to needs a tile in SBUF or PSUM; {self.storage.name} is in HBM "
+                                   "(nl.load it first)")
+        from .language import broadcast_to
+
+        return broadcast_to(self, shape)
+
     # --- data, for numeric mode --------------------------------------------------------------
     def read(self) -> np.ndarray:
         data = self.storage.data

@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from accelopt_core.nki import KernelUsageError
+
 HEADER = """
 import numpy as np
 import neuronxcc.nki as nki
@@ -328,6 +330,27 @@ def kernel(row, col):
     np.testing.assert_allclose(both.out[0], np.broadcast_to(row, (128, 64)), rtol=1e-6)
     np.testing.assert_array_equal(both.out[1], np.broadcast_to(col, (128, 64)))
     assert ("tensor", "nc_matmul") in both.ops()  # partition broadcast: ones-vector matmul
+
+
+def test_broadcast_to_as_a_tile_method(run, fails, rng):
+    """The RMSNorm tutorial's `g_tile.broadcast_to((128, F))`; an HBM tensor must be loaded first."""
+    row = rng.standard_normal((1, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(row):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    g_tile = nl.load(row)
+    nl.store(out, value=g_tile.broadcast_to((128, 64)))
+    return out
+""", row)
+    np.testing.assert_allclose(both.out, np.broadcast_to(row, (128, 64)), rtol=1e-6)
+    err = fails(HEADER + """
+@nki.jit
+def kernel(row):
+    g = row.broadcast_to((128, 64))  # ERR
+    return row
+""", row, error=KernelUsageError)
+    assert "nl.load it first" in err.message
 
 
 def test_broadcast_to_wider_than_a_psum_bank(run, rng):
