@@ -171,6 +171,21 @@ def test_plain_hoist_moves_the_load_and_its_scaling(tmp_path: Path) -> None:
     assert _latency(both, shapes, tmp_path) <= _latency(after, shapes, tmp_path) * (1 + 1e-9)
 
 
+def test_a_broadcast_row_is_hoisted_like_a_load(tmp_path: Path) -> None:
+    """The RMSNorm tutorial's `g_tile.broadcast_to(...)` is a pure tensor method."""
+    source = GAIN.replace("gain = nl.load(g[0:128, :])  # the same tile every time",
+                          "gain = nl.load(g).broadcast_to((128, cols))  # one row, on every partition")
+    shapes = [(1024, 512), (1, 512)]
+    rule = HoistInvariant()
+    plan = next(p for p in rule.plan(source, profile(source, shapes, tmp_path)) if p.params["stmt"].startswith("gain="))
+    after = rule.apply(source, plan)
+    assert after.index("gain = nl.load(g).broadcast_to((128, cols))") < after.index("for r in")
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+    assert_same(source, after, arrays, tmp_path)
+    assert _latency(after, shapes, tmp_path) < _latency(source, shapes, tmp_path)
+
+
 def test_swaps_the_loops_when_the_whole_weight_does_not_fit(tmp_path: Path) -> None:
     shapes = [(256, 512), (512, 8192)]  # B: 128 KiB per partition, over the 96 KiB budget
     rule = HoistInvariant()

@@ -444,7 +444,7 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 def is_pure(expr: cst.CSTNode, extra_impure: Sequence[str] = ()) -> bool:
     """No call under `expr` writes anything or allocates: NKI and math functions, builtins and
-    tensor methods like `.reshape` only (a conservative allow-list)."""
+    the tensor methods `.reshape`, `.astype` and `.broadcast_to` only (a conservative allow-list)."""
     allocators = ("nl.ndarray", "nl.zeros", "nl.ones", "nl.full", "nl.empty", "nl.rand", "nl.random_seed",
                   "nl.dropout", "nl.device_print", "nl.shared_constant", "nisa.dropout", "nisa.memset",
                   *extra_impure)
@@ -454,13 +454,19 @@ def is_pure(expr: cst.CSTNode, extra_impure: Sequence[str] = ()) -> bool:
         if not isinstance(node, cst.Call):
             continue
         name = call_name(node)
-        if call_outputs(node) or name is None:
+        method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
+        if call_outputs(node):
             return False
-        if name in allocators or name.endswith("_like"):
+        if method in _PURE_METHODS:  # `t.reshape(s)`, `nl.load(g).broadcast_to(s)`: the receiver is walked too
+            continue
+        if name is None or name in allocators or name.endswith("_like"):
             return False
-        if not (name.startswith(KNOWN_MODULES) or name in KNOWN_BUILTINS or name.endswith((".reshape", ".astype"))):
+        if not (name.startswith(KNOWN_MODULES) or name in KNOWN_BUILTINS):
             return False
     return True
+
+
+_PURE_METHODS = ("reshape", "astype", "broadcast_to")
 
 
 def rename(node: NodeT, old: str, new: str) -> NodeT:
