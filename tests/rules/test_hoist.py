@@ -138,6 +138,22 @@ def test_buffers_the_weight_tiles_before_the_row_loop(tmp_path: Path) -> None:
     assert _latency(after, shapes, tmp_path) < _latency(TILED, shapes, tmp_path)
 
 
+def test_a_block_over_the_default_budget_is_buffered_when_the_profile_shows_room(tmp_path: Path) -> None:
+    shapes = [(512, 256), (512, 8192)]  # B: 4 x 8192 floats = 128 KiB per partition; the kernel keeps little live
+    rule = HoistInvariant()
+    prof = profile(TILED, shapes, tmp_path)
+    live, usable = prof.profile["sbuf_peak_live_bytes_per_partition"], prof.profile["sbuf_usable_bytes_per_partition"]
+    assert live + 128 * 1024 <= usable
+    plan = next(p for p in rule.plan(TILED, prof) if p.params["stmt"].startswith("b_tile="))
+    assert plan.params["mode"] == "buffered" and "128 KiB per partition" in plan.description
+    assert not any(p.params["stmt"].startswith("b_tile=") and p.params["mode"] == "buffered"
+                   and "interchange" not in p.params for p in rule.plan(TILED, None))  # no profile: 96 KiB at most
+    after = rule.apply(TILED, plan)
+    rng = np.random.default_rng(8)
+    assert_same(TILED, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+    assert _latency(after, shapes, tmp_path) < _latency(TILED, shapes, tmp_path)
+
+
 def test_a_tile_is_buffered_out_of_the_column_loop(tmp_path: Path) -> None:
     shapes = [(256, 512), (256, 1024)]
     rule = HoistInvariant()
@@ -187,7 +203,7 @@ def test_a_broadcast_row_is_hoisted_like_a_load(tmp_path: Path) -> None:
 
 
 def test_swaps_the_loops_when_the_whole_weight_does_not_fit(tmp_path: Path) -> None:
-    shapes = [(256, 512), (512, 8192)]  # B: 128 KiB per partition, over the 96 KiB budget
+    shapes = [(256, 512), (512, 16384)]  # B: 256 KiB per partition, more than an SBUF partition
     rule = HoistInvariant()
     plans = rule.plan(ROWS_FIRST, profile(ROWS_FIRST, shapes, tmp_path))
     plan = next(p for p in plans if p.params["stmt"].startswith("b_tile="))

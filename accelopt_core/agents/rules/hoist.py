@@ -10,8 +10,9 @@ Two forms:
   loop (`m`) is done once for every value of those variables before the outer loop, into an SBUF
   block `x_buf = nl.ndarray((n_k, nl.par_dim(P), F))` filled by its own `affine_range` loop; the
   uses read `x_buf[k]`. This is what a tiled matmul needs: the weight tiles are otherwise reloaded
-  from HBM for every row tile. The block must fit: at most half of a trn1 SBUF partition (96 KiB),
-  and, with a profile, within the free space the kernel leaves.
+  from HBM for every row tile. The block must fit in the SBUF space the profile shows the kernel
+  leaves free (usable bytes per partition minus its peak live bytes); without a profile, in half of
+  a trn1 partition (96 KiB).
 
 When the load depends on a loop between the outer loop and itself (the column tile `n` of a
 matmul whose row loop `m` is outside), the plan may first swap those two loops (interchange_loops)
@@ -34,7 +35,7 @@ from . import cst_util as u
 from .base import Plan, RuleError
 from .interchange import Nest, interchange, nest_params, nest_problem
 
-SBUF_BUDGET = 96 * 1024  # bytes per partition a hoisted block may take: half of trn1's 192 KiB
+SBUF_BUDGET = 96 * 1024  # bytes per partition a hoisted block may take without a profile: half of trn1's
 DEFAULT_ITEMSIZE = 4  # an unknown dtype is assumed float32, the widest common one
 
 
@@ -584,9 +585,11 @@ class _Context:
 
     def fits(self, hoist: Hoist) -> bool:
         size = self.block_bytes(hoist)
-        if size is None or size > SBUF_BUDGET:
+        if size is None:
             return False
-        return self.peak is None or self.usable is None or self.peak + size <= self.usable
+        if self.peak is not None and self.usable is not None:
+            return self.peak + size <= self.usable
+        return size <= SBUF_BUDGET
 
     def engines_under(self, node: cst.CSTNode, scale: float = 1.0) -> dict[str, float]:
         return u.engine_times_under(node, self.pos, self.line_engines, scale)
