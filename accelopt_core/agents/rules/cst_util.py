@@ -643,7 +643,7 @@ def line_engine_times(profile: Any) -> dict[int, dict[str, float]]:
     out: dict[int, dict[str, float]] = {}
     for item in getattr(profile, "lines", None) or []:
         engines = item.get("engines") or ({item["engine"]: item.get("time_ms") or 0.0} if item.get("engine") else {})
-        out[int(item["line"])] = {name: float(t) for name, t in engines.items()}
+        out[int(item["line"])] = {str(name): float(t or 0.0) for name, t in engines.items()}
     return out
 
 

@@ -27,6 +27,8 @@ from .cst_util import (
     ensure_import,
     flat,
     keyword,
+    latency_ms,
+    line_engine_times,
     line_of,
     locate,
     parse,
@@ -80,8 +82,8 @@ class BalanceEngines:
             return []
         analysis = KernelAnalysis(parse(source))
         hardware = getattr(profile, "hardware", "trn1") or "trn1"
-        lines = _line_engines(profile)
-        latency = float(getattr(profile, "latency_ms", 0.0) or 0.0)
+        lines = line_engine_times(profile)
+        latency = latency_ms(profile) or 0.0
         plans: list[Plan] = []
         for move in _moves(analysis, bottleneck, idle, hardware):
             line = line_of(move.stmt, analysis.pos)
@@ -133,15 +135,6 @@ def _busiest_compute_engine(profile: Any, busy: dict[str, float]) -> str | None:
 def _busy(profile: Any) -> dict[str, float]:
     data = (getattr(profile, "profile", None) or {}) if profile is not None else {}
     return {str(k): float(v) for k, v in (data.get("engine_busy_time") or {}).items()}
-
-
-def _line_engines(profile: Any) -> dict[int, dict[str, float]]:
-    """Per line, the time (ms) each engine spends on it."""
-    out: dict[int, dict[str, float]] = {}
-    for entry in getattr(profile, "lines", None) or []:
-        engines = entry.get("engines") or {entry.get("engine"): entry.get("time_ms", 0.0)}
-        out[int(entry["line"])] = {str(k): float(v or 0.0) for k, v in engines.items()}
-    return out
 
 
 def _moves(analysis: KernelAnalysis, source: str | None, targets: list[str], hardware: str) -> Iterator[_Move]:

@@ -37,6 +37,8 @@ from .cst_util import (
     is_pure,
     kernel_function,
     keyword,
+    latency_ms,
+    line_engine_times,
     line_of,
     locate,
     name_nodes,
@@ -778,8 +780,8 @@ class FuseElementwise:
 
     def plan(self, source: str, profile: Any) -> list[Plan]:
         analysis = KernelAnalysis(parse(source))
-        engines = _engine_line_times(profile)
-        latency = float(getattr(profile, "latency_ms", 0.0) or 0.0) if profile is not None else 0.0
+        engines = line_engine_times(profile)
+        latency = latency_ms(profile) or 0.0
         bottleneck = getattr(profile, "bottleneck", None) if profile is not None else None
         plans: list[Plan] = []
         for fusion in analysis.fusions():
@@ -878,15 +880,6 @@ def _engine_units(analysis: KernelAnalysis, stmts: Sequence[cst.CSTNode]) -> dic
     for stmt in stmts:
         visit(stmt)
     return total
-
-
-def _engine_line_times(profile: Any) -> dict[int, dict[str, float]]:
-    """Per line, the time (ms) each engine spends on it."""
-    out: dict[int, dict[str, float]] = {}
-    for entry in getattr(profile, "lines", None) or []:
-        engines = entry.get("engines") or {entry.get("engine"): entry.get("time_ms", 0.0)}
-        out[int(entry["line"])] = {str(e): float(t or 0.0) for e, t in engines.items()}
-    return out
 
 
 def _rewrite(analysis: KernelAnalysis, fusion: _Fusion) -> cst.Module:

@@ -37,6 +37,8 @@ from .cst_util import (
     input_shapes,
     kernel_function,
     keyword,
+    latency_ms,
+    line_engine_times,
     line_of,
     locate,
     loop_args,
@@ -91,15 +93,15 @@ class MergeDma:
         if fn is None:
             return []
         pos = positions(module)
-        dma_time = _dma_line_times(profile)
-        latency = float(getattr(profile, "latency_ms", 0.0) or 0.0) if profile is not None else 0.0
+        line_engines = line_engine_times(profile)
+        latency = latency_ms(profile) or 0.0
         shapes = input_shapes(profile)
         env = shape_values(fn, shapes["timed"]) if "timed" in shapes else single_assignments(fn)
         trips = loop_trips(profile)
         plans: list[Plan] = []
         for merge in _merges(module, fn):
             lines = [line_of(s, pos) for s in merge.dma_stmts]
-            time = sum(dma_time.get(line, 0.0) for line in lines)
+            time = sum(line_engines.get(line, {}).get("dma", 0.0) for line in lines)
             if profile is not None and time <= 0.0:
                 continue  # the profile shows no DMA time on these transfers
             size = _transfer_bytes(merge.piece, env)
@@ -152,14 +154,6 @@ class MergeDma:
 def _all_statements(fn: cst.FunctionDef) -> Iterator[cst.BaseStatement]:
     for site in sites(fn):
         yield site.stmt
-
-
-def _dma_line_times(profile: Any) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for entry in getattr(profile, "lines", None) or []:
-        engines = entry.get("engines") or {entry.get("engine"): entry.get("time_ms", 0.0)}
-        out[int(entry["line"])] = float(engines.get("dma") or 0.0)
-    return out
 
 
 def _transfer_bytes(piece: Sequence[cst.BaseExpression], env: dict[str, cst.BaseExpression]) -> int | None:

@@ -43,6 +43,8 @@ from .cst_util import (
     input_shapes,
     kernel_function,
     keyword,
+    latency_ms,
+    line_engine_times,
     line_of,
     names_in,
     parents,
@@ -106,13 +108,13 @@ class RetuneTileSize:
             return []  # without the sizes it ran at no value can be shown to divide its dimensions
         pos = positions(module)
         data = (getattr(profile, "profile", None) or {}) if profile is not None else {}
-        latency = float(getattr(profile, "latency_ms", 0.0) or 0.0) if profile is not None else 0.0
+        latency = latency_ms(profile) or 0.0
         dma_bound = getattr(profile, "bottleneck", None) == "dma" or (
             0 < float(data.get("dma_transfer_average_bytes") or 0) < 32768)
         spills = float(data.get("spill_save_bytes") or 0) + float(data.get("spill_reload_bytes") or 0) > 0
         peak = float(data.get("sbuf_peak_live_bytes_per_partition") or 0)
         usable = float(data.get("sbuf_usable_bytes_per_partition") or 180224)
-        line_dma = _dma_line_times(profile)
+        line_engines = line_engine_times(profile)
         plans: list[Plan] = []
         sizes = [(c, module, fn) for c in _constants(module, fn)] + list(_literal_sizes(module, fn))
         for const, scope, scope_fn in sizes:  # a literal is analysed in its hoisted copy (same lines)
@@ -128,7 +130,7 @@ class RetuneTileSize:
                     "larger DMA transfers" if dma_bound else "fewer, larger instructions"
             else:
                 continue
-            dma_time = sum(line_dma.get(line, 0.0) for line in use.dma_lines)
+            dma_time = sum(line_engines.get(line, {}).get("dma", 0.0) for line in use.dma_lines)
             line = line_of(const.occurrences[0] if const.occurrences else const.stmt, pos)
             label = (f"the {'partition' if use.partition else 'free'}-axis tile size {const.current} (a literal)"
                      if const.occurrences else const.name)
@@ -396,14 +398,6 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
     for child in node.children:
         yield from _walk(child)
-
-
-def _dma_line_times(profile: Any) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for entry in getattr(profile, "lines", None) or []:
-        engines = entry.get("engines") or {entry.get("engine"): entry.get("time_ms", 0.0)}
-        out[int(entry["line"])] = float(engines.get("dma") or 0.0)
-    return out
 
 
 def _dma_gain(current: int, value: int) -> float:
