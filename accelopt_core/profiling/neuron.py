@@ -48,7 +48,7 @@ from .errors import describe_kernel_exception
 from .guards import guard_violation
 from .profiler import TaskRef, input_shapes, kernel_hash, zero_arrays
 from .result import ProfileResult
-from .sandbox import SandboxLimits, clean_environment, run_worker
+from .sandbox import SandboxLimits, clean_environment, open_guard, run_worker
 
 # programs the SDK may start from inside the child (compiler, benchmark and profiler tools)
 NEURON_TOOLS = ("neuronx-cc", "neuron-bench", "neuron-profile", "neuron-explorer", "neuron-ls")
@@ -388,28 +388,15 @@ def _install_device_guard(workdir: str, forbidden: Sequence[str], writable: Sequ
     """Refuse, from now on, what neither the kernel nor the SDK needs (audit hooks cannot be removed)."""
     import socket
 
-    roots = [os.path.realpath(p) for p in (workdir, "/dev", *writable)]
-    forbidden_real = [os.path.realpath(p) for p in forbidden]
+    check_open = open_guard([workdir, "/dev", *writable], forbidden)
     allowed = set(programs)
-
-    def inside(path: str, root: str) -> bool:
-        return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
     def program(value: Any) -> str:
         return os.path.basename(os.fsdecode(value)) if isinstance(value, (str, bytes, os.PathLike)) else ""
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
-            path, mode, flags = args[0], args[1], args[2]
-            if not isinstance(path, (str, bytes)):
-                return
-            real = os.path.realpath(os.fsdecode(path))
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
-            if writing and not any(inside(real, root) for root in roots):
-                raise PermissionError(f"sandbox: writing {real} is not allowed")
-            if any(inside(real, root) for root in forbidden_real):
-                raise PermissionError(f"sandbox: reading {real} is not allowed")
+            check_open(args)
         elif event == "subprocess.Popen":
             name = program(args[0]) or (program(args[1][0]) if args[1] else "")
             if name not in allowed:

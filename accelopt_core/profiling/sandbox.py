@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,26 +63,37 @@ def clean_environment(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not SECRET_PATTERN.search(k)}
 
 
-def _install_guard(workdir: str, forbidden: Sequence[str]) -> None:
-    """Refuse the child's dangerous operations from now on (an audit hook cannot be removed)."""
-    workdir = os.path.realpath(workdir)
+def open_guard(writable: Sequence[str], forbidden: Sequence[str]) -> Callable[[tuple[Any, ...]], None]:
+    """The check of an audit "open" event: writes only below `writable`, nothing at all below
+    `forbidden` (the reference, the memory database). Shared by every sandboxed child."""
+    writable_real = [os.path.realpath(p) for p in writable]
     forbidden_real = [os.path.realpath(p) for p in forbidden]
 
     def inside(path: str, root: str) -> bool:
         return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
+    def check(args: tuple[Any, ...]) -> None:
+        path, mode, flags = args[0], args[1], args[2]
+        if not isinstance(path, (str, bytes)):
+            return
+        real = os.path.realpath(os.fsdecode(path))
+        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
+        if writing and not any(inside(real, root) for root in writable_real):
+            raise PermissionError(f"sandbox: writing {real} is not allowed")
+        if any(inside(real, root) for root in forbidden_real):
+            raise PermissionError(f"sandbox: reading {real} is not allowed")
+
+    return check
+
+
+def _install_guard(workdir: str, forbidden: Sequence[str]) -> None:
+    """Refuse the child's dangerous operations from now on (an audit hook cannot be removed)."""
+    check_open = open_guard([workdir], forbidden)
+
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
-            path, mode, flags = args[0], args[1], args[2]
-            if not isinstance(path, (str, bytes)):
-                return
-            real = os.path.realpath(os.fsdecode(path))
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
-            if writing and not inside(real, workdir):
-                raise PermissionError(f"sandbox: writing {real} is not allowed")
-            if any(inside(real, root) for root in forbidden_real):
-                raise PermissionError(f"sandbox: reading {real} is not allowed")
+            check_open(args)
         elif event.startswith(_BLOCKED_EVENTS):
             raise PermissionError(f"sandbox: {event} is not allowed")
 
