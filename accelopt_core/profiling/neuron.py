@@ -42,11 +42,10 @@ import numpy as np
 from ..hardware import load_hardware
 from ..nki import TensorSpec
 from ..perfmodel import peak_percent
-from ..tasks import PeakWork, Task
-from ..tasks.check import compare, fresh_seeds
+from ..tasks import PeakWork
 from .errors import describe_kernel_exception
 from .guards import guard_violation
-from .profiler import TaskRef, input_shapes, kernel_hash, zero_arrays
+from .profiler import CheckingProfiler, TaskRef, input_shapes, zero_arrays
 from .result import ProfileResult
 from .sandbox import SandboxLimits, clean_environment, open_guard, run_worker
 
@@ -170,7 +169,7 @@ def lines_from_instructions(records: Sequence[dict[str, Any]], kernel_file: str)
 # -- the profiler (trusted parent side) -------------------------------------------------------------
 
 
-class NeuronProfiler:
+class NeuronProfiler(CheckingProfiler):
     """Profiles on this host's NeuronCore through the Neuron SDK (backend "neuron").
 
     `visible_cores` is the NeuronCore the child may use (NEURON_RT_VISIBLE_CORES); `hardware`, when
@@ -185,12 +184,8 @@ class NeuronProfiler:
                  per_line: bool = True, writable_paths: Sequence[str] = (),
                  allowed_programs: Sequence[str] = NEURON_TOOLS, view_timeout: float = 600.0,
                  extra_env: dict[str, str] | None = None):
-        self.seed_count = seeds
-        self.check_variant = check_variant
-        self.limits = limits or SandboxLimits(seconds=900.0, memory_mb=0)
-        self.forbidden_paths = list(forbidden_paths)
-        self.cache = cache if cache is not None else {}
-        self.rtol = rtol
+        super().__init__(seeds, check_variant, limits or SandboxLimits(seconds=900.0, memory_mb=0), forbidden_paths,
+                         cache, rtol)
         self.visible_cores = visible_cores
         self.hardware = hardware
         self.warmup, self.iters = warmup, iters
@@ -202,7 +197,6 @@ class NeuronProfiler:
         self.allowed_programs = list(allowed_programs)
         self.view_timeout = view_timeout
         self.extra_env = dict(extra_env or {})
-        self._specs: dict[str, list[TensorSpec]] = {}
 
     def _tool(self) -> str:
         if self.neuron_profile:
@@ -220,7 +214,7 @@ class NeuronProfiler:
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
-        cache_key = (kernel_hash(kernel_source), task.key, self.check_variant, hardware, self.backend, check)
+        cache_key = self._cache_key(kernel_source, task, hardware, check)
         if seeds is None and cache_key in self.cache:
             return self.cache[cache_key]
         timing_task = task.load()
@@ -228,20 +222,12 @@ class NeuronProfiler:
         if self.hardware is not None and hardware != self.hardware:
             result.error = f"this host profiles on {self.hardware}; the job asked for {hardware}"
             return result
-        if task.key not in self._specs:
-            self._specs[task.key] = [TensorSpec.of(a) for a in timing_task.make_case(0).inputs]
-        specs = self._specs[task.key]
-        cases: list[Any] = []
-        check_task: Task = timing_task
-        if check:
-            check_task = task.load(self.check_variant) if self.check_variant else timing_task
-            result.seeds = list(seeds) if seeds is not None else fresh_seeds(self.seed_count)
-            cases = [check_task.make_case(seed) for seed in result.seeds]
+        specs = self._timing_specs(timing_task, task)
+        check_task, cases = self._check_cases(result, task, timing_task, check, seeds)
         result.input_shapes = input_shapes(specs, cases)
-        forbidden = self.forbidden_paths + [p for p in (timing_task.source_path,) if p]
         job = NeuronJob(kernel_source, [c.inputs for c in cases], specs, kernel_name, _file_name(kernel_label),
-                        forbidden, self.writable_paths, self.allowed_programs, self.warmup, self.iters,
-                        self.max_timing_runs, self.agreement)
+                        self._forbidden(timing_task), self.writable_paths, self.allowed_programs, self.warmup,
+                        self.iters, self.max_timing_runs, self.agreement)
         workdir = tempfile.mkdtemp(prefix="accelopt-neuron-")
         try:
             measured = run_device_child(job, workdir, self.limits, self._environment(workdir), cancel)
@@ -265,17 +251,6 @@ class NeuronProfiler:
         if seeds is None:
             self.cache[cache_key] = result
         return result
-
-    def _judge(self, result: ProfileResult, cases: Sequence[Any], outputs: Sequence[Sequence[np.ndarray]],
-               rtol: float) -> None:
-        result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
-        for seed, case, produced in zip(result.seeds, cases, outputs, strict=True):
-            rel, abs_err, problem = compare(case.convert(list(produced)), case.reference(), rtol)
-            result.rel_l2_error = max(result.rel_l2_error, rel)
-            result.max_abs_error = max(result.max_abs_error, abs_err)
-            if problem:
-                result.correct, result.check_message = False, f"seed {seed}: {problem}"
-                return
 
     def _read_profile(self, workdir: str, measured: DeviceMeasurement, kernel_file: str
                       ) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:

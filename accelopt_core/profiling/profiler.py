@@ -86,15 +86,12 @@ def input_shapes(timed: Sequence[TensorSpec], cases: Sequence[Any]) -> dict[str,
     return shapes
 
 
-class SimulatorProfiler:
-    """Profiles on the CPU simulator and the Trainium performance model.
+class CheckingProfiler:
+    """What every backend does around running a kernel: the cache key, the task's timing shapes
+    (drawn once per task), the check's cases on seeds the kernel cannot predict, and judging the
+    outputs against the reference."""
 
-    `check_variant` checks correctness on a size variant of the task (e.g. "small", as the search
-    does: seconds instead of minutes) while timing stays at the task's own size; guards against
-    skipped work use the timed size.
-    """
-
-    backend = "simulator"
+    backend = ""
 
     def __init__(self, seeds: int = 5, check_variant: str | None = None, limits: SandboxLimits | None = None,
                  forbidden_paths: Sequence[str] = (), cache: Any = None, rtol: float | None = None):
@@ -106,34 +103,73 @@ class SimulatorProfiler:
         self.rtol = rtol
         self._specs: dict[str, list[TensorSpec]] = {}
 
+    def _cache_key(self, kernel_source: str, task: TaskRef, hardware: str, check: bool) -> tuple[Any, ...]:
+        return kernel_hash(kernel_source), task.key, self.check_variant, hardware, self.backend, check
+
     def _timing_specs(self, task: Task, ref: TaskRef) -> list[TensorSpec]:
         if ref.key not in self._specs:
             self._specs[ref.key] = [TensorSpec.of(a) for a in task.make_case(0).inputs]
         return self._specs[ref.key]
 
+    def _check_cases(self, result: ProfileResult, task: TaskRef, timing_task: Task, check: bool,
+                     seeds: Sequence[int] | None) -> tuple[Task, list[Any]]:
+        """The task the check runs (the check variant, else the timed one) and its cases, one per seed
+        (recorded in `result`); no cases when not checking."""
+        if not check:
+            return timing_task, []
+        check_task = task.load(self.check_variant) if self.check_variant else timing_task
+        result.seeds = list(seeds) if seeds is not None else fresh_seeds(self.seed_count)
+        return check_task, [check_task.make_case(seed) for seed in result.seeds]
+
+    def _forbidden(self, timing_task: Task) -> list[str]:
+        """Paths the kernel may not read: the configured ones and the task's reference."""
+        return self.forbidden_paths + [p for p in (timing_task.source_path,) if p]
+
+    @staticmethod
+    def _judge(result: ProfileResult, cases: list[Any], outputs: Sequence[Sequence[Any]], rtol: float) -> None:
+        """Compare case by case, letting each case's reference and outputs go before the next (outputs
+        are arrays, or .npy files the child left)."""
+        result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
+        for index, (seed, produced) in enumerate(zip(result.seeds, outputs, strict=True)):
+            case, cases[index] = cases[index], None
+            arrays = [np.load(o, mmap_mode="r") if isinstance(o, str) else o for o in produced]
+            rel, abs_err, problem = compare(case.convert(arrays), case.reference(), rtol)
+            result.rel_l2_error = max(result.rel_l2_error, rel)
+            result.max_abs_error = max(result.max_abs_error, abs_err)
+            if problem:
+                result.correct = False
+                result.check_message = f"seed {seed}: {problem}"
+                return
+
+
+class SimulatorProfiler(CheckingProfiler):
+    """Profiles on the CPU simulator and the Trainium performance model.
+
+    `check_variant` checks correctness on a size variant of the task (e.g. "small", as the search
+    does: seconds instead of minutes) while timing stays at the task's own size; guards against
+    skipped work use the timed size.
+    """
+
+    backend = "simulator"
+
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
-        cache_key = (kernel_hash(kernel_source), task.key, self.check_variant, hardware, self.backend, check)
+        cache_key = self._cache_key(kernel_source, task, hardware, check)
         if seeds is None and cache_key in self.cache:
             return self.cache[cache_key]
         timing_task = task.load()
         specs = self._timing_specs(timing_task, task)
         result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend)
-        cases = []
-        if check:
-            check_task = task.load(self.check_variant) if self.check_variant else timing_task
-            result.seeds = list(seeds) if seeds is not None else fresh_seeds(self.seed_count)
-            cases = [check_task.make_case(seed) for seed in result.seeds]
+        check_task, cases = self._check_cases(result, task, timing_task, check, seeds)
         result.input_shapes = input_shapes(specs, cases)
-        forbidden = self.forbidden_paths + [p for p in (timing_task.source_path,) if p]
-        job = SandboxJob(kernel_source, [c.inputs for c in cases], specs, hardware, forbidden, kernel_name,
-                         kernel_label)
+        job = SandboxJob(kernel_source, [c.inputs for c in cases], specs, hardware, self._forbidden(timing_task),
+                         kernel_name, kernel_label)
         workdir = sandbox_workdir()
         try:
             return self._conclude(result, run_sandboxed(job, workdir, self.limits, cancel), cases, timing_task,
                                   specs, check, cache_key if seeds is None else None,
-                                  check_task.rtol if check and self.rtol is None else self.rtol)
+                                  check_task.rtol if self.rtol is None else self.rtol)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -157,20 +193,6 @@ class SimulatorProfiler:
             self.cache[cache_key] = result
         return result
 
-    @staticmethod
-    def _judge(result: ProfileResult, cases: list[Any], outputs: Sequence[Sequence[Any]], rtol: float) -> None:
-        """Compare case by case, letting each case's reference and outputs go before the next."""
-        result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
-        for index, (seed, produced) in enumerate(zip(result.seeds, outputs, strict=True)):
-            case, cases[index] = cases[index], None
-            arrays = [np.load(o, mmap_mode="r") if isinstance(o, str) else o for o in produced]
-            rel, abs_err, problem = compare(case.convert(arrays), case.reference(), rtol)
-            result.rel_l2_error = max(result.rel_l2_error, rel)
-            result.max_abs_error = max(result.max_abs_error, abs_err)
-            if problem:
-                result.correct = False
-                result.check_message = f"seed {seed}: {problem}"
-                return
 
 
 def _fill_timing(result: ProfileResult, report: dict[str, Any], work: PeakWork | None, hardware: str) -> None:
