@@ -1,32 +1,31 @@
 """A client nobody here wrote: headless Neovim's built-in LSP client opens a kernel and prints the
-diagnostics, hover and code lenses it received. Skipped where `nvim` is not installed
-(Debian: `apt-get install -y neovim`; see docs/neovim.md)."""
+diagnostics, hover and code lenses it received. Neovim is installed from Debian when missing
+(scripts/ensure-debian-packages; see docs/neovim.md)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from lsp_client import SMALL_SILU, line_of, server_environment
 
 PROBE = Path(__file__).parent / "neovim" / "probe.lua"
 
-pytestmark = pytest.mark.skipif(shutil.which("nvim") is None, reason="Neovim (nvim) is not installed")
 
-
-def test_neovim_receives_diagnostics_hover_and_lenses(workspace: Path, memory_db: Path) -> None:
+def test_neovim_receives_diagnostics_hover_and_lenses(workspace: Path, memory_db: Path,
+                                                       debian_tool: Callable[[str, str], str]) -> None:
+    nvim = debian_tool("nvim", "neovim")
     kernel = workspace / "silu_small.py"
     kernel.write_text(SMALL_SILU)
     env = server_environment(memory_db)
     env.update(PROBE_PYTHON=sys.executable, PROBE_ROOT=str(workspace), PROBE_KERNEL=str(kernel),
                PROBE_LINE=str(line_of(SMALL_SILU, "def kernel")), HOME=str(workspace.parent),
                XDG_STATE_HOME=str(workspace.parent / "state"), XDG_DATA_HOME=str(workspace.parent / "data"))
-    run = subprocess.run(["nvim", "--headless", "--clean", "-n", "-c", f"luafile {PROBE}"], env=env,
+    run = subprocess.run([nvim, "--headless", "--clean", "-n", "-c", f"luafile {PROBE}"], env=env,
                          capture_output=True, text=True, timeout=150, cwd=workspace)
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     assert lines, f"no output from Neovim (exit {run.returncode}):\n{run.stdout}\n{run.stderr}"
