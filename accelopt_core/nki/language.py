@@ -113,21 +113,32 @@ def shared_identity_matrix(n: int, dtype: Any = uint8, **_: Any) -> Tile:
 # --- SPMD and loops ----------------------------------------------------------------------------
 def nc(count: int) -> int:
     """`kernel[nl.nc(2)]`: spread a grid dimension over physical cores. The simulator runs every
-    instance in turn on one core either way, so the grid dimension is just its size."""
+    program in turn on one core either way, so the grid dimension is just its size."""
     return int(count)
 
 
-def program_id(axis: int) -> int:
+def spmd_dim(*sizes: int) -> int:
+    """`kernel[nl.spmd_dim(4, nl.nc(2)), 2]`: a grid dimension tiled over cores; as many programs as
+    the product of its sub-dimensions."""
+    return math.prod(int(size) for size in sizes)
+
+
+def program_id(axis: int = 0) -> int:
+    """This program's index along `axis` of the launch grid (0 outside a grid launch)."""
     ids = current().program_id
     return ids[axis] if axis < len(ids) else 0
 
 
-def num_programs(axes: int | None = None) -> int | tuple[int, ...]:
+def num_programs(axes: int | tuple[int, ...] | None = None) -> int:
+    """Programs along `axes` of the launch grid; all of them when no axis is given."""
     grid = current().grid
-    return grid if axes is None else (grid[axes] if axes < len(grid) else 1)
+    if axes is None:
+        return math.prod(grid)
+    return math.prod(grid[a] if a < len(grid) else 1 for a in ((axes,) if isinstance(axes, int) else axes))
 
 
 def program_ndim() -> int:
+    """Dimensions of the launch grid, 0 without one (nki.language.program_ndim)."""
     return len(current().grid)
 
 

@@ -82,8 +82,8 @@ class Simulation:
         self.generation = generation
         self.trace = Trace()
         self.nest: LoopNest = ()
-        self.program_id: tuple[int, ...] = (0,)
-        self.grid: tuple[int, ...] = (1,)
+        self.program_id: tuple[int, ...] = ()  # of the running SPMD program; () outside a grid launch
+        self.grid: tuple[int, ...] = ()
         # shared_hbm tensors are one allocation for all SPMD instances: the n-th shared_hbm
         # allocation of every instance is the n-th one of the first instance.
         self.shared: list[Storage] = []

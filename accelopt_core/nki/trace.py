@@ -137,6 +137,10 @@ class Trace:
     loops: list[Loop] = field(default_factory=list)
     kernel_file: str = ""
     kernel_name: str = ""
+    # SPMD: the grid of every launch, and the index of the first instruction of every program. One
+    # NeuronCore runs the programs of a launch one after another, so each start is a barrier.
+    launches: list[tuple[int, ...]] = field(default_factory=list)
+    program_starts: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.instructions)

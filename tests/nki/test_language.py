@@ -426,7 +426,8 @@ def kernel():
     nl.store(out, value=t)
     return out
 """)
-    np.testing.assert_array_equal(both.out, np.full((1, 3), 110.0))
+    # without a grid: program 0 of 1, and a grid of 0 dimensions ("0 if no grid", nki.language.program_ndim)
+    np.testing.assert_array_equal(both.out, np.full((1, 3), 10.0))
 
 
 def test_tile_size_constants(run):
