@@ -139,6 +139,7 @@ def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs:
     if grid is None and isinstance(kernel, Kernel):
         grid = kernel.grid
     sim = Simulation(numeric=numeric, hardware=hardware, generation=gen)
+    sim.force_auto_alloc = bool(kernel.options.get("force_auto_alloc")) if isinstance(kernel, Kernel) else False
     sim.trace.kernel_name = getattr(func, "__name__", "kernel")
     sim.trace.kernel_file = inspect.getsourcefile(func) or "" if callable(func) else ""
     positional, named = bind_arguments(func, list(args), kwargs)

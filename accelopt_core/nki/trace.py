@@ -72,6 +72,10 @@ class TensorInfo:
     line: int
     loops: LoopNest
     alias_of: int = -1  # id of the tensor this one reshapes (same memory), -1 for its own allocation
+    # Direct allocation (nki.compiler): the tensor's physical tiles, block dimension first in `shape`,
+    # and where each lives, (start_partition, byte_addr) in SBUF or (bank, start_partition, byte_addr)
+    # in PSUM; accesses name tiles by their index. None: the compiler allocates.
+    placement: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def nbytes(self) -> int:
