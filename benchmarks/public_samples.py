@@ -11,10 +11,12 @@ Each sample runs `python3 -m accelopt_core profile KERNEL --reference REF --kern
 (the sample's launch grid and Python arguments come from the reference) in a fresh process. Its row
 says `ok` (checked correct and profiled), `wrong` (profiled, outputs differ), `error` (one line on
 stderr: the kernel failed or uses an API we do not simulate) or `crash` (anything else: a traceback,
-no JSON). `--no-check` times the trace only.
+no JSON). `--no-check` times the trace only. `--check-in-process` times the trace with the CLI and
+checks the outputs in a separate plain Python process instead of the sandbox (the same comparison,
+without the sandbox's way of handing outputs back).
 
-Usage: python3 benchmarks/public_samples.py MIRROR [--only NAME ...] [--seeds N] [--no-check] [--json OUT]
-       [--root CHECKOUT]
+Usage: python3 benchmarks/public_samples.py MIRROR [--only NAME ...] [--seeds N] [--no-check | --check-in-process]
+       [--json OUT] [--root CHECKOUT]
 """
 
 from __future__ import annotations
@@ -165,13 +167,52 @@ def run_sample(sample: Sample, kernel: Path, seeds: int, check: bool, timeout: f
     return Row(sample.name, "ok", result.get("latency_ms"), "" if check else "trace only", seconds)
 
 
+def check_in_process(sample: Sample, kernel: Path, seeds: int, timeout: float, root: Path) -> tuple[bool, str]:
+    """(correct, why not) from `compare_one` run in a child Python of the checkout `root`."""
+    command = [sys.executable, __file__, "--compare-one", str(kernel), str(REFERENCES / sample.reference),
+               sample.kernel, sample.hardware, str(seeds)]
+    try:
+        done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "PYTHONPATH": str(root)})
+    except subprocess.TimeoutExpired:
+        return False, f"the check took more than {timeout:g} s"
+    try:
+        verdict = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return False, (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+    return bool(verdict["correct"]), verdict["message"] or ""
+
+
+def compare_one(kernel_path: str, reference: str, name: str, hardware: str, seeds: int) -> dict[str, object]:
+    """The check of the profiler, in this process: fresh seeds, the task's launch, relative L2 error."""
+    from accelopt_core.nki import load_kernel, run_kernel
+    from accelopt_core.tasks.check import compare, fresh_seeds
+    from accelopt_core.tasks.task import load_reference
+
+    task = load_reference(reference)
+    kernel = load_kernel(kernel_path, name)
+    for seed in fresh_seeds(seeds):
+        case = task.make_case(seed)
+        run = run_kernel(kernel, case.inputs, task.kernel_args, hardware=hardware, grid=task.grid)
+        _, _, problem = compare(case.convert(run.outputs), case.reference(), task.rtol)
+        if problem:
+            return {"correct": False, "message": f"seed {seed}: {problem}"}
+    return {"correct": True, "message": None}
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--compare-one"]:
+        kernel_path, reference, name, hardware, seeds = sys.argv[2:7]
+        print(json.dumps(compare_one(kernel_path, reference, name, hardware, int(seeds))))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mirror", nargs="?", default=os.environ.get("ACCELOPT_NKI_SAMPLES"),
                         help="git directory of aws-neuron/nki-samples (or ACCELOPT_NKI_SAMPLES)")
     parser.add_argument("--only", nargs="+", help="run only these samples")
     parser.add_argument("--seeds", type=int, default=1, help="seeds checked per sample (default 1)")
     parser.add_argument("--no-check", action="store_true", help="trace-only timing, no numeric check")
+    parser.add_argument("--check-in-process", action="store_true",
+                        help="time with the CLI (trace only), check the outputs in a plain child process")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per sample")
     parser.add_argument("--json", help="also write the rows to this JSON file")
     parser.add_argument("--root", type=Path, default=ROOT,
@@ -187,8 +228,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nki-samples-") as scratch:
         for sample in chosen:
             kernel = export(args.mirror, sample.commit, sample.path, Path(scratch))
-            row = (Row(sample.name, "skipped", detail=f"{sample.path} is not in the mirror") if kernel is None
-                   else run_sample(sample, kernel, args.seeds, not args.no_check, args.timeout, args.root))
+            if kernel is None:
+                row = Row(sample.name, "skipped", detail=f"{sample.path} is not in the mirror")
+            else:
+                in_process = args.check_in_process and not args.no_check
+                row = run_sample(sample, kernel, args.seeds, not (args.no_check or in_process), args.timeout,
+                                 args.root)
+                if in_process and row.status == "ok":
+                    correct, why = check_in_process(sample, kernel, args.seeds, args.timeout, args.root)
+                    row.status, row.detail = ("ok", "checked in process") if correct else ("wrong", why)
             rows.append(row)
             latency = f"{row.latency_ms:10.4f}" if row.latency_ms is not None else " " * 10
             print(f"{row.name:30} {row.status:7} {latency} ms  {row.seconds:6.1f} s  {row.detail}", flush=True)
