@@ -578,12 +578,20 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
     return out
 
 
+def _reducer(op: Any, what: str, table: dict[str, Callable[..., np.ndarray]] = REDUCTIONS
+             ) -> tuple[str, Callable[..., np.ndarray]]:
+    """The name and NumPy reduction of a reduce operator `what` accepts from `table`."""
+    name = op_name(op)
+    reducer = table.get(name)
+    if reducer is None:
+        raise UnsupportedApiError(f"{what}: reduction operator {name!r} is not supported by this simulator "
+                                  f"(supported: {', '.join(table)})")
+    return name, reducer
+
+
 def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepdims: bool = False,
                   dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
-    name = op_name(op)
-    reducer = REDUCTIONS.get(name)
-    if reducer is None:
-        raise UnsupportedApiError(f"reduction operator {name!r} is not supported by this simulator")
+    name, reducer = _reducer(op, "tensor_reduce")
     _on_chip(data, "tensor_reduce")
     _check_partitions(data.shape, "tensor_reduce")
     axes = tuple(sorted(a % data.ndim for a in ((axis,) if isinstance(axis, int) else tuple(axis))))
@@ -633,12 +641,6 @@ def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask 
     return out
 
 
-def _reducer(op: Any, what: str) -> tuple[str, Callable[..., np.ndarray]]:
-    name = op_name(op)
-    reducer = REDUCTIONS.get(name)
-    if reducer is None:
-        raise UnsupportedApiError(f"{what} reduce_op {name!r} is not supported by this simulator")
-    return name, reducer
 
 
 def _column(tile: Tile, partitions: int, what: str) -> None:
@@ -746,10 +748,7 @@ _PARTITION_REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
 def tensor_partition_reduce(op: Any, data: Tile, *, dtype: Any = None, mask: Mask | None = None,
                             dst: Tile | None = None) -> Tile:
     """GpSimd: reduce across the partitions of `data`, one partition of result."""
-    name = op_name(op)
-    reducer = _PARTITION_REDUCTIONS.get(name)
-    if reducer is None:
-        raise UnsupportedApiError(f"tensor_partition_reduce runs add, max, bitwise_or or bitwise_and, not {name!r}")
+    name, reducer = _reducer(op, "tensor_partition_reduce", _PARTITION_REDUCTIONS)
     _on_chip(data, "tensor_partition_reduce")
     _check_partitions(data.shape, "tensor_partition_reduce")
     out, fresh = _output(dst, (1, *data.shape[1:]), dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
