@@ -9,6 +9,7 @@ the trusted parent, where the kernel cannot reach it.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import threading
@@ -132,8 +133,12 @@ class CheckingProfiler:
         return check_task, [check_task.make_case(seed) for seed in result.seeds]
 
     def _forbidden(self, timing_task: Task) -> list[str]:
-        """Paths the kernel may not read: the configured ones and the task's reference."""
-        return self.forbidden_paths + [p for p in (timing_task.source_path,) if p]
+        """Paths the kernel may not read: the configured ones and the task's reference, with the
+        compiled copies Python may have cached of it (the kernel's folder is importable)."""
+        reference = timing_task.source_path
+        cached = [importlib.util.cache_from_source(reference, optimization=level) for level in ("", 1, 2)
+                  ] if reference and reference.endswith(".py") else []
+        return self.forbidden_paths + ([reference] if reference else []) + cached
 
     @staticmethod
     def _judge(result: ProfileResult, cases: list[Any], outputs: Sequence[Sequence[Any]], rtol: float) -> None:
