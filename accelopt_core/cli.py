@@ -17,6 +17,7 @@ from .report import render
 from .service.cli import add_serve_arguments, run_serve
 from .tasks import TaskError
 from .tasks.registry import task_files
+from .tasks.task import parse_grid
 
 EXIT_KERNEL_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -30,10 +31,14 @@ class CliError(Exception):
 def _task_for(args: argparse.Namespace) -> TaskRef:
     if args.reference and args.task:
         raise CliError("give either --reference or --task, not both")
+    try:
+        grid = parse_grid(args.grid) if args.grid else None
+    except ValueError as exc:
+        raise CliError(f"--grid {exc}") from None
     if args.reference:
-        ref = TaskRef(reference=args.reference)
+        ref = TaskRef(reference=args.reference, grid=grid)
     elif args.task:
-        ref = TaskRef(name=args.task)
+        ref = TaskRef(name=args.task, grid=grid)
     else:
         raise CliError("a kernel is checked against a task: pass --reference REF.py or --task NAME")
     ref.load()  # bad references are bad input, reported before anything runs
@@ -132,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--reference", help="reference file (native or NKIBench form)")
     profile.add_argument("--task", help="a named task instead of a reference file")
     profile.add_argument("--kernel-name", help="the kernel function, when the file has several")
+    profile.add_argument("--grid", help="SPMD launch grid, e.g. 4 or 2x2 (default: the reference's GRID, else none)")
     profile.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
     profile.add_argument("--backend", choices=("simulator", "remote"), default="simulator",
                          help="where to profile: the built-in simulator or a profiling service (--service-url)")
@@ -149,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("kernel", help="kernel file (.py)")
     optimize.add_argument("--reference", help="reference file (native or NKIBench form)")
     optimize.add_argument("--task", help="a named task instead of a reference file")
+    optimize.add_argument("--grid", help="SPMD launch grid, e.g. 4 or 2x2 (default: the reference's GRID, else none)")
     optimize.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
     optimize.add_argument("--preset", default="default",
                           help="search size: quick, default or paper (B=6 N=12 K=2 T=16)")

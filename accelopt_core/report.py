@@ -45,6 +45,10 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
         peak = f"{result.peak_percent:.1f}% of peak" if result.peak_percent is not None else "no peak formula"
         bound = f" (the task is {result.bound}-bound at peak)" if result.bound else ""
         out.append(f"latency   {result.latency_ms:.4g} ms    {peak}    bottleneck: {result.bottleneck}{bound}")
+        spmd = p.get("spmd")
+        if spmd:
+            grids = ", ".join("x".join(map(str, grid)) for grid in spmd["grids"])
+            out.append(f"spmd      grid {grids}: {spmd['schedule']}")
         out.append("engines")
         for name, key in ENGINES:
             value = p.get(key)

@@ -232,7 +232,8 @@ class Session:
                 "check_variant": variant, "seeds": self.settings.check_seeds,
                 "limits": (self.settings.sandbox_seconds, self.settings.sandbox_memory_mb),
                 "memory_db": self.memory_path if memory is not None else None, "digest": digest,
-                "label": os.path.basename(doc.path or "kernel.py"), "kernel_name": snap.function,
+                # the file's path: the simulator imports helper modules beside it; messages show its name
+                "label": doc.path or "kernel.py", "kernel_name": snap.function,
                 "backend": self.settings.backend, "service_token": self.secret("service_token")}
 
     def _cached(self, digest: str, key: tuple[Any, ...]) -> ProfileResult | None:

@@ -20,10 +20,12 @@ _ALIASES = {
     "neuronxcc.nki.language": "accelopt_core.nki.language",
     "neuronxcc.nki.isa": "accelopt_core.nki.isa",
     "neuronxcc.nki.typing": "accelopt_core.nki.typing",
+    "neuronxcc.nki.compiler": "accelopt_core.nki.compiler",
     "nki": "accelopt_core.nki.modern",
     "nki.language": "accelopt_core.nki.modern.language",
     "nki.isa": "accelopt_core.nki.modern.isa",
     "nki.typing": "accelopt_core.nki.typing",
+    "nki.compiler": "accelopt_core.nki.compiler",
 }
 _ROOTS = ("neuronxcc", "nki")
 

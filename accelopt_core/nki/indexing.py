@@ -167,6 +167,42 @@ class IndexExpr:
         return f"IndexExpr(shape={self.shape}, bounds={self.bounds()})"
 
 
+class DynamicIndex(IndexExpr):
+    """Indices read from a tile at run time (indirect DMA). The tile is an operand of the instruction
+    and the positions it may address are the whole dimension. Its values (numeric mode only; zeros
+    when tracing) count in the dimension it indexes, of `size` positions, which may be a view of step
+    `step` from `start` of the tensor; they are clipped into that dimension so masked-off garbage
+    never addresses outside, and `check` rejects an active element whose index is out of range."""
+
+    __slots__ = ("raw", "size", "source")
+
+    def __init__(self, source: Any, raw: np.ndarray, size: int, step: int = 1, start: int = 0):
+        super().__init__(raw.shape, values=np.clip(raw, 0, size - 1) * step + start)
+        self.source = source
+        self.raw = raw
+        self.size = size
+
+    @staticmethod
+    def of(tile: Any, size: int) -> DynamicIndex:
+        data = tile.read() if tile.storage.data is not None else np.zeros(tile.shape)
+        if data.dtype.kind == "f" and not np.all(np.isfinite(data) & (data == np.floor(data))):
+            raise KernelUsageError(f"indices in {tile.name} must be integers")
+        return DynamicIndex(tile, np.asarray(data).astype(np.int64), size)
+
+    def mapped(self, step: int, start: int) -> DynamicIndex:
+        """The same indices, addressing the tensor a view of step `step` from `start` was taken from."""
+        return DynamicIndex(self.source, self.raw, self.size, step, start)
+
+    def check(self, name: str, active: np.ndarray | None, shape: tuple[int, ...]) -> None:
+        outside = np.broadcast_to((self.raw < 0) | (self.raw >= self.size), shape)
+        if active is not None:
+            outside = outside & active
+        if outside.any():
+            bad = np.broadcast_to(self.raw, shape)[outside]
+            raise HardwareRuleError(f"indirect index {int(bad[0])} from {self.source.name} is out of bounds for "
+                                    f"{name} (size {self.size})")
+
+
 def _as_int(value: Any) -> int:
     if isinstance(value, (int, np.integer)):
         return int(value)
@@ -185,17 +221,39 @@ class Mask:
     def __init__(self, values: np.ndarray):
         self.values = np.asarray(values, dtype=bool)
 
-    def __and__(self, other: Mask) -> Mask:
-        return Mask(self.values & other.values)
+    def __and__(self, other: Mask | bool) -> Mask:
+        return Mask(self.values & _predicate(other))
 
-    def __or__(self, other: Mask) -> Mask:
-        return Mask(self.values | other.values)
+    def __or__(self, other: Mask | bool) -> Mask:
+        return Mask(self.values | _predicate(other))
+
+    __rand__ = __and__
+    __ror__ = __or__
 
     def __invert__(self) -> Mask:
         return Mask(~self.values)
 
     def __bool__(self) -> bool:
         raise KernelUsageError("a mask is a per-element predicate; it cannot be used as a Python bool")
+
+
+def _predicate(value: Any) -> Any:
+    """What a mask combines with: another mask's values, or a condition already decided at trace time."""
+    if isinstance(value, Mask):
+        return value.values
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise KernelUsageError(f"a mask combines with masks and conditions, not {type(value).__name__}")
+
+
+def as_mask(value: Any) -> Mask | None:
+    """A `mask=` argument as a Mask: a predicate that folds to a Python bool at trace time (`i * 128 <
+    n` with a loop counter) selects everything (True, same as no mask) or nothing (False)."""
+    if value is None or isinstance(value, Mask):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return None if value else Mask(np.zeros((), dtype=bool))
+    raise KernelUsageError(f"mask= takes a predicate built from index expressions, got {type(value).__name__}")
 
 
 def arange(*args: int) -> IndexExpr:
@@ -210,13 +268,13 @@ class MGrid:
 
     def __getitem__(self, key: Any) -> GridIndices:
         key = key if isinstance(key, tuple) else (key,)
-        ndim = len(key)
         shape = tuple(len(range(*s.indices(10**18))) for s in key)
+        # like numpy.mgrid, every component spans the whole grid (an expression built from some of
+        # them, `3 * g.y + g.z`, still has the grid's shape, as iota of it does)
         exprs = []
         for axis, s in enumerate(key):
             start, _, step = s.indices(10**18)
-            grid_shape = tuple(shape[axis] if a == axis else 1 for a in range(ndim))
-            exprs.append(IndexExpr(grid_shape, start, ((axis, step),) if shape[axis] > 1 else ()))
+            exprs.append(IndexExpr(shape, start, ((axis, step),) if shape[axis] > 1 else ()))
         return GridIndices(exprs)
 
 
@@ -295,6 +353,19 @@ class Subscript:
                          for i, n in zip(self.items, self.dims, strict=True))
         return tuple(i.values if isinstance(i, IndexExpr) else i for i in self.items)
 
+    def index_tiles(self) -> tuple[Any, ...]:
+        """The tiles whose values address this subscript (indirect addressing)."""
+        if not self.advanced:
+            return ()
+        return tuple(i.source for i in self.items if isinstance(i, DynamicIndex))
+
+    def check_dynamic_bounds(self, name: str, active: np.ndarray | None) -> None:
+        """Numeric mode: every active element's indirect index lies inside the tensor."""
+        if self.advanced:
+            for item in self.items:
+                if isinstance(item, DynamicIndex):
+                    item.check(name, active, self.shape)
+
     def in_bounds(self) -> np.ndarray:
         """Per element of the tile: does its index fall inside the tensor? (only for overhangs)"""
         inside = np.ones(self.shape, dtype=bool)
@@ -343,7 +414,7 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
     if len(key) > len(dims):
         raise KernelUsageError(f"too many indices for {name} of shape {dims}")
     key = key + (slice(None),) * (len(dims) - len(key))
-    advanced = any(isinstance(k, (IndexExpr, np.ndarray)) for k in key)
+    advanced = any(isinstance(k, (IndexExpr, np.ndarray)) or hasattr(k, "storage") for k in key)
     items: list[IndexItem] = []
     region: list[tuple[int, int]] = []
     shape: list[int] = []
@@ -390,8 +461,13 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
             raise UnsupportedApiError(f"{name}: indexing a tile with a mask (matmul operand masking) is not "
                                       "supported by this simulator; pass mask= to the instruction instead")
         elif hasattr(k, "storage"):  # a Tile: indirect (data-dependent) indexing
-            raise UnsupportedApiError(f"{name}: indirect indexing with a tile of indices (dynamic DMA "
-                                      "addressing) is not supported by this simulator")
+            if k.buffer == "hbm":
+                raise HardwareRuleError(f"{name}: indices for indirect addressing must be in SBUF; "
+                                        f"{k.name} is in HBM")
+            expr = DynamicIndex.of(k, size)
+            items.append(expr)
+            region.append((0, size))
+            adv_shape = _broadcast(adv_shape, expr.shape)
         else:
             raise KernelUsageError(f"{name}: unsupported index of type {type(k).__name__}")
     final_shape = adv_shape if advanced else tuple(shape)
@@ -427,6 +503,9 @@ def compose(outer: Subscript, key: Any, name: str) -> Subscript:
             count = len(range(sub.start, sub.stop, sub.step))
             items.append(new)
             region.append((new.start, new.start + (count - 1) * new.step + 1) if count else (new.start,) * 2)
+        elif isinstance(sub, DynamicIndex):
+            items.append(sub.mapped(step, start))
+            region.append((lo, hi))
         else:
             mapped = sub * step + start
             mlo, mhi = mapped.bounds()

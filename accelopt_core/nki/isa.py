@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any
 
 from . import ops
 from .errors import KernelUsageError, missing_api
 from .indexing import Mask
-from .tensor import Tile
+from .tensor import PSUM, Tile, current
 from .trace import Engine
 
 
@@ -44,11 +45,34 @@ class reduce_cmd:  # noqa: N801
     reset_reduce = "reset_reduce"
 
 
+class nc_version(IntEnum):  # noqa: N801  (NKI's own name)
+    """NeuronCore generations: gen2 is trn1 (and inf2), gen3 is trn2."""
+
+    gen2 = 2
+    gen3 = 3
+
+
+def get_nc_version() -> nc_version:
+    """The NeuronCore generation the kernel is being run for."""
+    return nc_version.gen3 if current().limits.name == "trn2" else nc_version.gen2
+
+
 def nc_matmul(stationary: Tile, moving: Tile, is_stationary_onezero: bool = False,
               is_moving_onezero: bool = False, is_transpose: bool = False, mask: Mask | None = None,
-              **_: Any) -> Tile:
+              perf_mode: Any = None, **_: Any) -> Tile:
+    stationary, moving = _staged(stationary), _staged(moving)
     return ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask,
-                         onezero=is_stationary_onezero or is_moving_onezero)
+                         onezero=is_stationary_onezero or is_moving_onezero, perf_mode=perf_mode)
+
+
+def _staged(operand: Tile) -> Tile:
+    """A matmul operand that a Tensor-engine transpose just left in PSUM, copied to SBUF as the
+    compiler does (the flash-attention backward kernel multiplies nc_transpose results directly);
+    any other PSUM operand stays an error: the Tensor engine reads SBUF only."""
+    producer = operand.storage.producer if isinstance(operand, Tile) else None
+    if operand.buffer == PSUM and producer is not None and producer.op == "nc_transpose":
+        return ops.tensor_copy(operand, dtype=operand.dtype)
+    return operand
 
 
 def nc_transpose(data: Tile, engine: Any = None, mask: Mask | None = None, dtype: Any = None,
@@ -104,6 +128,46 @@ def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: An
                                   mask=mask, dtype=dtype)
 
 
+def tensor_scalar_reduce(*, data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile,
+                         reverse0: bool = False, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    return ops.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=reverse0, dtype=dtype,
+                                    mask=mask)
+
+
+def bn_stats(data: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.bn_stats(data, mask=mask, dtype=dtype)
+
+
+def bn_aggr(data: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.bn_aggr(data, mask=mask, dtype=dtype)
+
+
+def tensor_partition_reduce(op: Any, data: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.tensor_partition_reduce(op, data, mask=mask, dtype=dtype)
+
+
+def dropout(data: Tile, prob: Any, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.dropout(data, prob, mask=mask, dtype=dtype)
+
+
+def dma_copy(src: Tile | None = None, dst: Tile | None = None, *, mask: Mask | None = None, **_: Any) -> Tile:
+    """`nisa.dma_copy(src=..., dst=...)` (legacy): one DMA transfer into `dst`."""
+    if src is None or dst is None:
+        raise KernelUsageError("nisa.dma_copy needs both src= and dst=")
+    return ops.dma_copy(src, dst=dst, mask=mask)
+
+
+# the dimension order nisa.dma_transpose produces for a 2-, 3- and 4-D source (nki.isa.dma_transpose)
+DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+def dma_transpose(src: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    axes = DMA_TRANSPOSE_AXES.get(src.ndim)
+    if axes is None:
+        raise KernelUsageError(f"nisa.dma_transpose transposes 2-, 3- or 4-D tiles, got shape {src.shape}")
+    return ops.dma_copy(src, mask=mask, dtype=dtype, axes=axes)
+
+
 def memset(shape: Any, value: Any, dtype: Any, engine: Any = None, mask: Mask | None = None,
            **_: Any) -> Tile:
     return ops.memset(tuple(shape), value, dtype, engine=engine, mask=mask)
@@ -121,6 +185,10 @@ def affine_select(pred: Mask, on_true_tile: Tile, on_false_value: Any, mask: Mas
                   dtype: Any = None, **_: Any) -> Tile:
     if not isinstance(pred, Mask):
         raise KernelUsageError("affine_select needs a predicate built from index expressions")
+    # GpSimd cannot reach PSUM (nki-facts A.4): the compiler first copies a PSUM tile to SBUF (flash
+    # attention selects straight from its PSUM scores, and is checked on hardware)
+    if isinstance(on_true_tile, Tile) and on_true_tile.buffer == PSUM:
+        on_true_tile = ops.tensor_copy(on_true_tile)
     return ops.select(pred, on_true_tile, on_false_value, dtype=dtype, mask=mask, engine=Engine.GPSIMD)
 
 

@@ -33,6 +33,19 @@ int8, int16, int32 = dtypes.int8, dtypes.int16, dtypes.int32
 uint8, uint16, uint32 = dtypes.uint8, dtypes.uint16, dtypes.uint32
 bool_ = dtypes.bool_
 
+
+class fp32:  # noqa: N801  (NKI's own name)
+    """FP32 constants (nki.language.fp32): `min`, the most negative float32 (bit pattern 0xff7fffff)."""
+
+    min = float(np.finfo(np.float32).min)
+
+
+def finfo(dtype: Any) -> Any:
+    """Limits of a floating-point type (`nl.finfo(nl.bfloat16).min`), narrow floats included."""
+    import ml_dtypes
+
+    return ml_dtypes.finfo(dtypes.as_dtype(dtype))
+
 # --- buffers -----------------------------------------------------------------------------------
 sbuf = Buffer("sbuf", SBUF)
 psum = Buffer("psum", PSUM)
@@ -113,21 +126,32 @@ def shared_identity_matrix(n: int, dtype: Any = uint8, **_: Any) -> Tile:
 # --- SPMD and loops ----------------------------------------------------------------------------
 def nc(count: int) -> int:
     """`kernel[nl.nc(2)]`: spread a grid dimension over physical cores. The simulator runs every
-    instance in turn on one core either way, so the grid dimension is just its size."""
+    program in turn on one core either way, so the grid dimension is just its size."""
     return int(count)
 
 
-def program_id(axis: int) -> int:
+def spmd_dim(*sizes: int) -> int:
+    """`kernel[nl.spmd_dim(4, nl.nc(2)), 2]`: a grid dimension tiled over cores; as many programs as
+    the product of its sub-dimensions."""
+    return math.prod(int(size) for size in sizes)
+
+
+def program_id(axis: int = 0) -> int:
+    """This program's index along `axis` of the launch grid (0 outside a grid launch)."""
     ids = current().program_id
     return ids[axis] if axis < len(ids) else 0
 
 
-def num_programs(axes: int | None = None) -> int | tuple[int, ...]:
+def num_programs(axes: int | tuple[int, ...] | None = None) -> int:
+    """Programs along `axes` of the launch grid; all of them when no axis is given."""
     grid = current().grid
-    return grid if axes is None else (grid[axes] if axes < len(grid) else 1)
+    if axes is None:
+        return math.prod(grid)
+    return math.prod(grid[a] if a < len(grid) else 1 for a in ((axes,) if isinstance(axes, int) else axes))
 
 
 def program_ndim() -> int:
+    """Dimensions of the launch grid, 0 without one (nki.language.program_ndim)."""
     return len(current().grid)
 
 
@@ -188,7 +212,9 @@ def store(dst: Tile, value: Any, mask: Mask | None = None, **_: Any) -> None:
 
 
 def load_transpose2d(src: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
-    return ops.dma_copy(src, mask=mask, dtype=dtype, transpose=True)
+    if src.ndim != 2:
+        raise KernelUsageError(f"nl.load_transpose2d loads a 2-D tile, got shape {src.shape}")
+    return ops.dma_copy(src, mask=mask, dtype=dtype, axes=(1, 0))
 
 
 def copy(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
@@ -203,7 +229,10 @@ def transpose(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) ->
 
 
 def matmul(x: Tile, y: Tile, transpose_x: bool = False, mask: Mask | None = None, **_: Any) -> Tile:
-    """x @ y into PSUM. Without transpose_x the compiler first transposes x on the Tensor engine."""
+    """x @ y into PSUM. Without transpose_x the compiler first transposes x on the Tensor engine. An
+    operand still in PSUM (an nl.transpose result) is first copied to SBUF, as the compiler does: the
+    Tensor engine reads SBUF only."""
+    x, y = (ops.tensor_copy(t) if t.buffer == PSUM else t for t in (x, y))
     if not transpose_x:
         if x.buffer != SBUF:
             raise HardwareRuleError(f"nl.matmul reads x from SBUF; {x.name} is in {x.buffer.upper()}")
@@ -238,6 +267,23 @@ def broadcast_to(x: Tile, shape: Any) -> Tile:
             ops.tensor_copy(ops.nc_matmul(ones_row, row[:, start:stop]), dst=out[:, start:stop])
         return out
     return ops.tensor_copy(x, dst=out)
+
+
+def loop_reduce(x: Tile, op: Any, loop_indices: Any, *, dtype: Any = None, mask: Mask | None = None,
+                **_: Any) -> ops.LoopReduction:
+    """`dst[...] = nl.loop_reduce(x, op, loop_indices)` is `dst = op(dst, x)` on the Vector engine; the
+    loop indices only tell the compiler which loops the reduction runs across."""
+    return ops.LoopReduction(x, op, dtype, mask)
+
+
+def random_seed(seed: Tile, *, mask: Mask | None = None, **_: Any) -> None:
+    """Seed the random numbers nl.dropout draws with a one-element tile."""
+    ops.random_seed(seed, mask=mask)
+
+
+def dropout(x: Tile, rate: Any, *, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    """Replace each element with 0 with probability `rate` (a scalar or a [P, 1] tile)."""
+    return ops.dropout(x, rate, dtype=dtype, mask=mask)
 
 
 def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:

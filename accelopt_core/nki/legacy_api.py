@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import isa, language, typing
+from . import compiler, isa, language, typing
 from .errors import missing_api
 from .runner import Kernel, jit_decorator, run_kernel
 
@@ -23,18 +23,22 @@ def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
+tensor = typing.tensor  # `def kernel(x: nki.tensor)`: an annotation only
+
 __getattr__ = missing_api("nki")
 
 
 __all__ = [
     "baremetal",
     "benchmark",
+    "compiler",
     "isa",
     "jit",
     "language",
     "profile",
     "simulate",
     "simulate_kernel",
+    "tensor",
     "trace",
     "typing",
 ]

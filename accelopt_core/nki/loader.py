@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from . import language as legacy_language
 from .errors import KernelUsageError
 from .hook import nki_imports
+from .host_modules import host_package_placeholders
 from .runner import Kernel
 from .trace import LoopKind
 
@@ -20,30 +24,80 @@ class KernelLoadError(Exception):
     """The file is not a loadable kernel module (syntax error, import failure, no kernel)."""
 
 
-def load_module(source: str, filename: str, name: str = "accelopt_kernel") -> types.ModuleType:
-    """Execute kernel source as a fresh module (never cached in sys.modules)."""
+def load_module(source: str, filename: str, name: str | None = None, folder: str | None = None) -> types.ModuleType:
+    """Execute kernel source as Python would import the file: compiled without this module's compiler
+    flags, registered in sys.modules under its own name while it runs (dataclasses and typing look
+    themselves up there), with `__name__` and `__file__` set and its folder importable, so sibling
+    helper modules and package-relative imports work. `folder` is where the file lives when
+    `filename` is only a label (a sandbox's copy); without either, nothing beside it is importable.
+    Nothing stays behind in sys.modules or sys.path."""
     try:
-        code = compile(source, filename, "exec")
+        code = compile(source, filename, "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise KernelLoadError(f"{os.path.basename(filename)}:{exc.lineno}: syntax error: {exc.msg}") from None
-    module = types.ModuleType(name)
+    tree = ast.parse(source)
+    folder = folder or (os.path.dirname(filename) if os.path.isabs(filename) else None)
+    module_name, package, root = _import_identity(tree, filename, folder, name)
+    module = types.ModuleType(module_name)
     module.__file__ = filename
-    generation = "modern" if _uses_modern_api(source) else "legacy"
+    module.__package__ = package
+    generation = "modern" if _uses_modern_api(tree) else "legacy"
     kind = LoopKind.STATIC if generation == "modern" else LoopKind.SEQUENTIAL
     # Python's range inside a kernel is a recorded loop (legacy: sequential_range; new API: unrolled).
     module.range = lambda *args: legacy_language.KernelRange(kind, *args)  # type: ignore[attr-defined]
     module.__accelopt_generation__ = generation  # type: ignore[attr-defined]
-    with nki_imports():
+    with nki_imports(), host_package_placeholders(filename), _importable(module, root):
         exec(code, module.__dict__)  # kernels run in sandboxed workers, never in the server
     return module
 
 
-def _uses_modern_api(source: str) -> bool:
-    """True when the kernel imports the newer top-level `nki` package rather than `neuronxcc.nki`."""
+def _import_identity(tree: ast.Module, filename: str, folder: str | None, name: str | None
+                     ) -> tuple[str, str, str | None]:
+    """(module name, package, folder to put on sys.path) for a kernel file. A file with relative
+    imports (`from ..util import x`) is a module of the package its folders name, as deep as its
+    deepest relative import; otherwise a top-level module named after the file."""
+    stem = os.path.splitext(os.path.basename(filename))[0]
+    module = name or (stem if stem.isidentifier() else "accelopt_kernel")
+    depth = max((node.level for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)), default=0)
+    if folder is None or depth == 0 or name is not None:
+        return module, "", folder
+    parts = os.path.normpath(os.path.abspath(folder)).split(os.sep)
+    packages = parts[len(parts) - depth:]
+    if len(packages) < depth or not all(p.isidentifier() for p in packages):
+        return module, "", folder
+    package = ".".join(packages)
+    return f"{package}.{module}", package, os.sep.join(parts[:len(parts) - depth]) or os.sep
+
+
+@contextmanager
+def _importable(module: types.ModuleType, root: str | None) -> Iterator[None]:
+    """The module in sys.modules and `root` first on sys.path while the file executes; afterwards
+    they are gone again, with every module imported from below `root` (its helpers)."""
+    before = set(sys.modules)
+    sys.modules[module.__name__] = module
+    if root is not None:
+        sys.path.insert(0, root)
     try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return False
+        yield
+    finally:
+        if root is not None:
+            sys.path.remove(root)
+            inside = os.path.join(os.path.abspath(root), "")
+            # decide before deleting: a namespace package's __path__ is recomputed from its parent
+            helpers = [added for added in set(sys.modules) - before if _located_in(sys.modules[added], inside)]
+            for added in helpers:
+                del sys.modules[added]
+        sys.modules.pop(module.__name__, None)
+
+
+def _located_in(module: types.ModuleType, folder: str) -> bool:
+    """Whether a module (or a package, by its search path) comes from below `folder`."""
+    places = [getattr(module, "__file__", None) or "", *list(getattr(module, "__path__", None) or [])]
+    return any(os.path.abspath(place).startswith(folder) for place in places if place)
+
+
+def _uses_modern_api(tree: ast.Module) -> bool:
+    """True when the kernel imports the newer top-level `nki` package rather than `neuronxcc.nki`."""
     modern = legacy = False
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

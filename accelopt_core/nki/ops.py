@@ -17,7 +17,7 @@ import numpy as np
 
 from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError
-from .indexing import IndexExpr, Mask
+from .indexing import IndexExpr, Mask, as_mask
 from .tensor import HBM, PSUM, SBUF, Tile, allocate, close_accumulation, current
 from .trace import Engine, Instruction
 
@@ -169,6 +169,7 @@ def _work(shape: tuple[int, ...], mask: Mask | None) -> tuple[int, int, int]:
     """Partitions, elements per partition and total elements an instruction processes."""
     partitions = shape[0] if shape else 1
     free = math.prod(shape[1:])
+    mask = as_mask(mask)
     if mask is None:
         return partitions, free, partitions * free
     active = np.broadcast_to(mask.values, shape).reshape(partitions, -1)
@@ -177,6 +178,7 @@ def _work(shape: tuple[int, ...], mask: Mask | None) -> tuple[int, int, int]:
 
 
 def _mask_values(mask: Mask | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    mask = as_mask(mask)
     if mask is None:
         return None
     try:
@@ -194,21 +196,25 @@ def _record(engine: str, op: str, srcs: tuple[Tile, ...], dst: Tile, *, mask: Ma
             fresh: bool = False, work_shape: tuple[int, ...] | None = None) -> Instruction:
     """Append one instruction reading `srcs` and writing `dst` to the trace."""
     sim = current()
+    mask = as_mask(mask)
     shape = work_shape or dst.shape
     if engine == Engine.GPSIMD and (dst.buffer == PSUM or any(t.buffer == PSUM for t in srcs)):
         raise HardwareRuleError(f"{op} on the GpSimd engine cannot access PSUM; use the Vector or Scalar "
                                 "engine for PSUM tiles")
+    # the mask selects elements of the work; it selects the output's too when they have its shape
+    # (a reduction's or bn_stats' output is written whole)
+    out_mask = mask if dst.shape == shape else None
     for t in srcs:
         if t.sub.overhang is not None:
             _check_overhang(t, mask)
     if dst.sub.overhang is not None:
-        _check_overhang(dst, mask)
+        _check_overhang(dst, out_mask)
     partitions, free, count = _work(shape, mask)
     if mask is None:
         reads = tuple(t.access() for t in srcs)
     else:  # masked-off elements are neither read nor written
         reads = tuple(t.access(count * t.storage.itemsize if t.shape == shape else None) for t in srcs)
-    write_bytes = None if mask is None else count * dst.storage.itemsize
+    write_bytes = None if out_mask is None else count * dst.storage.itemsize
     writes = (dst.access(write_bytes),)
     inst = sim.emit(engine, op, reads, writes, partitions, free, flops or 0, attrs,
                     dtype or dst.storage.dtype_name)
@@ -220,8 +226,8 @@ def _record(engine: str, op: str, srcs: tuple[Tile, ...], dst: Tile, *, mask: Ma
         close_accumulation(dst.storage, dst.sub.region)
     if fresh:
         dst.storage.producer = inst
-        if mask is not None:
-            dst.storage.written = _mask_values(mask, dst.shape)
+        if out_mask is not None:
+            dst.storage.written = _mask_values(out_mask, dst.shape)
     return inst
 
 
@@ -266,26 +272,32 @@ def _engine(engine: Any, default: str, allowed: tuple[str, ...]) -> str:
 
 
 def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype: Any = None,
-             transpose: bool = False) -> Tile:
-    """One DMA transfer (nl.load, nl.store, nisa.dma_copy). A new SBUF tile when `dst` is None."""
+             axes: tuple[int, ...] | None = None) -> Tile:
+    """One DMA transfer (nl.load, nl.store, nisa.dma_copy). A new SBUF tile when `dst` is None.
+    `axes` permutes the source's dimensions on the way (a DMA transpose). A side indexed with a tile
+    of indices (indirect, data-dependent addressing) reads that tile too."""
     if not isinstance(src, Tile):
         raise KernelUsageError(f"DMA source must be a tensor, got {type(src).__name__}")
-    shape = src.shape[::-1] if transpose else src.shape
+    shape = tuple(src.shape[a] for a in axes) if axes is not None else src.shape
     out, fresh = _output(dst, shape, dtype or src.dtype, SBUF)
     if out.buffer != HBM:
         _check_partitions(out.shape, "DMA into " + out.buffer.upper())
     if src.buffer == PSUM or out.buffer == PSUM:
         raise HardwareRuleError("DMA engines cannot access PSUM; copy the tile to SBUF first")
     direction = f"{'hbm' if src.buffer == HBM else 'sbuf'}_to_{'hbm' if out.buffer == HBM else 'sbuf'}"
-    inst = _record(Engine.DMA, "dma_copy", (src,), out, mask=mask, fresh=fresh,
-                   attrs={"direction": direction, "transpose": transpose}, dtype=out.storage.dtype_name)
-    if mask is None:
+    indices = src.sub.index_tiles() + out.sub.index_tiles()
+    inst = _record(Engine.DMA, "dma_copy", (src, *indices), out, mask=mask, fresh=fresh,
+                   attrs={"direction": direction, "transpose": axes is not None, "indirect": bool(indices)},
+                   dtype=out.storage.dtype_name)
+    if as_mask(mask) is None:
         inst.partitions = out.shape[0] if out.buffer != HBM else src.shape[0]
     if current().numeric:
+        active = _mask_values(mask, out.shape)
+        for side in (src, out):
+            side.sub.check_dynamic_bounds(side.storage.name, active if side.shape == out.shape else None)
         values = src.read()
-        values = values.T if transpose else values
-        out.write(values.astype(np.float32).astype(out.dtype) if out.dtype != src.dtype else values,
-                  _mask_values(mask, out.shape))
+        values = np.transpose(values, axes) if axes is not None else values
+        out.write(values.astype(np.float32).astype(out.dtype) if out.dtype != src.dtype else values, active)
     return out
 
 
@@ -295,8 +307,22 @@ _WRITABLE = {Engine.DMA: (HBM, SBUF), Engine.TENSOR: (PSUM,), Engine.GPSIMD: (SB
              Engine.VECTOR: (SBUF, PSUM), Engine.SCALAR: (SBUF, PSUM)}
 
 
+class LoopReduction:
+    """`nl.loop_reduce(x, op, loop_indices)`: the reduction happens where it is assigned,
+    `dst[...] = nl.loop_reduce(x, ...)` computing `dst = op(dst, x)` (the destination is op's left
+    input, nki.language.loop_reduce)."""
+
+    def __init__(self, tile: Tile, op: Any, dtype: Any, mask: Mask | None):
+        if not isinstance(tile, Tile):
+            raise KernelUsageError(f"nl.loop_reduce reduces a tile, got {type(tile).__name__}")
+        self.tile, self.op, self.dtype, self.mask = tile, op, dtype, mask
+
+
 def assign(dst: Tile, value: Any) -> None:
     """`dst[...] = value`: retarget the instruction that just produced `value`, else copy."""
+    if isinstance(value, LoopReduction):
+        tensor_tensor(dst, value.tile, value.op, dtype=value.dtype, mask=value.mask, dst=dst)
+        return
     if not isinstance(value, Tile):
         if isinstance(value, (int, float, np.number)):
             memset(dst.shape, value, dst.dtype, dst=dst)
@@ -352,7 +378,7 @@ def accumulate(dst: Tile, other: Any, op: str) -> None:
             sim.trace.tensors.pop(other.storage.id, None)
             other.storage.producer = None
             if sim.numeric:
-                dst.write(dst.read().astype(np.float32) + other.read().reshape(dst.shape))
+                dst.write(dst.read_accumulator() + other.read().reshape(dst.shape))
             return
     if dst.buffer == HBM:
         raise HardwareRuleError(f"cannot compute on HBM tensor {dst.name} in place; load, compute, store")
@@ -417,6 +443,10 @@ def _binary_dtype(name: str, a: Any, b: Any) -> np.dtype:
 
 # Element-wise ops the docs list for GpSimd's tensor_tensor (shared/nki-facts.md B.6, B.7).
 _GPSIMD_TENSOR_TENSOR = frozenset({"power", "add", "multiply"})
+MAX_ACCESS_DIMS = 4  # free dimensions of one SBUF/PSUM access pattern (nki-facts A.4)
+BN_STATS_FMAX = 512  # elements per partition one bn_stats reads (nl.tile_size.bn_stats_fmax)
+# the reduction identities: masked-off elements take these values
+_IDENTITY = {"add": 0.0, "mean": 0.0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1.0}
 
 
 def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask: Mask | None = None,
@@ -548,35 +578,45 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
     return out
 
 
+def _reducer(op: Any, what: str, table: dict[str, Callable[..., np.ndarray]] = REDUCTIONS
+             ) -> tuple[str, Callable[..., np.ndarray]]:
+    """The name and NumPy reduction of a reduce operator `what` accepts from `table`."""
+    name = op_name(op)
+    reducer = table.get(name)
+    if reducer is None:
+        raise UnsupportedApiError(f"{what}: reduction operator {name!r} is not supported by this simulator "
+                                  f"(supported: {', '.join(table)})")
+    return name, reducer
+
+
 def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepdims: bool = False,
                   dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
-    name = op_name(op)
-    reducer = REDUCTIONS.get(name)
-    if reducer is None:
-        raise UnsupportedApiError(f"reduction operator {name!r} is not supported by this simulator")
+    name, reducer = _reducer(op, "tensor_reduce")
     _on_chip(data, "tensor_reduce")
     _check_partitions(data.shape, "tensor_reduce")
     axes = tuple(sorted(a % data.ndim for a in ((axis,) if isinstance(axis, int) else tuple(axis))))
     if 0 in axes:
         raise HardwareRuleError("tensor_reduce reduces free axes only; reducing the partition axis needs "
                                 "a transpose or a matmul with a ones vector")
-    # The docs require consecutive free axes, but disagree on whether the set must contain axis 1
-    # or the innermost axis ("[1], [1,2], ..." vs "the last contiguous dim(s)"); only the part
-    # both readings share is enforced.
-    if any(b - a != 1 for a, b in itertools.pairwise(axes)) or len(axes) > 4:
-        raise HardwareRuleError(f"tensor_reduce axes {list(axes)} of a tile of shape {data.shape}: the "
-                                "reduced axes must be up to four consecutive free axes")
+    # The instruction reduces up to four innermost consecutive free axes (nki-facts B.6), but a
+    # tile's free axes are an access pattern of up to four dimensions with arbitrary strides (A.4):
+    # the compiler lists the reduced ones innermost, so any set of free axes of a tile with at most
+    # four free dimensions is reduced by one instruction (the AveragePool2D tutorial reduces [2, 4]).
+    free_dims = data.ndim - 1
+    if free_dims > MAX_ACCESS_DIMS:
+        raise HardwareRuleError(f"tensor_reduce of a tile of shape {data.shape}: an access pattern has at most "
+                                f"{MAX_ACCESS_DIMS} free dimensions, this tile has {free_dims}")
+    reordered = any(b - a != 1 for a, b in itertools.pairwise(axes)) or axes[-1] != data.ndim - 1
     shape = tuple(1 if i in axes else n for i, n in enumerate(data.shape)) if keepdims else tuple(
         n for i, n in enumerate(data.shape) if i not in axes)
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else data.dtype
     out, fresh = _output(dst, shape, out_dtype)
     _record(Engine.VECTOR, "tensor_reduce", (data,), out, mask=mask, fresh=fresh,
-            attrs={"op": name}, work_shape=data.shape)
+            attrs={"op": name, "reordered": reordered}, work_shape=data.shape)
     if current().numeric:
         x = _f32(data)
         if mask is not None:
-            identity = {"add": 0.0, "mean": 0.0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1.0}
-            x = np.where(_mask_values(mask, data.shape), x, identity.get(name, 0.0))
+            x = np.where(_mask_values(mask, data.shape), x, _IDENTITY.get(name, 0.0))
         y = reducer(x, axis=axes, keepdims=keepdims)
         _store(out, -y if negate else y, None)
     return out
@@ -598,6 +638,152 @@ def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask 
         if values.size != out.size:  # [P, 1] broadcast along the free axis
             values = np.broadcast_to(values.reshape(values.shape[0], 1), (out.shape[0], out.size // out.shape[0]))
         _store(out, values.astype(np.float32).reshape(out.shape), _mask_values(mask, out.shape))
+    return out
+
+
+
+
+def _column(tile: Tile, partitions: int, what: str) -> None:
+    """A per-partition result (`reduce_res`): on chip, one element on each of `partitions` partitions."""
+    _on_chip(tile, what)
+    if tile.shape[0] != partitions or tile.size != partitions:
+        raise KernelUsageError(f"{what}: reduce_res must hold one element per partition, shape [{partitions}, 1]; "
+                               f"got {tile.shape}")
+
+
+def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile, *,
+                         reverse0: bool = False, dtype: Any = None, mask: Mask | None = None,
+                         dst: Tile | None = None) -> Tile:
+    """Vector engine: `data op0 operand0`, and its reduction over every free axis into reduce_res."""
+    _on_chip(data, "tensor_scalar_reduce")
+    _check_partitions(data.shape, "tensor_scalar_reduce")
+    name0, fn0 = _alu(op0)
+    if name0 in BITWISE:
+        raise HardwareRuleError(f"tensor_scalar_reduce takes an arithmetic operator, not the bitvec {name0}")
+    reduce_name, reducer = _reducer(reduce_op, "tensor_scalar_reduce")
+    partitions = data.shape[0]
+    operand0 = _per_partition_operand(operand0, partitions, "tensor_scalar_reduce operand0")
+    _column(reduce_res, partitions, "tensor_scalar_reduce")
+    out, fresh = _output(dst, data.shape, dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
+    srcs = (data,) + ((operand0,) if isinstance(operand0, Tile) else ())
+    inst = _record(Engine.VECTOR, "tensor_scalar_reduce", srcs, out, mask=mask, fresh=fresh,
+                   attrs={"op": name0, "reduce_op": reduce_name, "reduce": True}, work_shape=data.shape)
+    inst.writes = (*inst.writes, reduce_res.access())
+    if current().numeric:
+        x = _f32(data)
+        b0 = _operand_values(operand0, x.ndim)
+        y = fn0(b0, x) if reverse0 else fn0(x, b0)
+        active = _mask_values(mask, out.shape)
+        _store(out, y, active)
+        _reduce_rows(reduce_res, y, reduce_name, reducer, active)
+    return out
+
+
+def _reduce_rows(res: Tile, values: np.ndarray, name: str, reducer: Callable[..., np.ndarray],
+                 active: np.ndarray | None) -> None:
+    """res[p] = reduction of the active elements of partition p (partitions with none keep res)."""
+    rows = values.reshape(values.shape[0], -1)
+    if active is None:
+        res.write(reducer(rows, axis=1).reshape(res.shape))
+        return
+    keep = active.reshape(rows.shape)
+    reduced = reducer(np.where(keep, rows, _IDENTITY.get(name, 0.0)), axis=1)
+    res.write(reduced.reshape(res.shape), keep.any(axis=1).reshape(res.shape))
+
+
+def bn_stats(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+    """Vector engine: per partition, the count, mean and count x variance of the even-indexed and then of
+    the odd-indexed elements (six values), for at most 512 elements (nki-facts B.6)."""
+    _on_chip(data, "bn_stats")
+    _check_partitions(data.shape, "bn_stats")
+    partitions, free = data.shape[0], math.prod(data.shape[1:])
+    if free > BN_STATS_FMAX:
+        raise HardwareRuleError(f"bn_stats reads at most {BN_STATS_FMAX} elements per partition "
+                                f"(nl.tile_size.bn_stats_fmax); this tile has {free}")
+    out, fresh = _output(dst, (partitions, 6), dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
+    _record(Engine.VECTOR, "bn_stats", (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
+    if current().numeric:
+        x = _f32(data).reshape(partitions, free)
+        active = _mask_values(mask, data.shape)
+        keep = np.ones_like(x, dtype=bool) if active is None else active.reshape(partitions, free)
+        stats = []
+        for parity in (0, 1):
+            chosen = keep & (np.arange(free) % 2 == parity)
+            count = chosen.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = np.where(count > 0, np.where(chosen, x, 0.0).sum(axis=1) / np.maximum(count, 1), 0.0)
+            spread = np.where(chosen, x - mean[:, None], 0.0)
+            stats += [count, mean, (spread * spread).sum(axis=1)]
+        _store(out, np.stack(stats, axis=1).reshape(out.shape), None)
+    return out
+
+
+def bn_aggr(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+    """Vector engine: combine (count, mean, count x variance) triples, as bn_stats writes them, into the
+    mean and the variance of every partition."""
+    _on_chip(data, "bn_aggr")
+    _check_partitions(data.shape, "bn_aggr")
+    partitions, free = data.shape[0], math.prod(data.shape[1:])
+    if free % 3:
+        raise KernelUsageError(f"bn_aggr reads (count, mean, variance x count) triples; {free} elements per "
+                               "partition are not a multiple of 3")
+    out, fresh = _output(dst, (partitions, 2), dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
+    _record(Engine.VECTOR, "bn_aggr", (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
+    if current().numeric:
+        triples = _f32(data).reshape(partitions, free // 3, 3).astype(np.float64)
+        count, means, scaled = triples[..., 0], triples[..., 1], triples[..., 2]
+        total = count.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = (count * means).sum(axis=1) / total
+            variance = (scaled.sum(axis=1) + (count * (means - mean[:, None]) ** 2).sum(axis=1)) / total
+        _store(out, np.stack([mean, variance], axis=1).reshape(out.shape), _mask_values(mask, out.shape))
+    return out
+
+
+# Reductions GpSimd runs across partitions (nisa.tensor_partition_reduce docs).
+_PARTITION_REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
+    "add": np.sum, "maximum": np.max, "bitwise_or": np.bitwise_or.reduce, "bitwise_and": np.bitwise_and.reduce}
+
+
+def tensor_partition_reduce(op: Any, data: Tile, *, dtype: Any = None, mask: Mask | None = None,
+                            dst: Tile | None = None) -> Tile:
+    """GpSimd: reduce across the partitions of `data`, one partition of result."""
+    name, reducer = _reducer(op, "tensor_partition_reduce", _PARTITION_REDUCTIONS)
+    _on_chip(data, "tensor_partition_reduce")
+    _check_partitions(data.shape, "tensor_partition_reduce")
+    out, fresh = _output(dst, (1, *data.shape[1:]), dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
+    _record(Engine.GPSIMD, "tensor_partition_reduce", (data,), out, mask=mask, fresh=fresh, work_shape=data.shape,
+            attrs={"op": name})
+    if current().numeric:
+        values = data.read().astype(np.int64) if name in BITWISE else _f32(data)
+        _store(out, reducer(values, axis=0).reshape(out.shape), None)
+    return out
+
+
+def random_seed(seed: Tile, *, mask: Mask | None = None) -> None:
+    """Vector engine: seed the random numbers `dropout` draws with the value of a one-element tile."""
+    _on_chip(seed, "random_seed")
+    sim = current()
+    sim.emit(Engine.VECTOR, "random_seed", (seed.access(),), (), 1, 1, attrs={"op": "random_seed"})
+    mask = as_mask(mask)
+    if sim.numeric and (mask is None or np.any(mask.values)):
+        sim.random = np.random.default_rng(int(np.asarray(_f32(seed)).reshape(-1)[0]))
+
+
+def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+    """Vector engine: replace each element with 0 with probability `prob` (a scalar or a [P, 1] tile).
+    The draws come from the simulator's generator (seeded by random_seed), not the device's."""
+    _on_chip(data, "dropout")
+    _check_partitions(data.shape, "dropout")
+    prob = _per_partition_operand(prob, data.shape[0], "dropout probability")
+    out, fresh = _output(dst, data.shape, dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
+    srcs = (data,) + ((prob,) if isinstance(prob, Tile) else ())
+    _record(Engine.VECTOR, "dropout", srcs, out, mask=mask, fresh=fresh, work_shape=data.shape)
+    sim = current()
+    if sim.numeric:
+        x = _f32(data)
+        kept = sim.random.random(x.shape) >= _operand_values(prob, x.ndim)
+        _store(out, np.where(kept, x, 0.0), _mask_values(mask, out.shape))
     return out
 
 
@@ -732,9 +918,16 @@ def _choice_values(x: Any, shape: tuple[int, ...]) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
+DOUBLE_ROW_DTYPES = frozenset({"float8_e4m3", "float8_e4m3fn", "float8_e5m2"})
+
+
 def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mask: Mask | None = None,
-              dst: Tile | None = None, accumulate: bool = False, onezero: bool = False) -> Tile:
-    """stationary[K, M].T @ moving[K, N] -> PSUM [M, N] float32 (shared/nki-facts.md B.5)."""
+              dst: Tile | None = None, accumulate: bool = False, onezero: bool = False,
+              perf_mode: str | None = None) -> Tile:
+    """stationary[K, M].T @ moving[K, N] -> PSUM [M, N] float32 (shared/nki-facts.md B.5).
+
+    perf_mode "double_row" (FP8 on NeuronCore-v3): stationary [K, 2, M] and moving [K, 2, N] contract
+    over both K and the row pair, twice the work of one matmul in the time of one."""
     limits = current().limits
     for t, role in ((stationary, "stationary"), (moving, "moving")):
         if t.buffer != SBUF:
@@ -742,36 +935,60 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
                                     "engine reads its inputs from SBUF only")
         if t.ndim < 2:
             raise KernelUsageError(f"matmul {role} operand must be a 2-D tile, got shape {t.shape}")
-    k, m = stationary.shape[0], math.prod(stationary.shape[1:])
-    k2, n = moving.shape[0], math.prod(moving.shape[1:])
+    rows = _double_rows(stationary, moving, perf_mode, limits.name)
+    k, m = stationary.shape[0], math.prod(stationary.shape[1:]) // rows
+    k2, n = moving.shape[0], math.prod(moving.shape[1:]) // rows
     if k != k2:
         raise KernelUsageError(f"matmul contraction (partition) sizes differ: stationary {stationary.shape} "
                                f"vs moving {moving.shape}")
     if k > limits.pmax:
         raise HardwareRuleError(f"matmul contraction dimension {k} exceeds {limits.pmax} partitions")
+    per_row = " per row" if rows > 1 else ""
     if m > limits.stationary_fmax:
-        raise HardwareRuleError(f"matmul stationary free size {m} exceeds {limits.stationary_fmax} "
+        raise HardwareRuleError(f"matmul stationary free size {m}{per_row} exceeds {limits.stationary_fmax} "
                                 f"(stationary tile {stationary.shape})")
     if n > limits.moving_fmax:
-        raise HardwareRuleError(f"matmul moving free size {n} exceeds {limits.moving_fmax} "
+        raise HardwareRuleError(f"matmul moving free size {n}{per_row} exceeds {limits.moving_fmax} "
                                 f"(moving tile {moving.shape})")
     out, fresh = _output(dst, (m, n), dtypes.float32, PSUM)
     if out.buffer != PSUM:
         raise HardwareRuleError("the Tensor engine writes its results to PSUM only")
     srcs = (stationary, moving) + ((out,) if accumulate else ())
     op = "nc_transpose" if is_transpose else "nc_matmul"
-    _record(Engine.TENSOR, op, srcs, out, mask=mask, fresh=fresh, flops=2 * k * m * n,
-            attrs={"stationary_free": m, "moving_free": n, "contraction": k, "accumulate": accumulate,
-                   "is_transpose": is_transpose, "onezero": onezero},
+    attrs = {"stationary_free": m, "moving_free": n, "contraction": k * rows, "accumulate": accumulate,
+             "is_transpose": is_transpose, "onezero": onezero}
+    if rows > 1:
+        attrs["perf_mode"] = "double_row"
+    _record(Engine.TENSOR, op, srcs, out, mask=mask, fresh=fresh, flops=2 * k * rows * m * n, attrs=attrs,
             dtype=stationary.storage.dtype_name)
     if current().numeric:
-        a = _f32(stationary).reshape(k, m)
-        b = _f32(moving).reshape(k, n)
+        a = _f32(stationary).reshape(k * rows, m)  # [K, 2, M] -> rows (k, r) of the contraction
+        b = _f32(moving).reshape(k * rows, n)
         product = a.T @ b
         if accumulate:
-            product = product + out.read().astype(np.float32).reshape(m, n)
+            product = product + out.read_accumulator().reshape(m, n)
         _store(out, product.reshape(out.shape), _mask_values(mask, out.shape))
     return out
+
+
+def _double_rows(stationary: Tile, moving: Tile, perf_mode: str | None, hardware: str) -> int:
+    """How many rows one matmul contracts per partition: 2 in double_row performance mode, else 1,
+    checking the mode's own limits (nki.isa.nc_matmul: NeuronCore-v3 and later, FP8, [K, 2, free])."""
+    mode = str(getattr(perf_mode, "name", perf_mode) or "none")
+    if mode == "none":
+        return 1
+    if mode not in ("double_row", "double_row_gen3"):
+        raise UnsupportedApiError(f"matmul perf_mode {mode!r} is not simulated (known: double_row)")
+    if hardware == "trn1":
+        raise HardwareRuleError(f"matmul perf_mode {mode!r} needs NeuronCore-v3 (trn2) or later; NeuronCore-v2 "
+                                "(trn1) has no performance modes")
+    for t, role in ((stationary, "stationary"), (moving, "moving")):
+        if t.ndim != 3 or t.shape[1] != 2:
+            raise HardwareRuleError(f"double_row matmul {role} tile must be [K, 2, free], got {t.shape}")
+        if t.storage.dtype_name not in DOUBLE_ROW_DTYPES:
+            raise HardwareRuleError(f"double_row matmul takes FP8 (float8_e4m3 / float8_e5m2) operands; the "
+                                    f"{role} tile is {t.storage.dtype_name}")
+    return 2
 
 
 def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mask | None = None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,15 @@ class TensorSpec:
         return TensorSpec(tuple(array.shape), dtypes.as_dtype(array.dtype))
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How a kernel is called beyond its array inputs: Python values for named parameters (shapes,
+    pool sizes, epsilons) and the SPMD launch grid (None: launched without one)."""
+
+    kernel_args: dict[str, Any] = field(default_factory=dict)
+    grid: tuple[int, ...] | None = None
+
+
 @dataclass
 class RunResult:
     """Outputs (NumPy, None in trace-only mode), the trace, and facts the checker's guards need."""
@@ -51,21 +61,30 @@ class Kernel:
         self.func = func
         self.generation = generation
         self.options = options or {}
-        self.grid: tuple[int, ...] = (1,)
+        self.grid: tuple[int, ...] | None = None  # set by `kernel[grid]`
         self.__name__ = getattr(func, "__name__", "kernel")
         self.__doc__ = getattr(func, "__doc__", None)
         self.__wrapped__ = func
 
     def __getitem__(self, grid: Any) -> Kernel:
         launched = Kernel(self.func, self.generation, self.options)
-        launched.grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
+        sizes = grid if isinstance(grid, tuple) else (grid,)
+        try:
+            launched.grid = tuple(operator.index(g) for g in sizes)
+        except TypeError:
+            raise KernelUsageError(f"a launch grid is made of integers, got {grid!r}") from None
+        if not launched.grid or min(launched.grid) < 1:
+            raise KernelUsageError(f"launch grid {launched.grid} has no programs; every grid dimension must "
+                                   "be at least 1")
         return launched
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from .tensor import _current
 
-        if _current:  # called from inside another kernel: just trace into it
-            return self.func(*args, **kwargs)
+        if _current:  # called from inside a kernel or its host wrapper: trace into it
+            if self.grid is None:
+                return self.func(*args, **kwargs)
+            return run_programs(_current[-1], self.grid, lambda: self.func(*args, **kwargs))
         result = run_kernel(self, args, kwargs, numeric=True)
         outputs = result.outputs
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -102,9 +121,13 @@ def _as_input(sim: Simulation, name: str, value: Any) -> Any:
 
 
 def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any] | None = None,
-               numeric: bool = True, hardware: str | None = None, generation: str | None = None) -> RunResult:
+               numeric: bool = True, hardware: str | None = None, generation: str | None = None,
+               grid: tuple[int, ...] | None = None) -> RunResult:
     """Run a kernel on the simulator. Array arguments become HBM tensors; others pass through.
+    Positional arrays fill the parameters `kwargs` does not name, in order, so Python values may sit
+    between arrays (`kernel(x, eps, gamma)` with kwargs {"eps": 1e-5}).
 
+    `grid` (else the kernel's own, `kernel[2, 2]`) launches that many programs, one after another.
     `hardware` defaults to the kernel's `platform_target=` option (`@nki.jit(platform_target=...)`),
     else trn1."""
     kwargs = dict(kwargs or {})
@@ -113,34 +136,87 @@ def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs:
         hardware = target if target in ("trn1", "trn2") else "trn1"
     func = kernel.func if isinstance(kernel, Kernel) else kernel
     gen = generation or (kernel.generation if isinstance(kernel, Kernel) else "legacy")
-    grid = kernel.grid if isinstance(kernel, Kernel) else (1,)
+    if grid is None and isinstance(kernel, Kernel):
+        grid = kernel.grid
     sim = Simulation(numeric=numeric, hardware=hardware, generation=gen)
+    sim.force_auto_alloc = bool(kernel.options.get("force_auto_alloc")) if isinstance(kernel, Kernel) else False
     sim.trace.kernel_name = getattr(func, "__name__", "kernel")
     sim.trace.kernel_file = inspect.getsourcefile(func) or "" if callable(func) else ""
-    try:
-        names = list(inspect.signature(func).parameters)
-    except (TypeError, ValueError):
-        names = []
+    positional, named = bind_arguments(func, list(args), kwargs)
     # The trace is hundreds of thousands of small acyclic objects: the cyclic collector would
     # rescan them over and over while they are built, for nothing.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     push(sim)
     try:
-        tiles = [_as_input(sim, names[i] if i < len(names) else f"arg{i}", a) for i, a in enumerate(args)]
-        kw_tiles = {k: _as_input(sim, k, v) for k, v in kwargs.items()}
-        returned: Any = None
-        sim.grid = grid
+        tiles = [_as_input(sim, name, a) for name, a in positional]
+        kw_tiles = {k: _as_input(sim, k, v) for k, v in named.items()}
         with nki_imports():  # kernels may import NKI inside their body
-            for index in np.ndindex(*grid):
-                sim.program_id = tuple(int(i) for i in index)
-                sim.shared_cursor = 0
-                returned = func(*tiles, **kw_tiles)
+            call = lambda: func(*tiles, **kw_tiles)  # noqa: E731
+            returned = call() if grid is None else run_programs(sim, grid, call)
     finally:
         pop()
         if gc_was_enabled:
             gc.enable()
     return _collect(sim, returned, tiles + list(kw_tiles.values()))
+
+
+def bind_arguments(func: Callable[..., Any], arrays: list[Any], kwargs: dict[str, Any]
+                   ) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    """Positional (name, value) pairs and keyword arguments for calling `func`: the arrays fill, in
+    order, the positional parameters `kwargs` leaves free; once a parameter is taken by `kwargs`, the
+    arrays after it are passed by name. Too many arrays for the signature is an error."""
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return [(f"arg{i}", a) for i, a in enumerate(arrays)], kwargs
+    positional_kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    free = [p for p in parameters if p.kind in positional_kinds and p.name not in kwargs]
+    variadic = any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    if len(arrays) > len(free) and not variadic:
+        given = f" besides {', '.join(sorted(kwargs))}" if kwargs else ""
+        raise KernelUsageError(f"{getattr(func, '__name__', 'kernel')} takes {len(free)} array inputs{given}, "
+                               f"but {len(arrays)} were given", "<inputs>", 0)
+    positional: list[tuple[str, Any]] = []
+    keywords = dict(kwargs)
+    by_name = False
+    order = [p for p in parameters if p.kind in positional_kinds]
+    remaining = iter(arrays)
+    for parameter in order:
+        if parameter.name in kwargs:
+            by_name = True
+            continue
+        value = next(remaining, _MISSING)
+        if value is _MISSING:
+            break
+        if by_name:
+            keywords[parameter.name] = value
+        else:
+            positional.append((parameter.name, value))
+    positional += [(f"arg{len(positional) + i}", a) for i, a in enumerate(remaining)]  # into *args
+    return positional, keywords
+
+
+_MISSING = object()
+
+
+def run_programs(sim: Simulation, grid: tuple[int, ...], call: Callable[[], Any]) -> Any:
+    """Run `call` once per program of `grid`, in order, as one NeuronCore runs an SPMD launch; every
+    program sees its own `nl.program_id` and shares the launch's `shared_hbm` outputs. Returns what
+    the programs returned (the shared outputs, the same for all)."""
+    saved = sim.grid, sim.program_id, sim.shared, sim.shared_cursor
+    sim.grid, sim.shared = grid, []
+    returned: Any = None
+    try:
+        for index in np.ndindex(*grid):
+            sim.program_id = tuple(int(i) for i in index)
+            sim.shared_cursor = 0
+            sim.trace.program_starts.append(len(sim.trace.instructions))
+            returned = call()
+    finally:
+        sim.grid, sim.program_id, sim.shared, sim.shared_cursor = saved
+    sim.trace.launches.append(grid)
+    return returned
 
 
 def _collect(sim: Simulation, returned: Any, inputs: list[Any]) -> RunResult:

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
+from .allocation import Placement, Slots, place
 from .errors import HardwareRuleError, KernelUsageError, kernel_location
 from .indexing import Subscript, compose, full_subscript, normalize
-from .trace import DTYPE_SIZES, Access, Instruction, Loop, LoopNest, TensorInfo, Trace
+from .trace import DTYPE_SIZES, Access, Instruction, Loop, LoopKind, LoopNest, TensorInfo, Trace
 
 HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
 
@@ -82,13 +83,31 @@ class Simulation:
         self.generation = generation
         self.trace = Trace()
         self.nest: LoopNest = ()
-        self.program_id: tuple[int, ...] = (0,)
-        self.grid: tuple[int, ...] = (1,)
+        self.program_id: tuple[int, ...] = ()  # of the running SPMD program; () outside a grid launch
+        self.grid: tuple[int, ...] = ()
         # shared_hbm tensors are one allocation for all SPMD instances: the n-th shared_hbm
         # allocation of every instance is the n-th one of the first instance.
         self.shared: list[Storage] = []
         self.shared_cursor = 0
+        self.force_auto_alloc = False  # ncc.force_auto_alloc: direct-allocation buffers are ignored
+        self.random = np.random.default_rng(0)  # what dropout draws from; nl.random_seed reseeds it
+        self._placements: dict[tuple[Any, ...], Slots] = {}  # direct allocations by site (see placed)
         self._next_id = 0
+
+    def placed(self, placement: Placement, dims: tuple[int, ...], partition_axis: int, dtype: np.dtype) -> Slots:
+        """The physical tiles of a directly allocated tensor. The legacy compiler traces an affine or
+        sequential loop's body once, so an allocation inside one is one allocation, placed where its
+        first iteration puts it (a kernel advancing an address counter in the body allocates once);
+        static_range loops (and every loop of the new API) are unrolled: each iteration allocates."""
+        filename, line = kernel_location()
+        site = (filename, line, dims, tuple((loop.id, index if loop.kind == LoopKind.STATIC else None)
+                                            for loop, index in self.nest))
+        slots = self._placements.get(site)
+        if slots is None:
+            itemsize = DTYPE_SIZES.get(dtypes.name_of(dtype), dtype.itemsize)
+            slots = self._placements[site] = place(placement, dims, partition_axis, itemsize,
+                                                   self.limits.sbuf_partition_bytes)
+        return slots
 
     def new_id(self) -> int:
         self._next_id += 1
@@ -151,17 +170,19 @@ class Storage:
         "dtype",
         "dtype_name",
         "id",
+        "initialized",
         "itemsize",
         "mm_open",
         "name",
         "partition_axis",
         "producer",
         "shape",
+        "slots",
         "written",
     )
 
     def __init__(self, sim: Simulation, name: str, buffer: str, shape: tuple[int, ...], dtype: np.dtype,
-                 partition_axis: int, data: np.ndarray | None):
+                 partition_axis: int, data: np.ndarray | None, slots: Slots | None = None):
         self.id = sim.new_id()
         self.name = name or f"t{self.id}"
         self.buffer = buffer
@@ -176,15 +197,25 @@ class Storage:
         # PSUM regions with an open matmul accumulation group (new API, accumulate=None)
         self.mm_open: list[tuple[tuple[int, int], ...]] | None = None
         self.written: np.ndarray | None = None  # elements a masked producer wrote (None: all of them)
+        self.slots = slots  # direct allocation: the physical tile of each logical block
+        # PSUM in numeric mode: which elements hold a written value. A matmul accumulating onto
+        # never-written PSUM starts its accumulation group there (its first write overwrites).
+        self.initialized = np.zeros(shape, dtype=bool) if buffer == PSUM and data is not None else None
         per_partition = 0
         if buffer != HBM:
             free = math.prod(shape[partition_axis + 1:])
-            blocks = math.prod(shape[:partition_axis])
+            blocks = slots.count if slots is not None else math.prod(shape[:partition_axis])
             per_partition = free * blocks * self.itemsize
         _, line = kernel_location()
-        sim.trace.tensors[self.id] = TensorInfo(self.id, self.name, buffer, shape, self.dtype_name,
-                                                partition_axis if buffer != HBM else -1,
-                                                per_partition, line, sim.nest)
+        if slots is None:
+            info = TensorInfo(self.id, self.name, buffer, shape, self.dtype_name,
+                              partition_axis if buffer != HBM else -1, per_partition, line, sim.nest)
+        else:  # the trace sees the tensor as allocated: one block dimension of physical tiles
+            tile = shape[partition_axis:]
+            info = TensorInfo(self.id, self.name, buffer, slots.physical_shape(tile), self.dtype_name,
+                              1 if slots.block_ndim else 0, per_partition, line, sim.nest,
+                              placement=tuple(slots.locations))
+        sim.trace.tensors[self.id] = info
 
 
 class Tile:
@@ -243,6 +274,9 @@ class Tile:
     # --- indexing ----------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Tile:
         storage = self.storage
+        if (storage.buffer != HBM and self.ndim == 1 and isinstance(key, tuple) and len(key) == 2
+                and isinstance(key[1], int) and key[1] in (0, -1)):
+            key = key[0]  # a [P] on-chip tile is [P, 1] in memory: t[:, 0] is t[:]
         if self.sub is full_subscript(storage.shape):
             return Tile(storage, normalize(key, storage.shape, storage.name))
         return Tile(storage, compose(self.sub, key, storage.name))
@@ -257,8 +291,13 @@ class Tile:
                 return  # `t[i] += x` already wrote in place
         assign(target, value)
 
-    def reshape(self, *shape: Any) -> Tile:
-        """HBM tensors can be viewed with another shape of the same size (no data moves)."""
+    def reshape(self, *shape: Any, **named: Any) -> Tile:
+        """HBM tensors can be viewed with another shape of the same size (no data moves); the shape comes
+        as arguments, a tuple, or `shape=`."""
+        if "shape" in named:
+            shape = (named.pop("shape"),)
+        if named or not shape:
+            raise KernelUsageError(f"reshape takes a shape, got {shape} and {named}")
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         new_shape = tuple(int(s) for s in shape)
@@ -297,14 +336,29 @@ class Tile:
         values = np.asarray(values)
         if values.shape != self.shape and values.size == self.size:
             values = values.reshape(self.shape)
-        if self.sub.overhang is not None:  # write only the masked-in elements, all inside the tensor
-            keep = self.sub.in_bounds() if mask is None else np.broadcast_to(mask, self.shape) & self.sub.in_bounds()
+        if self.sub.overhang is not None or (mask is not None and self.sub.advanced):
+            # write only the masked-in elements (all inside the tensor): gathered indices may repeat,
+            # and a masked-off repeat must not write the old value back over an active one
+            keep = np.ones(self.shape, dtype=bool) if mask is None else np.broadcast_to(mask, self.shape)
+            if self.sub.overhang is not None:
+                keep = keep & self.sub.in_bounds()
             index = tuple(np.broadcast_to(k, self.shape)[keep] for k in key)
             data[index] = np.broadcast_to(values, self.shape)[keep].astype(data.dtype, copy=False)
+            if self.storage.initialized is not None:
+                self.storage.initialized[index] = True
             return
         if mask is not None:
             values = np.where(np.broadcast_to(mask, self.shape), values, data[key])
         data[key] = values.astype(data.dtype, copy=False)
+        if self.storage.initialized is not None:
+            self.storage.initialized[key] |= True if mask is None else np.broadcast_to(mask, self.shape)
+
+    def read_accumulator(self) -> np.ndarray:
+        """PSUM values a matmul accumulates onto: 0 where nothing was written yet, as the matmul that
+        finds no accumulation under way starts a new group there (shared/nki-facts.md A.3)."""
+        values = self.read().astype(np.float32)
+        initialized = self.storage.initialized
+        return values if initialized is None else np.where(initialized[self.sub.numpy_key()], values, 0.0)
 
     def access(self, nbytes: int | None = None) -> Access:
         storage = self.storage
@@ -315,8 +369,8 @@ class Tile:
             run = min(self.sub.contiguous_elements(storage.shape) * size, moved)
         else:
             run = moved // max(1, self.sub.shape[0] if self.sub.shape else 1)
-        return Access(storage.id, storage.buffer, storage.dtype_name, self.sub.shape, self.sub.region,
-                      moved, run)
+        region = self.sub.region if storage.slots is None else storage.slots.region(self.sub.region)
+        return Access(storage.id, storage.buffer, storage.dtype_name, self.sub.shape, region, moved, run)
 
     # --- arithmetic sugar: tiles combine like the nl functions they stand for ------------------
     def _binary(self, other: Any, op: str, reverse: bool = False) -> Tile:
@@ -415,7 +469,7 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
              data: np.ndarray | None = None) -> Tile:
     """Allocate a tensor, checking the partition and capacity rules the compiler enforces."""
     sim = current()
-    kind = buffer.kind if isinstance(buffer, Buffer) else (buffer or SBUF)
+    kind = buffer.kind if isinstance(buffer, (Buffer, Placement)) else (buffer or SBUF)
     if kind not in (HBM, SBUF, PSUM):
         raise KernelUsageError(f"unknown buffer {buffer!r}")
     if isinstance(shape, (int, np.integer, ParDim)):
@@ -428,7 +482,13 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
     dtype = dtypes.as_dtype(dtype)
     if dims and min(dims) <= 0:
         raise KernelUsageError(f"tensor {name or ''} has an empty or negative dimension: {dims}")
-    if kind != HBM:
+    slots = None
+    if isinstance(buffer, Placement) and not sim.force_auto_alloc:
+        slots = sim.placed(buffer, dims, partition_axis, dtype)
+        # the capacity rules apply to what is allocated: one block per physical tile
+        _check_on_chip(sim.limits, kind, slots.physical_shape(dims[partition_axis:]), 1 if slots.block_ndim else 0,
+                       dtype, name)
+    elif kind != HBM:
         _check_on_chip(sim.limits, kind, dims, partition_axis, dtype, name)
     shared = isinstance(buffer, Buffer) and buffer.name == "shared_hbm"
     if shared:
@@ -440,7 +500,7 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
                 return Tile(storage, full_subscript(dims))
     if data is None and sim.numeric:
         data = _uninitialized(dims, dtype)
-    storage = Storage(sim, name, kind, dims, dtype, partition_axis, data)
+    storage = Storage(sim, name, kind, dims, dtype, partition_axis, data, slots)
     if shared:
         sim.shared.append(storage)
     return Tile(storage, full_subscript(dims))

@@ -72,6 +72,10 @@ class TensorInfo:
     line: int
     loops: LoopNest
     alias_of: int = -1  # id of the tensor this one reshapes (same memory), -1 for its own allocation
+    # Direct allocation (nki.compiler): the tensor's physical tiles, block dimension first in `shape`,
+    # and where each lives, (start_partition, byte_addr) in SBUF or (bank, start_partition, byte_addr)
+    # in PSUM; accesses name tiles by their index. None: the compiler allocates.
+    placement: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -137,6 +141,10 @@ class Trace:
     loops: list[Loop] = field(default_factory=list)
     kernel_file: str = ""
     kernel_name: str = ""
+    # SPMD: the grid of every launch, and the index of the first instruction of every program. One
+    # NeuronCore runs the programs of a launch one after another, so each start is a barrier.
+    launches: list[tuple[int, ...]] = field(default_factory=list)
+    program_starts: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.instructions)

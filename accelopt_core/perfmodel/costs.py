@@ -108,7 +108,8 @@ class CostModel:
         attrs = inst.attrs or {}
         ii = spec.min_ii_cycles
         n = inst.free_elements / spec.rate(DTYPE_SIZES.get(inst.dtype, 4))
-        if op in ("tensor_scalar", "tensor_copy"):
+        if op in ("tensor_scalar", "tensor_copy", "tensor_scalar_reduce"):
+            # tensor_scalar_reduce: max(MIN_II, N) + MIN_II (fact sheet B.8)
             cycles = max(ii, n / self._vector_perf_mode(inst, spec))
             if attrs.get("reduce"):
                 cycles += ii
@@ -140,7 +141,7 @@ class CostModel:
             # priced as tensor_copy_predicated (B.8): 1x with one side in PSUM, 2x SBUF to SBUF
             psum = _any_in(inst.reads, "psum") or _any_in(inst.writes, "psum")
             return max(ii, n if psum else 2 * n)
-        if op not in ("nc_transpose", "bn_stats"):
+        if op not in ("nc_transpose", "bn_stats", "dropout", "random_seed"):  # max(MIN_II, N) (fact sheet B.8)
             self._note_unknown(inst)
         return max(ii, n)
 

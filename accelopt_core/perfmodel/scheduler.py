@@ -214,6 +214,10 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     # without this, moving work to GpSimd would look like free parallelism on trn1.
     shared_port = {_CODE[Engine.VECTOR], _CODE[Engine.GPSIMD]} if hardware.memory.vector_gpsimd_share_sbuf else set()
     port_free, port_last = 0.0, -1
+    # SPMD: one NeuronCore runs the programs of a launch one after another: nothing of a program
+    # starts before everything of the programs before it has finished
+    program_starts = set(trace.program_starts) - {0}
+    program_floor, floor_pred = 0.0, -1
 
     for i, inst in enumerate(instructions):
         code = _CODE.get(inst.engine)
@@ -249,6 +253,10 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
         else:
             bound = engine_free[code]
             p = engine_last[code]
+        if i in program_starts:
+            program_floor, floor_pred = latency, i - 1
+        if program_floor > bound:
+            bound, p = program_floor, floor_pred
 
         tensor_engine = code == 0
         psum_write_banks: list[int] = []

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..hardware import load_hardware
 from ..nki import Kernel, NkiError, RunResult, TensorSpec, Trace, run_kernel
+from ..nki.runner import Launch
 from ..perfmodel import estimate
 from .errors import describe_kernel_exception
 
@@ -25,6 +26,9 @@ class Measurement:
     facts: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     error_line: int | None = None
+
+
+PLAIN_LAUNCH = Launch()  # no Python arguments, no grid
 
 
 def trace_facts(run: RunResult) -> dict[str, Any]:
@@ -77,21 +81,25 @@ def _spill(outputs: list[np.ndarray], folder: str, case: int) -> list[str]:
 
 
 def measure(kernel: Kernel, check_inputs: Sequence[Sequence[np.ndarray]], timing_specs: Sequence[TensorSpec],
-            hardware: str, output_dir: str | None = None) -> Measurement:
+            hardware: str, output_dir: str | None = None, check_launch: Launch = PLAIN_LAUNCH,
+            timing_launch: Launch = PLAIN_LAUNCH) -> Measurement:
     """Run numerically on every case, then time the trace of the timing shapes (reusing the first
-    numeric run when the shapes are the same, else a trace-only run)."""
+    numeric run when the shapes and the launch are the same, else a trace-only run)."""
     result = Measurement()
     try:
         timing_run: RunResult | None = None
         for inputs in check_inputs:
-            run = run_kernel(kernel, [np.array(a, copy=True) for a in inputs], numeric=True, hardware=hardware)
+            run = run_kernel(kernel, [np.array(a, copy=True) for a in inputs], check_launch.kernel_args,
+                             numeric=True, hardware=hardware, grid=check_launch.grid)
             produced = [o for o in run.outputs if o is not None]
             result.outputs.append(_spill(produced, output_dir, len(result.outputs)) if output_dir else produced)
             run.outputs = []  # outputs of large tasks are gigabytes: keep at most one case in memory
-            if timing_run is None and [TensorSpec.of(a) for a in inputs] == list(timing_specs):
+            if (timing_run is None and check_launch == timing_launch
+                    and [TensorSpec.of(a) for a in inputs] == list(timing_specs)):
                 timing_run = run
         if timing_run is None:
-            timing_run = run_kernel(kernel, list(timing_specs), numeric=False, hardware=hardware)
+            timing_run = run_kernel(kernel, list(timing_specs), timing_launch.kernel_args, numeric=False,
+                                    hardware=hardware, grid=timing_launch.grid)
     except NkiError as exc:
         result.error, result.error_line = str(exc), exc.line
         return result
@@ -100,4 +108,13 @@ def measure(kernel: Kernel, check_inputs: Sequence[Sequence[np.ndarray]], timing
         return result
     result.facts = trace_facts(timing_run)
     result.report = estimate(timing_run.trace, load_hardware(hardware)).to_dict()
+    if timing_run.trace.launches:
+        result.report["spmd"] = spmd_summary(timing_run.trace)
     return result
+
+
+def spmd_summary(trace: Trace) -> dict[str, Any]:
+    """What the profile says about SPMD launches: their grids and how the programs were scheduled."""
+    programs = len(trace.program_starts)
+    return {"grids": [list(grid) for grid in trace.launches], "programs": programs,
+            "schedule": f"{programs} SPMD programs run one after another on one NeuronCore"}

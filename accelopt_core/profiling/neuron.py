@@ -41,6 +41,7 @@ import numpy as np
 
 from ..hardware import load_hardware
 from ..nki import TensorSpec
+from ..nki.runner import Launch, bind_arguments
 from ..perfmodel import peak_percent
 from ..tasks import PeakWork
 from .errors import describe_kernel_exception
@@ -82,6 +83,8 @@ class NeuronJob:
     max_timing_runs: int = 5
     agreement: float = 0.01
     profile: bool = True
+    check_launch: Launch = field(default_factory=Launch)  # Python arguments and grid of the checked size
+    timing_launch: Launch = field(default_factory=Launch)  # and of the timed size
 
 
 @dataclass
@@ -227,7 +230,8 @@ class NeuronProfiler(CheckingProfiler):
         result.input_shapes = input_shapes(specs, cases)
         job = NeuronJob(kernel_source, [c.inputs for c in cases], specs, kernel_name, _file_name(kernel_label),
                         self._forbidden(timing_task), self.writable_paths, self.allowed_programs, self.warmup,
-                        self.iters, self.max_timing_runs, self.agreement)
+                        self.iters, self.max_timing_runs, self.agreement, check_launch=check_task.launch,
+                        timing_launch=timing_task.launch)
         workdir = tempfile.mkdtemp(prefix="accelopt-neuron-")
         try:
             measured = run_device_child(job, workdir, self.limits, self._environment(workdir), cancel)
@@ -457,6 +461,14 @@ def _outputs(value: Any) -> list[np.ndarray]:
     return [np.asarray(item) for item in items if item is not None]
 
 
+def _launched(entry: Any, func: Any, arrays: list[np.ndarray], launch: Launch) -> Any:
+    """Call an SDK entry point (`baremetal(func)`, a benchmark) as the task launches the kernel: its
+    grid, and Python values for the parameters the reference names."""
+    positional, keywords = bind_arguments(func, arrays, launch.kernel_args)
+    target = entry[launch.grid] if launch.grid is not None else entry
+    return target(*[value for _, value in positional], **keywords)
+
+
 def measure_on_device(job: NeuronJob, workdir: str) -> DeviceMeasurement:
     """Correctness outputs (baremetal), p50 latency (benchmark, repeated until stable), NEFF/NTFF (profile)."""
     measured = DeviceMeasurement()
@@ -464,11 +476,12 @@ def measure_on_device(job: NeuronJob, workdir: str) -> DeviceMeasurement:
     try:
         sdk, func = _load_sdk_kernel(job, workdir)
         for inputs in job.check_inputs:
-            measured.outputs.append(_outputs(sdk.baremetal(func)(*[np.array(a, copy=True) for a in inputs])))
+            arrays = [np.array(a, copy=True) for a in inputs]
+            measured.outputs.append(_outputs(_launched(sdk.baremetal(func), func, arrays, job.check_launch)))
         shapes = [np.zeros(spec.shape, dtype=spec.dtype) for spec in job.timing_specs]
         for _ in range(job.max_timing_runs):
             bench = sdk.benchmark(warmup=job.warmup, iters=job.iters)(func)
-            bench(*shapes)
+            _launched(bench, func, shapes, job.timing_launch)
             measured.latencies_us.append(float(bench.benchmark_result.nc_latency.get_latency_percentile(50)))
             if len(measured.latencies_us) >= 2:
                 previous, last = measured.latencies_us[-2:]
@@ -488,8 +501,9 @@ def measure_on_device(job: NeuronJob, workdir: str) -> DeviceMeasurement:
         folder = os.path.join(workdir, PROFILE_DIR)
         os.makedirs(folder, exist_ok=True)
         try:
-            sdk.profile(working_directory=folder, save_neff_name="file.neff", save_trace_name="profile.ntff",
-                        overwrite=True, profile_nth=2)(func)(*shapes)
+            _launched(sdk.profile(working_directory=folder, save_neff_name="file.neff",
+                                  save_trace_name="profile.ntff", overwrite=True, profile_nth=2)(func),
+                      func, shapes, job.timing_launch)
             measured.profile_dir = PROFILE_DIR
         except Exception as exc:  # the timing stands; only the engine and traffic details are missing
             measured.profile_error = f"nki.profile failed: {type(exc).__name__}: {exc}"

@@ -9,11 +9,12 @@ the trusted parent, where the kernel cannot reach it.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -32,32 +33,37 @@ from .sandbox import SandboxJob, SandboxLimits, run_sandboxed, sandbox_workdir
 
 @dataclass(frozen=True)
 class TaskRef:
-    """A task by name (`silu`, `silu:small`) or by reference file; picklable, loaded where needed."""
+    """A task by name (`silu`, `silu:small`) or by reference file; picklable, loaded where needed.
+    `grid` launches the kernel on that SPMD grid instead of the reference's own (`--grid 2x2`)."""
 
     name: str | None = None
     reference: str | None = None
+    grid: tuple[int, ...] | None = None
 
     def load(self, variant: str | None = None) -> Task:
         if self.reference:
-            return load_reference(self.reference, variant=variant)
-        if not self.name:
+            task = load_reference(self.reference, variant=variant)
+        elif not self.name:
             raise ValueError("a TaskRef needs a name or a reference path")
-        base = self.name.split(":", 1)[0]
-        return find_task(f"{base}:{variant}" if variant else self.name)
+        else:
+            base = self.name.split(":", 1)[0]
+            task = find_task(f"{base}:{variant}" if variant else self.name)
+        return replace(task, grid=self.grid) if self.grid is not None else task
 
     @property
     def key(self) -> str:
         """Identity for caches: the name, or the reference's path and content (an edited reference
-        must not be answered from results checked against its old version)."""
+        must not be answered from results checked against its old version), and the grid."""
+        launch = f"@{'x'.join(map(str, self.grid))}" if self.grid is not None else ""
         if self.name or not self.reference:
-            return self.name or ""
+            return (self.name or "") + launch
         path = os.path.abspath(self.reference)
         try:
             with open(path, "rb") as handle:
                 digest = hashlib.sha256(handle.read()).hexdigest()[:16]
         except OSError:
             digest = "missing"
-        return f"{path}#{digest}"
+        return f"{path}#{digest}{launch}"
 
 
 class Profiler(Protocol):
@@ -67,6 +73,11 @@ class Profiler(Protocol):
 
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True) -> ProfileResult:
         ...
+
+
+def kernel_folder(kernel_label: str) -> str | None:
+    """The folder of the kernel file when the label names one (its sibling helpers are importable)."""
+    return os.path.dirname(os.path.abspath(kernel_label)) if os.path.isfile(kernel_label) else None
 
 
 def kernel_hash(source: str) -> str:
@@ -122,8 +133,12 @@ class CheckingProfiler:
         return check_task, [check_task.make_case(seed) for seed in result.seeds]
 
     def _forbidden(self, timing_task: Task) -> list[str]:
-        """Paths the kernel may not read: the configured ones and the task's reference."""
-        return self.forbidden_paths + [p for p in (timing_task.source_path,) if p]
+        """Paths the kernel may not read: the configured ones and the task's reference, with the
+        compiled copies Python may have cached of it (the kernel's folder is importable)."""
+        reference = timing_task.source_path
+        cached = [importlib.util.cache_from_source(reference, optimization=level) for level in ("", 1, 2)
+                  ] if reference and reference.endswith(".py") else []
+        return self.forbidden_paths + ([reference] if reference else []) + cached
 
     @staticmethod
     def _judge(result: ProfileResult, cases: list[Any], outputs: Sequence[Sequence[Any]], rtol: float) -> None:
@@ -164,7 +179,7 @@ class SimulatorProfiler(CheckingProfiler):
         check_task, cases = self._check_cases(result, task, timing_task, check, seeds)
         result.input_shapes = input_shapes(specs, cases)
         job = SandboxJob(kernel_source, [c.inputs for c in cases], specs, hardware, self._forbidden(timing_task),
-                         kernel_name, kernel_label)
+                         kernel_name, kernel_label, check_task.launch, timing_task.launch, kernel_folder(kernel_label))
         workdir = sandbox_workdir()
         try:
             return self._conclude(result, run_sandboxed(job, workdir, self.limits, cancel), cases, timing_task,

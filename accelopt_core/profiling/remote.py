@@ -177,6 +177,8 @@ class RemoteProfiler:
             payload["check_variant"] = self.check_variant
         if seeds is not None:
             payload["seeds"] = list(seeds)
+        if task.grid is not None:
+            payload["grid"] = list(task.grid)
         return payload
 
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..nki import TensorSpec
+from ..nki.runner import Launch
 from .measure import Measurement
 
 SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
@@ -56,6 +57,9 @@ class SandboxJob:
     forbidden_paths: list[str] = field(default_factory=list)
     kernel_name: str | None = None
     kernel_filename: str = "candidate.py"  # how errors name the kernel file
+    check_launch: Launch = field(default_factory=Launch)  # Python arguments and grid of the checked size
+    timing_launch: Launch = field(default_factory=Launch)  # and of the timed size
+    kernel_folder: str | None = None  # where the kernel file lives: its sibling modules are importable
 
 
 def clean_environment(environ: dict[str, str]) -> dict[str, str]:
@@ -135,8 +139,10 @@ def worker_main() -> None:
     os.remove(os.path.join(workdir, "job.pkl"))
     _install_guard(workdir, job.forbidden_paths)
     try:
-        kernel = find_kernel(load_module(job.kernel_source, job.kernel_filename), job.kernel_name)
-        result = measure(kernel, job.check_inputs, job.timing_specs, job.hardware, output_dir=workdir)
+        kernel = find_kernel(load_module(job.kernel_source, job.kernel_filename, folder=job.kernel_folder),
+                             job.kernel_name)
+        result = measure(kernel, job.check_inputs, job.timing_specs, job.hardware, output_dir=workdir,
+                         check_launch=job.check_launch, timing_launch=job.timing_launch)
     except KernelLoadError as exc:
         result = Measurement(error=str(exc))
     except MemoryError:

@@ -60,6 +60,8 @@ class JobRequest(BaseModel):
                                       description="check on this size variant of the task, time at full size")
     seeds: list[Annotated[int, Field(ge=0, lt=2**32)]] | None = Field(
         None, max_length=32, description="explicit seeds (such jobs are not cached)")
+    grid: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
+        None, min_length=1, max_length=8, description="SPMD launch grid instead of the reference's own")
 
     @field_validator("kernel", "reference", "task", "kernel_label", "reference_name")
     @classmethod
@@ -83,7 +85,8 @@ class JobRequest(BaseModel):
         return JobSpec(kernel=self.kernel, task=self.task, reference=self.reference,
                        reference_name=self.reference_name, hardware=self.hardware, check=self.check,
                        kernel_name=self.kernel_name, kernel_label=_label(self.kernel_label),
-                       check_variant=self.check_variant, seeds=tuple(self.seeds) if self.seeds is not None else None)
+                       check_variant=self.check_variant, seeds=tuple(self.seeds) if self.seeds is not None else None,
+                       grid=tuple(self.grid) if self.grid is not None else None)
 
 
 def _label(name: str | None) -> str:

@@ -73,8 +73,9 @@ class Evaluator:
 
     def task_ref(self, spec: JobSpec) -> TaskRef:
         if spec.task:
-            return TaskRef(name=spec.task)
-        return TaskRef(reference=materialize_reference(spec.reference or "", spec.reference_name, self.refs_root))
+            return TaskRef(name=spec.task, grid=spec.grid)
+        return TaskRef(reference=materialize_reference(spec.reference or "", spec.reference_name, self.refs_root),
+                       grid=spec.grid)
 
     def run(self, spec: JobSpec, cancel: threading.Event | None = None) -> Outcome:
         """Evaluate one job; never raises (a failure becomes an "error" outcome with its reason)."""

@@ -216,7 +216,8 @@ class RayProfiler:
                        reference_name=os.path.basename(task.reference) if task.reference else None,
                        hardware=hardware, check=check, kernel_name=kernel_name,
                        kernel_label=os.path.basename(kernel_label) or "candidate.py",
-                       check_variant=self.check_variant, seeds=tuple(seeds) if seeds is not None else None)
+                       check_variant=self.check_variant, seeds=tuple(seeds) if seeds is not None else None,
+                       grid=task.grid)
         key = spec.cache_key(self.config.backend)
         if key is not None and key in self.cache:
             return ProfileResult.from_dict(self.cache[key])

@@ -46,6 +46,7 @@ class JobSpec:
     kernel_label: str = "candidate.py"  # how error messages name the kernel file
     check_variant: str | None = None
     seeds: tuple[int, ...] | None = None  # explicit seeds make a job uncacheable
+    grid: tuple[int, ...] | None = None  # SPMD launch grid instead of the reference's own
 
     def task_key(self) -> str:
         if self.task:
@@ -58,12 +59,14 @@ class JobSpec:
             return None
         parts = {"kernel": sha256_text(self.kernel), "task": self.task_key(), "hardware": self.hardware,
                  "backend": backend, "check": self.check, "kernel_name": self.kernel_name,
-                 "kernel_label": self.kernel_label, "check_variant": self.check_variant}
+                 "kernel_label": self.kernel_label, "check_variant": self.check_variant,
+                 "grid": list(self.grid) if self.grid is not None else None}
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["seeds"] = list(self.seeds) if self.seeds is not None else None
+        data["grid"] = list(self.grid) if self.grid is not None else None
         return data
 
 

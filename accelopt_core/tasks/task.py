@@ -7,6 +7,11 @@ Two file formats are read:
 - our native form: `make_inputs(rng: numpy.random.Generator) -> sequence of arrays` and
   `reference(*inputs) -> array or tuple of arrays`, optionally `RTOL` and
   `peak_work(*inputs) -> PeakWork`.
+
+Either form may say how the kernel is launched beyond its array inputs: `KERNEL_ARGS`, the kernel
+parameters that take Python values (`{"pool_size": 2, "eps": 1e-6}`), and `GRID`, the SPMD launch
+grid (`(2, 2)`). Each is a constant or, in the native form, a function of the size variant's sizes
+(`def KERNEL_ARGS(**sizes)`), so a value can follow the variant.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import os
 import sys
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from ..nki.runner import Launch
 
 DEFAULT_RTOL = 2e-5
 
@@ -58,6 +65,12 @@ class Task:
     source_path: str | None = None
     family: str = ""  # tasks of one family share optimization lessons (e.g. "matmul")
     variants: tuple[str, ...] = ()  # size variants the reference defines, e.g. ("full", "small")
+    kernel_args: dict[str, Any] = field(default_factory=dict)  # kernel parameters given Python values
+    grid: tuple[int, ...] | None = None  # SPMD launch grid; None: launched without one
+
+    @property
+    def launch(self) -> Launch:
+        return Launch(dict(self.kernel_args), self.grid)
 
 
 def _as_list(value: Any) -> list[np.ndarray]:
@@ -113,13 +126,15 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
     family = str(getattr(module, "FAMILY", task_name))
     peak = getattr(module, "peak_work", None)
     peak_fn = (lambda inputs: peak(*inputs)) if callable(peak) else None
+    launch = {"kernel_args": kernel_arguments(module, path, sizes), "grid": launch_grid(module, path, sizes)}
     if callable(getattr(module, "make_inputs", None)) and callable(getattr(module, "reference", None)):
         def native_case(seed: int) -> Case:
             inputs = _as_list(module.make_inputs(np.random.default_rng(seed), **sizes))
             return Case(inputs, functools.cache(
                 lambda: _as_list(module.reference(*[np.array(a, copy=True) for a in inputs]))))
 
-        return Task(task_name, native_case, rtol, peak_fn, path, family, tuple(getattr(module, "VARIANTS", ())))
+        return Task(task_name, native_case, rtol, peak_fn, path, family, tuple(getattr(module, "VARIANTS", ())),
+                    **launch)
     missing = [f for f in ("get_inputs", "forward") if not callable(getattr(module, f, None))]
     if missing:
         raise TaskError(f"{path}: a reference needs make_inputs() and reference() (native form) or "
@@ -141,7 +156,48 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
             case.convert = convert
         return case
 
-    return Task(task_name, bench_case, rtol, peak_fn, path, family)
+    return Task(task_name, bench_case, rtol, peak_fn, path, family, **launch)
+
+
+def _sized(module: types.ModuleType, attribute: str, sizes: dict[str, Any]) -> Any:
+    value = getattr(module, attribute, None)
+    return value(**sizes) if callable(value) else value
+
+
+def kernel_arguments(module: types.ModuleType, path: str, sizes: dict[str, Any]) -> dict[str, Any]:
+    """The reference's KERNEL_ARGS: kernel parameter names with their Python values."""
+    values = _sized(module, "KERNEL_ARGS", sizes)
+    if values is None:
+        return {}
+    if not isinstance(values, dict) or not all(isinstance(k, str) and k.isidentifier() for k in values):
+        raise TaskError(f"{path}: KERNEL_ARGS must map kernel parameter names to values, got {values!r}")
+    return dict(values)
+
+
+def launch_grid(module: types.ModuleType, path: str, sizes: dict[str, Any]) -> tuple[int, ...] | None:
+    """The reference's GRID (an int or a tuple of positive ints), or None."""
+    value = _sized(module, "GRID", sizes)
+    if value is None:
+        return None
+    try:
+        return parse_grid(value)
+    except ValueError as exc:
+        raise TaskError(f"{path}: GRID {exc}") from None
+
+
+def parse_grid(value: Any) -> tuple[int, ...]:
+    """A launch grid from `2`, `(2, 2)` or the command line's `2x2`; ValueError says what is wrong."""
+    if isinstance(value, str):
+        items: Any = value.lower().split("x")
+    else:
+        items = value if isinstance(value, (tuple, list)) else (value,)
+    try:
+        grid = tuple(int(item) for item in items)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be positive integers such as 4 or (2, 2) or 2x2, got {value!r}") from None
+    if not grid or min(grid) < 1:
+        raise ValueError(f"must be positive integers such as 4 or (2, 2) or 2x2, got {value!r}")
+    return grid
 
 
 def _variant_sizes(module: types.ModuleType, path: str, variant: str | None) -> dict[str, int]:

@@ -192,3 +192,25 @@ def test_nkibench_reference_form(files: Path) -> None:
     run = accelopt("profile", str(files / "add.py"), "--reference", str(files / "bench_ref.py"), "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["correct"] is True
+
+
+def test_grid_option_launches_every_program(files: Path) -> None:
+    (files / "rows.py").write_text(textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+
+        @nki.jit
+        def kernel(x, y):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            rows = nl.ds(nl.program_id(0) * 128, 128)
+            nl.store(out[rows, :], value=nl.add(nl.load(x[rows, :]), nl.load(y[rows, :])))
+            return out
+    '''))
+    run = accelopt("profile", str(files / "rows.py"), "--reference", str(files / "add_ref.py"), "--grid", "2")
+    assert run.returncode == 0, run.stderr
+    assert "spmd      grid 2: 2 SPMD programs run one after another on one NeuronCore" in run.stdout
+    without = accelopt("profile", str(files / "rows.py"), "--reference", str(files / "add_ref.py"))
+    assert without.returncode == 3
+    bad = accelopt("profile", str(files / "rows.py"), "--reference", str(files / "add_ref.py"), "--grid", "2x0")
+    assert bad.returncode == 2 and "--grid must be positive integers" in bad.stderr

@@ -3,7 +3,9 @@ evaluation with a clear reason, never the caller."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import py_compile
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,19 @@ def test_worker_runs_this_checkout_even_when_it_is_not_installed(monkeypatch: py
     body = "    import accelopt_core\n    raise RuntimeError(accelopt_core.__file__)\n"
     result = fresh.profile(candidate(body), TASK)
     assert f"RuntimeError: {accelopt_core.__file__}" in result.error
+
+
+def test_a_reference_beside_the_kernel_is_not_importable_even_when_compiled(tmp_path: Path) -> None:
+    # the kernel's folder is importable (helper modules), so the reference's cached bytecode must be
+    # as closed as the reference itself
+    reference = tmp_path / "pair_ref.py"
+    reference.write_text("import numpy as np\n\ndef make_inputs(rng):\n    return [np.ones((128, 4), np.float32)]\n\n"
+                         "def reference(x):\n    return x * 2\n")
+    py_compile.compile(str(reference), cfile=importlib.util.cache_from_source(str(reference)))
+    kernel = tmp_path / "pair.py"
+    kernel.write_text("import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\nimport pair_ref\n\n\n"
+                      "@nki.jit\ndef kernel(x):\n    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+                      "    nl.store(out, value=nl.multiply(nl.load(x), 2.0))\n    return out\n")
+    result = SimulatorProfiler(seeds=1).profile(kernel.read_text(), TaskRef(reference=str(reference)),
+                                                kernel_label=str(kernel))
+    assert result.error is not None and "not allowed" in result.error

@@ -46,6 +46,18 @@ def test_profile_through_the_service_matches_a_local_profile(service: Service, r
     assert remote.latency_ms == pytest.approx(local.latency_ms) and remote.to_dict().keys() == local.to_dict().keys()
 
 
+def test_the_launch_grid_travels_to_the_service(service: Service, reference: TaskRef) -> None:
+    # the same doubling, but every program doubles its own 64 rows: right only on a grid of 2
+    kernel = ("import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n\n\n@nki.jit\ndef kernel(x):\n"
+              "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+              "    rows = nl.ds(nl.program_id(0) * 64, 64)\n"
+              "    nl.store(out[rows, :], value=nl.multiply(nl.load(x[rows, :]), 2.0))\n    return out\n")
+    gridded = TaskRef(reference=reference.reference, grid=(2,))
+    result = RemoteProfiler(service.url, service.token).profile(kernel, gridded)
+    assert result.ok and result.correct is True and result.profile["spmd"]["grids"] == [[2]]
+    assert RemoteProfiler(service.url, service.token).profile(kernel, reference).correct is False
+
+
 def test_named_task_and_explicit_seeds(service: Service) -> None:
     from accelopt_core.tasks.registry import task_files
 

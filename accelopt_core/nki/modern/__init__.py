@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import typing
+from .. import compiler, typing
 from ..errors import missing_api
 from ..runner import Kernel, jit_decorator, run_kernel
 from . import isa, language
@@ -30,17 +30,21 @@ def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
     return simulate(kernel)(*args, **kwargs)
 
 
+tensor = typing.tensor  # `def kernel(x: nki.tensor)`: an annotation only
+
 __getattr__ = missing_api("nki")
 
 
 __all__ = [
     "baremetal",
     "benchmark",
+    "compiler",
     "isa",
     "jit",
     "language",
     "profile",
     "simulate",
     "simulate_kernel",
+    "tensor",
     "typing",
 ]

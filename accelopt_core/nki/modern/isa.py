@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from .. import isa as _legacy
 from .. import ops
+from ..errors import KernelUsageError
 from ..tensor import Tile
+
+
+class matmul_perf_mode(Enum):  # noqa: N801  (NKI's own name)
+    """Tensor-engine performance modes: double_row runs FP8 at twice the rate (NeuronCore-v3 and later)."""
+
+    none = "none"
+    double_row = "double_row"
 
 
 def nc_matmul(dst: Tile, stationary: Tile, moving: Tile, is_stationary_onezero: bool = False,
               is_moving_onezero: bool = False, is_transpose: bool = False, accumulate: bool | None = None,
-              **_: Any) -> None:
+              perf_mode: Any = None, **_: Any) -> None:
     """accumulate=None: the first matmul into a PSUM region overwrites, the following ones add
     (shared/nki-facts.md A.3). The docs do not say what ends such a group; here any other
     instruction reading or writing the region does, so the next matmul starts a new one."""
@@ -20,7 +29,7 @@ def nc_matmul(dst: Tile, stationary: Tile, moving: Tile, is_stationary_onezero: 
     if accumulate is None:
         accumulate = bool(storage.mm_open) and region in storage.mm_open
     ops.nc_matmul(stationary, moving, is_transpose=is_transpose, dst=dst, accumulate=accumulate,
-                  onezero=is_stationary_onezero or is_moving_onezero)
+                  onezero=is_stationary_onezero or is_moving_onezero, perf_mode=perf_mode)
     if storage.mm_open is None:
         storage.mm_open = [region]
     elif region not in storage.mm_open:
@@ -80,6 +89,35 @@ def memset(dst: Tile, value: Any, engine: Any = None, **_: Any) -> None:
 
 def reciprocal(dst: Tile, data: Tile, engine: Any = None, **_: Any) -> None:
     ops.reciprocal(data, engine=engine, dst=dst)
+
+
+def tensor_scalar_reduce(dst: Tile, data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile,
+                         reverse0: bool = False, **_: Any) -> None:
+    ops.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=reverse0, dst=dst)
+
+
+def bn_stats(dst: Tile, data: Tile, **_: Any) -> None:
+    ops.bn_stats(data, dst=dst)
+
+
+def bn_aggr(dst: Tile, data: Tile, **_: Any) -> None:
+    ops.bn_aggr(data, dst=dst)
+
+
+def tensor_partition_reduce(dst: Tile, op: Any, data: Tile, **_: Any) -> None:
+    ops.tensor_partition_reduce(op, data, dst=dst)
+
+
+def dropout(dst: Tile, data: Tile, prob: Any, **_: Any) -> None:
+    ops.dropout(data, prob, dst=dst)
+
+
+def dma_transpose(dst: Tile, src: Tile, axes: tuple[int, ...] | None = None, **_: Any) -> None:
+    """DMA `src` into `dst` with its dimensions permuted (`axes`, by default the reversal of 2-D)."""
+    order = tuple(axes) if axes is not None else _legacy.DMA_TRANSPOSE_AXES.get(src.ndim)
+    if order is None:
+        raise KernelUsageError(f"nisa.dma_transpose needs axes= for a tile of shape {src.shape}")
+    ops.dma_copy(src, dst=dst, axes=order)
 
 
 def iota(dst: Tile, expr: Any, **_: Any) -> None:

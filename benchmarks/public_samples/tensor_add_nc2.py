@@ -1,0 +1,13 @@
+"""SPMD tensor addition over two NeuronCores: float16 a + b on [512, 2048] (the tutorial's check)."""
+
+import numpy as np
+
+RTOL = 1e-3
+
+
+def make_inputs(rng: np.random.Generator) -> list[np.ndarray]:
+    return [rng.random((512, 2048)).astype(np.float16), rng.random((512, 2048)).astype(np.float16)]
+
+
+def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a.astype(np.float32) + b.astype(np.float32)).astype(np.float16)

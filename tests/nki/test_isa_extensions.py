@@ -1,0 +1,346 @@
+"""Instructions and language functions the public samples use beyond the basics: each checked against
+NumPy in both modes (the `run` fixture compares the numeric and the trace-only trace) and priced by the
+performance model from its ISA cost formula."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from accelopt_core.hardware import load_hardware
+from accelopt_core.nki import HardwareRuleError, run_kernel
+from accelopt_core.perfmodel.costs import CostModel
+
+HEADER = """
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+"""
+
+
+def priced(both, hardware: str = "trn1") -> CostModel:
+    """Every instruction of the run has an ISA cost formula (none falls back to the generic one)."""
+    costs = CostModel(load_hardware(hardware))
+    for inst in both.traced.trace.instructions:
+        costs.dma(inst) if inst.engine == "dma" else costs.occupancy(inst)
+    assert not costs.unknown_ops, costs.unknown_ops
+    return costs
+
+
+def test_tensor_scalar_reduce(run, rng):
+    a = rng.standard_normal((128, 300)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 301), dtype=a.dtype, buffer=nl.shared_hbm)
+    top = nl.ndarray((128, 1), dtype=nl.float32)
+    scaled = nisa.tensor_scalar_reduce(data=nl.load(a), op0=nl.multiply, operand0=0.5, reduce_op=nl.max,
+                                       reduce_res=top)
+    nl.store(out[:, 0:300], value=scaled)
+    nl.store(out[:, 300:301], value=top)
+    return out
+""", a)
+    np.testing.assert_allclose(both.out[:, :300], 0.5 * a, rtol=1e-6)
+    np.testing.assert_allclose(both.out[:, 300], 0.5 * a.max(axis=1), rtol=1e-6)
+    inst = next(i for i in both.instructions if i.op == "tensor_scalar_reduce")
+    assert inst.engine == "vector" and len(inst.writes) == 2
+    spec = load_hardware("trn1").compute_engine("vector")
+    # max(MIN_II, N) + MIN_II (ISA cost table)
+    assert priced(both).occupancy(inst) == pytest.approx((300 + spec.min_ii_cycles) / spec.clock_hz)
+
+
+def test_bn_stats_and_bn_aggr_give_mean_and_variance_also_under_a_mask(run, rng):
+    x = rng.standard_normal((128, 700)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    tile = nl.load(x)
+    stats = nl.ndarray((128, 12), dtype=nl.float32)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(512)[None, :]
+    for j in nl.affine_range(2):
+        stats[i_p, j * 6 + nl.arange(6)[None, :]] = nisa.bn_stats(tile[i_p, j * 512 + i_f],
+                                                                  mask=(j * 512 + i_f < 700), dtype=nl.float32)
+    nl.store(out, value=nisa.bn_aggr(stats))
+    return out
+""", x)
+    np.testing.assert_allclose(both.out[:, 0], x.mean(axis=1), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(both.out[:, 1], x.var(axis=1), rtol=1e-4)
+    priced(both)
+
+
+def test_bn_stats_reads_at_most_512_elements(fails):
+    err = fails(HEADER + """
+@nki.jit
+def kernel(x):
+    s = nisa.bn_stats(nl.load(x))  # ERR
+    return x
+""", np.zeros((128, 600), np.float32), error=HardwareRuleError)
+    assert "at most 512 elements" in err.message
+
+
+def test_tensor_partition_reduce(run, rng):
+    a = rng.standard_normal((64, 32)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((1, 32), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nisa.tensor_partition_reduce(np.add, nl.load(a)))
+    return out
+""", a)
+    np.testing.assert_allclose(both.out[0], a.sum(axis=0), rtol=1e-5)
+    assert [i.engine for i in both.instructions if i.op == "tensor_partition_reduce"] == ["gpsimd"]
+    priced(both)
+
+
+def test_loop_reduce_combines_into_its_destination(run, rng):
+    a = rng.standard_normal((3, 128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 64), dtype=nl.float32)
+    for k in nl.affine_range(3):
+        acc[...] = nl.loop_reduce(nl.load(a[k]), op=np.add, loop_indices=[k], dtype=nl.float32)
+    nl.store(out, value=acc)
+    return out
+""", a)
+    np.testing.assert_allclose(both.out, a.sum(axis=0), rtol=1e-5)
+    adds = [i for i in both.instructions if i.op == "tensor_tensor"]
+    assert len(adds) == 3 and all(i.writes[0].tensor == adds[0].writes[0].tensor for i in adds)
+
+
+def test_dropout_is_seeded_and_keeps_or_zeroes_elements(run, rng):
+    a = rng.uniform(1.0, 2.0, (128, 256)).astype(np.float32)
+    source = HEADER + """
+@nki.jit
+def kernel(a, seed):
+    out = nl.ndarray((2, 128, 256), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.random_seed(seed=nl.load(seed))
+    x = nl.load(a)
+    nl.store(out[0], value=nl.dropout(x, rate=0.25))
+    nl.store(out[1], value=nisa.dropout(x, prob=1.0))
+    return out
+"""
+    both = run(source, a, np.full((1, 1), 7, np.int32))
+    kept = both.out[0] != 0
+    np.testing.assert_array_equal(both.out[0][kept], a[kept])
+    assert 0.65 < kept.mean() < 0.85 and not both.out[1].any()
+    again = run(source, a, np.full((1, 1), 7, np.int32))
+    np.testing.assert_array_equal(again.out, both.out)  # the same seed draws the same elements
+    priced(both)
+
+
+def test_type_limits_and_the_core_generation(run):
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((1, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    values = (nl.finfo(nl.bfloat16).max, nl.fp32.min, float(nisa.get_nc_version()),
+              float(nisa.get_nc_version() >= nisa.nc_version.gen3))
+    for i, value in enumerate(values):
+        nl.store(out[0:1, i:i + 1], value=nl.full((1, 1), value, dtype=nl.float32))
+    return out
+""", np.zeros((1, 1), np.float32))
+    expected = [float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), float(np.finfo(np.float32).min), 2.0, 0.0]
+    np.testing.assert_array_equal(both.out[0], np.array(expected, np.float32))
+    trn2 = run_kernel(both.kernel, [np.zeros((1, 1), np.float32)], hardware="trn2")
+    assert trn2.outputs[0][0, 2:].tolist() == [3.0, 1.0]
+
+
+def test_legacy_dma_copy_and_dma_transpose(run, rng):
+    a = rng.standard_normal((16, 8, 4)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((4, 8, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+    flat = nl.ndarray((16, 8, 4), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(src=a, dst=flat)
+    nl.store(out, value=nisa.dma_transpose(flat))
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out, a.transpose(2, 1, 0))
+    dmas = [i for i in both.instructions if i.op == "dma_copy"]
+    assert [i.attrs["transpose"] for i in dmas] == [False, True, False]
+    priced(both)
+
+
+def test_indirect_dma_gathers_and_scatters_rows(run, rng):
+    table = rng.standard_normal((200, 32)).astype(np.float32)
+    rows = rng.integers(0, 200, (128, 1)).astype(np.int32)
+    rows[100:] = 999  # garbage where the mask switches the rows off
+    both = run(HEADER + """
+@nki.jit
+def kernel(table, rows):
+    out = nl.ndarray((2, 200, 32), dtype=table.dtype, buffer=nl.shared_hbm)
+    index = nl.load(rows)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(32)[None, :]
+    gathered = nl.load(table[index, i_f], mask=(i_p < 100))
+    nl.store(out[0, i_p, i_f], value=gathered, mask=(i_p < 100))
+    nl.store(out[1, index, i_f], value=nl.multiply(gathered, 2.0), mask=(i_p < 50))
+    return out
+""", table, rows)
+    np.testing.assert_array_equal(both.out[0, :100], table[rows[:100, 0]])
+    scattered = {int(r): 2 * table[r] for r in rows[:50, 0]}
+    for row, value in scattered.items():
+        np.testing.assert_array_equal(both.out[1, row], value)
+    gather = next(i for i in both.instructions if i.op == "dma_copy" and i.attrs["indirect"])
+    assert len(gather.reads) == 2 and gather.reads[0].region == ((0, 200), (0, 32))  # the table, the index tile
+    priced(both)
+
+
+def test_an_active_indirect_index_out_of_bounds_is_an_error(load, rng):
+    _, kernel, _ = load(HEADER + """
+@nki.jit
+def kernel(table, rows):
+    out = nl.ndarray((128, 32), dtype=table.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(table[nl.load(rows), nl.arange(32)[None, :]]))
+    return out
+""")
+    rows = np.full((128, 1), 250, np.int32)
+    with pytest.raises(HardwareRuleError, match=r"indirect index 250 .* out of bounds"):
+        run_kernel(kernel, [np.zeros((200, 32), np.float32), rows])
+
+
+def test_double_row_matmul_contracts_both_rows_at_twice_the_rate(run, rng):
+    s = rng.uniform(-2, 2, (128, 2, 128)).astype(ml_dtypes.float8_e4m3)
+    m = rng.uniform(-2, 2, (128, 2, 512)).astype(ml_dtypes.float8_e4m3)
+    source = HEADER + """
+@nki.jit
+def kernel(s, m):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    r = nisa.nc_matmul(nl.load(s), nl.load(m), perf_mode="double_row_gen3")
+    nl.store(out, value=nl.copy(r))
+    return out
+"""
+    both = run(source, s, m, hardware="trn2")
+    expected = np.einsum("krm,krn->mn", s.astype(np.float32), m.astype(np.float32))
+    np.testing.assert_allclose(both.out, expected, rtol=1e-5, atol=1e-3)
+    mm = next(i for i in both.instructions if i.op == "nc_matmul")
+    assert mm.flops == 2 * 256 * 128 * 512 and mm.attrs["perf_mode"] == "double_row"
+    costs = priced(both, "trn2")
+    spec = load_hardware("trn2").tensor
+    assert costs.occupancy(mm) == pytest.approx(512 * spec.factor("float8_e4m3") / spec.clock_hz)
+
+
+@pytest.mark.parametrize(("hardware", "dtype", "message"), [
+    ("trn1", ml_dtypes.float8_e4m3, "needs NeuronCore-v3"),
+    ("trn2", np.float32, "takes FP8"),
+])
+def test_double_row_matmul_rules(fails, hardware, dtype, message):
+    err = fails(HEADER + """
+@nki.jit
+def kernel(s, m):
+    r = nisa.nc_matmul(nl.load(s), nl.load(m), perf_mode="double_row")  # ERR
+    return s
+""", np.zeros((128, 2, 64), dtype), np.zeros((128, 2, 512), dtype), hardware=hardware, error=HardwareRuleError)
+    assert message in err.message
+
+
+def test_transposed_operands_left_in_psum_are_staged_through_sbuf(run, rng):
+    x = rng.standard_normal((128, 128)).astype(np.float32)
+    y = rng.standard_normal((128, 128)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x, y):
+    out = nl.ndarray((2, 128, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    xs, ys = nl.load(x), nl.load(y)
+    nl.store(out[0], value=nl.copy(nl.matmul(xs, nl.transpose(ys), transpose_x=True)))
+    nl.store(out[1], value=nl.copy(nisa.nc_matmul(nisa.nc_transpose(xs), ys)))
+    return out
+""", x, y)
+    np.testing.assert_allclose(both.out[0], x.T @ y.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(both.out[1], x @ y, rtol=1e-4, atol=1e-4)
+    ops = [i.op for i in both.instructions]
+    assert ops.count("tensor_copy") == 4  # two inserted PSUM -> SBUF copies, two result copies
+
+
+def test_affine_select_on_a_psum_tile_goes_through_sbuf(run, rng):
+    s = rng.standard_normal((128, 128)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(s):
+    out = nl.ndarray((128, 128), dtype=s.dtype, buffer=nl.shared_hbm)
+    scores = nisa.nc_matmul(nl.load(s), nl.load(s))
+    i_p, i_f = nl.mgrid[0:128, 0:128]
+    nl.store(out, value=nisa.affine_select(pred=(i_p >= i_f), on_true_tile=scores, on_false_value=-9984.0))
+    return out
+""", s)
+    np.testing.assert_allclose(both.out, np.where(np.tri(128, dtype=bool), s.T @ s, -9984.0), rtol=1e-4, atol=1e-3)
+    select = next(i for i in both.instructions if i.op == "affine_select")
+    assert select.engine == "gpsimd" and all(a.buffer == "sbuf" for a in select.reads)
+
+
+def test_masks_decided_at_trace_time(run, rng):
+    a = rng.standard_normal((128, 8)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((2, 128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    i_f = nl.arange(8)[None, :]
+    for i in nl.affine_range(2):
+        nl.store(out[i], value=nl.zeros((128, 8), dtype=a.dtype))
+        nl.store(out[i], value=x, mask=(i * 128 < 100) & (i_f < 8))
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out[0], a)
+    np.testing.assert_array_equal(both.out[1], 0)
+
+
+def test_iota_of_mgrid_components_spans_the_whole_grid(run):
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((4, 5, 3, 3), dtype=nl.int32, buffer=nl.shared_hbm)
+    g = nl.mgrid[0:4, 0:5, 0:3, 0:3]
+    nl.store(out, value=nisa.iota(3 * g.y + g.z, dtype=nl.int32))
+    return out
+""", np.zeros((1, 1), np.float32))
+    np.testing.assert_array_equal(both.out, np.broadcast_to(np.arange(9).reshape(3, 3), (4, 5, 3, 3)))
+
+
+def test_a_column_of_an_on_chip_tile_indexes_like_its_memory(run, rng):
+    a = rng.standard_normal((128, 4)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+    column = nl.load(a)[:, 2]      # a [128] tile
+    nl.store(out, value=nl.exp(column[:, 0]))
+    return out
+""", a)
+    np.testing.assert_allclose(both.out[:, 0], np.exp(a[:, 2]), rtol=1e-6)
+
+
+def test_matmul_accumulating_onto_unwritten_psum_starts_a_group(run, rng):
+    s = rng.standard_normal((2, 128, 64)).astype(np.float32)
+    m = rng.standard_normal((2, 128, 32)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(s, m):
+    out = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.psum)   # never initialised
+    for k in nl.affine_range(2):
+        acc += nisa.nc_matmul(nl.load(s[k]), nl.load(m[k]))
+    nl.store(out, value=nl.copy(acc))
+    return out
+""", s, m)
+    np.testing.assert_allclose(both.out, s[0].T @ m[0] + s[1].T @ m[1], rtol=1e-4, atol=1e-4)
+
+
+def test_hbm_views_take_the_shape_keyword(run, rng):
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((24, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+    flat = a.reshape(shape=(24, 1))
+    nl.store(out, value=nl.load(flat))
+    return out
+""", a)
+    np.testing.assert_array_equal(both.out[:, 0], a.reshape(-1))
