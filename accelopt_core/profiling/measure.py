@@ -3,7 +3,6 @@ the facts the anti-cheating guards need. This is what a sandboxed worker execute
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,17 +14,34 @@ from ..nki import Kernel, NkiError, RunResult, TensorSpec, Trace, run_kernel
 from ..nki.runner import Launch
 from ..perfmodel import estimate
 from .errors import describe_kernel_exception
+from .handback import OPTIONAL_INT, OPTIONAL_TEXT, MalformedResultError, save_array, typed
 
 
 @dataclass
 class Measurement:
     """What one kernel did: outputs per case, performance-model report, trace facts, or an error."""
 
-    outputs: list[list[Any]] = field(default_factory=list)  # per case: arrays, or .npy paths from a sandbox
+    outputs: list[list[Any]] = field(default_factory=list)  # per case: arrays (descriptors in a sandbox child)
     report: dict[str, Any] | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     error_line: int | None = None
+
+
+    def plain(self) -> dict[str, Any]:
+        """The fields as JSON for the trusted side (the outputs already spilled as descriptors)."""
+        return {"outputs": self.outputs, "report": self.report, "facts": self.facts, "error": self.error,
+                "error_line": self.error_line}
+
+    @staticmethod
+    def from_plain(data: dict[str, Any]) -> Measurement:
+        """A child's result (handback.read_result) with every field of the type it must have."""
+        fields = typed(data, {"outputs": (list,), "report": (dict, type(None)), "facts": (dict,),
+                              "error": OPTIONAL_TEXT, "error_line": OPTIONAL_INT})
+        facts = fields.get("facts", {})
+        if not all(isinstance(v, (int, float, type(None))) for v in facts.values()):
+            raise MalformedResultError("a trace fact is not a number")
+        return Measurement(**fields)
 
 
 PLAIN_LAUNCH = Launch()  # no Python arguments, no grid
@@ -70,14 +86,9 @@ def first_uninitialized_read(trace: Trace, input_ids: set[int]) -> int | None:
     return None
 
 
-def _spill(outputs: list[np.ndarray], folder: str, case: int) -> list[str]:
-    """Write one case's outputs to .npy files; the caller compares them one case at a time."""
-    paths = []
-    for i, array in enumerate(outputs):
-        path = os.path.join(folder, f"out-{case}-{i}.npy")
-        np.save(path, array)
-        paths.append(path)
-    return paths
+def spill(outputs: Sequence[np.ndarray], folder: str, case: int) -> list[dict[str, Any]]:
+    """Write one case's outputs as plain .npy files (handback.py); their descriptors go into the result."""
+    return [save_array(folder, f"out-{case}-{i}.npy", np.asarray(array)) for i, array in enumerate(outputs)]
 
 
 def measure(kernel: Kernel, check_inputs: Sequence[Sequence[np.ndarray]], timing_specs: Sequence[TensorSpec],
@@ -92,7 +103,7 @@ def measure(kernel: Kernel, check_inputs: Sequence[Sequence[np.ndarray]], timing
             run = run_kernel(kernel, [np.array(a, copy=True) for a in inputs], check_launch.kernel_args,
                              numeric=True, hardware=hardware, grid=check_launch.grid)
             produced = [o for o in run.outputs if o is not None]
-            result.outputs.append(_spill(produced, output_dir, len(result.outputs)) if output_dir else produced)
+            result.outputs.append(spill(produced, output_dir, len(result.outputs)) if output_dir else produced)
             run.outputs = []  # outputs of large tasks are gigabytes: keep at most one case in memory
             if (timing_run is None and check_launch == timing_launch
                     and [TensorSpec.of(a) for a in inputs] == list(timing_specs)):

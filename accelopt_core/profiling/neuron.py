@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -46,9 +46,11 @@ from ..perfmodel import peak_percent
 from ..tasks import PeakWork
 from .errors import describe_kernel_exception
 from .guards import guard_violation
+from .handback import OPTIONAL_INT, OPTIONAL_NUMBER, OPTIONAL_TEXT, MalformedResultError, typed, write_result
+from .measure import spill
 from .profiler import CheckingProfiler, TaskRef, input_shapes, zero_arrays
 from .result import ProfileResult
-from .sandbox import SandboxLimits, clean_environment, open_guard, run_worker
+from .sandbox import SandboxLimits, clean_environment, open_guard, plain_result, run_worker
 
 # programs the SDK may start from inside the child (compiler, benchmark and profiler tools)
 NEURON_TOOLS = ("neuronx-cc", "neuron-bench", "neuron-profile", "neuron-explorer", "neuron-ls")
@@ -99,6 +101,23 @@ class DeviceMeasurement:
     profile_error: str | None = None
     error: str | None = None
     error_line: int | None = None
+
+    def plain(self, folder: str) -> dict[str, Any]:
+        """The fields as JSON for the trusted side, the outputs spilled into `folder`."""
+        outputs = [spill(case, folder, index) for index, case in enumerate(self.outputs)]
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "outputs": outputs}
+
+    @staticmethod
+    def from_plain(data: dict[str, Any]) -> DeviceMeasurement:
+        """A child's result (handback.read_result) with every field of the type it must have."""
+        values = typed(data, {"outputs": (list,), "latencies_us": (list,), "latency_us": OPTIONAL_NUMBER,
+                              "stable": (bool,), "profile_dir": OPTIONAL_TEXT, "profile_error": OPTIONAL_TEXT,
+                              "error": OPTIONAL_TEXT, "error_line": OPTIONAL_INT})
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.get("latencies_us", [])):
+            raise MalformedResultError("a benchmark latency is not a number")
+        if values.get("profile_dir") not in (None, PROFILE_DIR):
+            raise MalformedResultError("the profile folder is not the one the worker writes")
+        return DeviceMeasurement(**values)
 
 
 # -- parsing neuron-profile output ------------------------------------------------------------------
@@ -246,6 +265,8 @@ class NeuronProfiler(CheckingProfiler):
         work = timing_task.peak_work(zero_arrays(specs)) if timing_task.peak_work else None
         if check:
             self._judge(result, cases, measured.outputs, check_task.rtol if self.rtol is None else self.rtol)
+            if result.error:
+                return result
         if summary:
             violation = guard_violation({k: summary.get(k) or 0 for k in ("hardware_flops", "transpose_flops",
                                                                           "hbm_read_bytes", "hbm_write_bytes")}, work)
@@ -359,7 +380,7 @@ def run_device_child(job: NeuronJob, workdir: str, limits: SandboxLimits, env: d
                      cancel: threading.Event | None = None) -> DeviceMeasurement:
     """Run `job` in a fresh child (its own session, killed on timeout or cancel) inside `workdir`."""
     run = run_worker("accelopt_core.profiling.neuron", job, workdir, env, limits, cancel)
-    return run.result if isinstance(run.result, DeviceMeasurement) else DeviceMeasurement(error=run.error)
+    return plain_result(run, DeviceMeasurement.from_plain, DeviceMeasurement)
 
 
 def _install_device_guard(workdir: str, forbidden: Sequence[str], writable: Sequence[str],
@@ -523,12 +544,15 @@ def device_main() -> None:
         job: NeuronJob = pickle.load(handle)
     os.remove(os.path.join(workdir, "job.pkl"))
     _install_device_guard(workdir, job.forbidden_paths, job.writable_paths, job.allowed_programs)
-    result = measure_on_device(job, workdir)
-    with open(os.path.join(workdir, "result.pkl"), "wb") as handle:
-        pickle.dump(result, handle)
+    measured = measure_on_device(job, workdir)
+    try:
+        plain = measured.plain(workdir)
+    except TypeError as exc:  # an output of a dtype the check cannot read
+        plain = DeviceMeasurement(error=str(exc)).plain(workdir)
+    write_result(workdir, plain)
 
 
 if __name__ == "__main__":
-    from accelopt_core.profiling.neuron import device_main as _main  # classes pickle under their real module
+    from accelopt_core.profiling.neuron import device_main as _main  # the job's classes under their real module
 
     _main()

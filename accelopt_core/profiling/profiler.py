@@ -28,7 +28,7 @@ from ..tasks.registry import find_task
 from .guards import guard_violation
 from .measure import Measurement
 from .result import ProfileResult
-from .sandbox import SandboxJob, SandboxLimits, run_sandboxed, sandbox_workdir
+from .sandbox import MALFORMED, SandboxJob, SandboxLimits, run_sandboxed, sandbox_workdir
 
 
 @dataclass(frozen=True)
@@ -143,12 +143,14 @@ class CheckingProfiler:
     @staticmethod
     def _judge(result: ProfileResult, cases: list[Any], outputs: Sequence[Sequence[Any]], rtol: float) -> None:
         """Compare case by case, letting each case's reference and outputs go before the next (outputs
-        are arrays, or .npy files the child left)."""
+        are arrays, memory-mapped from the files the child left)."""
+        if len(outputs) != len(cases):
+            result.error = f"{MALFORMED}: {len(outputs)} sets of outputs for {len(cases)} cases"
+            return
         result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
         for index, (seed, produced) in enumerate(zip(result.seeds, outputs, strict=True)):
             case, cases[index] = cases[index], None
-            arrays = [np.load(o, mmap_mode="r") if isinstance(o, str) else o for o in produced]
-            rel, abs_err, problem = compare(case.convert(arrays), case.reference(), rtol)
+            rel, abs_err, problem = compare(case.convert(list(produced)), case.reference(), rtol)
             result.rel_l2_error = max(result.rel_l2_error, rel)
             result.max_abs_error = max(result.max_abs_error, abs_err)
             if problem:
@@ -197,8 +199,13 @@ class SimulatorProfiler(CheckingProfiler):
                 self.cache[cache_key] = result
             return result
         work = timing_task.peak_work(zero_arrays(specs)) if timing_task.peak_work else None
+        if measured.report is None:
+            result.error = f"{MALFORMED}: no performance report"
+            return result
         if check:
             self._judge(result, cases, measured.outputs, rtol if rtol is not None else timing_task.rtol)
+            if result.error:
+                return result
         violation = guard_violation(measured.facts, work)
         if violation:
             result.correct = False

@@ -23,12 +23,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..nki import TensorSpec
 from ..nki.runner import Launch
+from .handback import MalformedResultError, read_result, write_result
 from .measure import Measurement
 
 SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
@@ -120,7 +121,7 @@ def _die_with_parent() -> None:
 
 def worker_main() -> None:
     """Body of `python -m accelopt_core.profiling.sandbox WORKDIR MEMORY_MB`: read the job, apply the
-    limits and the guard, measure, and leave the result in WORKDIR/result.pkl."""
+    limits and the guard, measure, and leave the result in WORKDIR as plain data (handback.py)."""
     import resource
 
     from ..blas import single_threaded_blas
@@ -149,8 +150,7 @@ def worker_main() -> None:
         result = Measurement(error="the kernel ran out of memory (sandbox limit)")
     except Exception as exc:  # import-time failure of the candidate module
         result = Measurement(error=f"loading the kernel failed: {type(exc).__name__}: {exc}")
-    with open(os.path.join(workdir, "result.pkl"), "wb") as handle:
-        pickle.dump(result, handle)
+    write_result(workdir, result.plain())
 
 
 def _scratch_root() -> str | None:
@@ -158,13 +158,16 @@ def _scratch_root() -> str | None:
 
 
 CANCELLED = "evaluation cancelled"
+MALFORMED = "the kernel's worker process left a malformed result"
+T = TypeVar("T")
 
 
 @dataclass
 class WorkerRun:
-    """How a worker child ended: its pickled result (None if it left none), or why there is none."""
+    """How a worker child ended: its result as checked plain data (handback.read_result), or why there
+    is none."""
 
-    result: Any = None
+    result: dict[str, Any] | None = None
     error: str | None = None
 
 
@@ -181,7 +184,8 @@ def importable_environment(env: dict[str, str]) -> dict[str, str]:
 def run_worker(module: str, job: Any, workdir: str, env: dict[str, str], limits: SandboxLimits,
                cancel: threading.Event | None = None) -> WorkerRun:
     """Run `python -m MODULE WORKDIR MEMORY_MB` on `job` (pickled into WORKDIR) in its own session;
-    killed on timeout or cancellation; its result is what it pickled into WORKDIR/result.pkl."""
+    killed on timeout or cancellation; its result is the plain data it left in WORKDIR, checked here
+    (nothing the child wrote is unpickled or executed)."""
     with open(os.path.join(workdir, "job.pkl"), "wb") as handle:
         pickle.dump(job, handle, protocol=pickle.HIGHEST_PROTOCOL)
     # runpy warns that the package already imported the module it runs; harmless, and it would pose as the
@@ -201,10 +205,11 @@ def run_worker(module: str, job: Any, workdir: str, env: dict[str, str], limits:
                     child.communicate()
                     return WorkerRun(error=CANCELLED if stopped else
                                      f"the kernel did not finish within {limits.seconds:g} s (sandbox limit)")
-    result_path = os.path.join(workdir, "result.pkl")
-    if child.returncode == 0 and os.path.isfile(result_path) and not os.path.islink(result_path):
-        with open(result_path, "rb") as handle:
-            return WorkerRun(result=pickle.load(handle))
+    if child.returncode == 0:
+        try:
+            return WorkerRun(result=read_result(workdir))
+        except MalformedResultError as exc:
+            return WorkerRun(error=f"{MALFORMED}: {exc}")
     detail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] if stderr else []
     return WorkerRun(error=_exit_reason(child.returncode) + (f": {detail[0]}" if detail else ""))
 
@@ -221,7 +226,17 @@ def run_sandboxed(job: SandboxJob, workdir: str, limits: SandboxLimits = Sandbox
     kills the child within a quarter of a second."""
     run = run_worker("accelopt_core.profiling.sandbox", job, workdir, clean_environment(dict(os.environ)),
                      limits, cancel)
-    return run.result if isinstance(run.result, Measurement) else Measurement(error=run.error)
+    return plain_result(run, Measurement.from_plain, Measurement)
+
+
+def plain_result(run: WorkerRun, build: Callable[[dict[str, Any]], T], failed: Callable[..., T]) -> T:
+    """`build(run.result)`, or `failed(error=...)` when the child left no result or a malformed one."""
+    if run.result is None:
+        return failed(error=run.error)
+    try:
+        return build(run.result)
+    except (MalformedResultError, TypeError) as exc:
+        return failed(error=f"{MALFORMED}: {exc}")
 
 
 def _exit_reason(code: int | None) -> str:

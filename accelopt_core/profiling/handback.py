@@ -1,0 +1,135 @@
+"""What a kernel's child process hands back to the trusted side: plain data only.
+
+The child writes `result.json` and one `.npy` file per output array into its job folder. Nothing in
+them is ever executed: JSON is parsed, arrays are loaded with `allow_pickle=False` as the unsigned
+integers of their element size and only then viewed as the dtype the JSON names (NumPy cannot store
+ml_dtypes' bf16/fp8 in a .npy header; they would come back as opaque `|V2`). The trusted side checks
+every name, path, dtype, shape and size; anything else is a `MalformedResultError`, which the caller turns
+into one failed evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from typing import Any
+
+import numpy as np
+
+from ..nki import dtypes
+
+RESULT_FILE = "result.json"
+MAX_RESULT_BYTES = 64 * 1024 * 1024  # the report and the line table; arrays travel as .npy files
+_ARRAY_FILE = re.compile(r"out-\d{1,6}-\d{1,6}\.npy")
+# the dtypes an output may have, by name: NumPy's plain numbers and NKI's narrow floats
+DTYPES: dict[str, np.dtype] = {
+    d.name: d for d in (dtypes.bool_, dtypes.int8, dtypes.int16, dtypes.int32, np.dtype(np.int64), dtypes.uint8,
+                        dtypes.uint16, dtypes.uint32, np.dtype(np.uint64), dtypes.float16, dtypes.float32,
+                        np.dtype(np.float64), dtypes.bfloat16, dtypes.float8_e4m3, dtypes.float8_e4m3fn,
+                        dtypes.float8_e5m2)}
+
+
+class MalformedResultError(ValueError):
+    """The child's result is not what an honest child writes."""
+
+
+def _storage(dtype: np.dtype) -> np.dtype:
+    """The little-endian unsigned integer an element of `dtype` is stored as."""
+    return np.dtype(f"<u{dtype.itemsize}")
+
+
+def save_array(folder: str, name: str, array: np.ndarray) -> dict[str, Any]:
+    """Child side: store `array` as FOLDER/NAME and return its descriptor for the JSON."""
+    dtype = DTYPES.get(array.dtype.name)
+    if dtype is None:
+        raise TypeError(f"an output of dtype {array.dtype} cannot be checked (use one of {', '.join(DTYPES)})")
+    plain = np.ascontiguousarray(array, dtype=dtype)
+    np.save(os.path.join(folder, name), plain.view(_storage(dtype)), allow_pickle=False)
+    return {"file": name, "dtype": dtype.name, "shape": list(plain.shape)}
+
+
+def write_result(folder: str, fields: dict[str, Any]) -> None:
+    """Child side: the result's fields (outputs as descriptors from `save_array`) as FOLDER/result.json."""
+    with open(os.path.join(folder, RESULT_FILE), "w", encoding="utf-8") as handle:
+        json.dump(fields, handle, default=_plain_number)
+
+
+def _plain_number(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not plain data")
+
+
+def _regular_file(path: str, limit: int | None = None) -> None:
+    """A file the child wrote itself: regular, one link (not a link to something outside), bounded."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        raise MalformedResultError(f"{os.path.basename(path)} is missing") from exc
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        raise MalformedResultError(f"{os.path.basename(path)} is not a plain file")
+    if limit is not None and info.st_size > limit:
+        raise MalformedResultError(f"{os.path.basename(path)} is larger than {limit} bytes")
+
+
+def load_array(folder: str, descriptor: Any) -> np.ndarray:
+    """Trusted side: the array a descriptor names, checked, read-only (memory-mapped)."""
+    if not isinstance(descriptor, dict) or set(descriptor) != {"file", "dtype", "shape"}:
+        raise MalformedResultError("an output descriptor is not {file, dtype, shape}")
+    name, dtype_name, shape = descriptor["file"], descriptor["dtype"], descriptor["shape"]
+    if not isinstance(name, str) or not _ARRAY_FILE.fullmatch(name):
+        raise MalformedResultError(f"output file name {name!r} is not one the worker writes")
+    dtype = DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
+    if dtype is None:
+        raise MalformedResultError(f"output dtype {dtype_name!r} is not allowed")
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        raise MalformedResultError(f"output shape {shape!r} is not a list of sizes")
+    path = os.path.join(folder, name)
+    _regular_file(path)
+    try:
+        stored = np.load(path, mmap_mode="r" if all(shape) else None, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise MalformedResultError(f"{name} is not a plain .npy array: {exc}") from exc
+    if stored.dtype != _storage(dtype) or list(stored.shape) != shape:
+        raise MalformedResultError(f"{name} holds {stored.dtype}{list(stored.shape)}, not {dtype.name}{shape}")
+    return stored.view(dtype)
+
+
+def read_result(folder: str) -> dict[str, Any]:
+    """Trusted side: FOLDER/result.json as a dict whose `outputs` (per case, per output) are checked
+    arrays."""
+    path = os.path.join(folder, RESULT_FILE)
+    _regular_file(path, MAX_RESULT_BYTES)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise MalformedResultError(f"{RESULT_FILE} is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise MalformedResultError(f"{RESULT_FILE} is not an object")
+    cases = data.get("outputs", [])
+    if not isinstance(cases, list) or not all(isinstance(case, list) for case in cases):
+        raise MalformedResultError("outputs is not a list of cases")
+    data["outputs"] = [[load_array(folder, d) for d in case] for case in cases]
+    return data
+
+
+OPTIONAL_TEXT = (str, type(None))
+OPTIONAL_INT = (int, type(None))
+OPTIONAL_NUMBER = (int, float, type(None))
+
+
+def typed(data: dict[str, Any], types: dict[str, tuple[type, ...]]) -> dict[str, Any]:
+    """The fields of `types` present in `data`, each of its allowed types (bools are not numbers)."""
+    fields = {}
+    for key, allowed in types.items():
+        if key not in data:
+            continue
+        value = data[key]
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise MalformedResultError(f"{key} is a {type(value).__name__}")
+        fields[key] = value
+    return fields
+

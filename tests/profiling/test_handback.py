@@ -1,0 +1,144 @@
+"""Results come back from a kernel's child as plain data: JSON and .npy arrays loaded without pickle,
+every dtype exact, every name, path and shape checked; anything else is one failed evaluation."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accelopt_core.nki import dtypes
+from accelopt_core.profiling import SandboxLimits, SimulatorProfiler, TaskRef
+from accelopt_core.profiling.handback import (
+    DTYPES,
+    MalformedResultError,
+    load_array,
+    read_result,
+    save_array,
+    write_result,
+)
+from accelopt_core.profiling.measure import Measurement
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_every_dtype_comes_back_exact(tmp_path: Path, name: str) -> None:
+    dtype = DTYPES[name]
+    values = np.arange(-6, 6, dtype=np.float32).reshape(3, 4) / 2
+    array = values.astype(dtype) if name != "bool" else values > 0
+    write_result(str(tmp_path), {"outputs": [[save_array(str(tmp_path), "out-0-0.npy", array)]]})
+    back = read_result(str(tmp_path))["outputs"][0][0]
+    assert back.dtype == dtype and back.shape == array.shape
+    assert back.tobytes() == np.ascontiguousarray(array).tobytes()
+
+
+def test_a_strided_view_is_stored_as_its_values(tmp_path: Path) -> None:
+    array = np.arange(64, dtype=np.float32).reshape(8, 8).astype(dtypes.bfloat16)[::2, 1::3]
+    descriptor = save_array(str(tmp_path), "out-0-0.npy", array)
+    assert np.array_equal(load_array(str(tmp_path), descriptor).astype(np.float32), array.astype(np.float32))
+
+
+def test_an_output_of_another_dtype_is_refused_in_the_child(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="cannot be checked"):
+        save_array(str(tmp_path), "out-0-0.npy", np.zeros(2, dtype=np.complex64))
+
+
+def _descriptor(tmp_path: Path, **changes: object) -> dict:
+    descriptor = save_array(str(tmp_path), "out-0-0.npy", np.ones((2, 3), dtype=np.float32))
+    return {**descriptor, **changes}
+
+
+@pytest.mark.parametrize("changes", [
+    {"file": "../out-0-0.npy"}, {"file": "/etc/passwd"}, {"file": "result.json"}, {"dtype": "object"},
+    {"dtype": "float16"}, {"shape": [3, 2]}, {"shape": [2, -3]}, {"shape": "2x3"}, {"extra": 1}])
+def test_a_forged_descriptor_is_malformed(tmp_path: Path, changes: dict) -> None:
+    with pytest.raises(MalformedResultError):
+        load_array(str(tmp_path), _descriptor(tmp_path, **changes))
+
+
+def test_a_pickled_array_or_a_link_is_malformed(tmp_path: Path) -> None:
+    descriptor = _descriptor(tmp_path)
+    np.save(tmp_path / "out-0-0.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(MalformedResultError, match=r"not a plain \.npy"):
+        load_array(str(tmp_path), descriptor)
+    (tmp_path / "out-0-0.npy").unlink()
+    outside = tmp_path.parent / "elsewhere.npy"
+    np.save(outside, np.ones((2, 3), dtype=np.uint32))
+    (tmp_path / "out-0-0.npy").symlink_to(outside)
+    with pytest.raises(MalformedResultError, match="not a plain file"):
+        load_array(str(tmp_path), descriptor)
+
+
+def test_result_json_must_be_plain_and_typed(tmp_path: Path) -> None:
+    (tmp_path / "result.json").write_text("[" * 100_000)
+    with pytest.raises(MalformedResultError):
+        read_result(str(tmp_path))
+    (tmp_path / "result.json").write_text(json.dumps({"outputs": [], "error": 3}))
+    with pytest.raises(MalformedResultError, match="error is a int"):
+        Measurement.from_plain(read_result(str(tmp_path)))
+    (tmp_path / "result.json").write_text(json.dumps({"outputs": [], "facts": {"hbm_read_bytes": "many"}}))
+    with pytest.raises(MalformedResultError, match="not a number"):
+        Measurement.from_plain(read_result(str(tmp_path)))
+
+
+class _Payload:
+    """Unpickling this makes a folder: the proof that the parent ran code the kernel chose."""
+
+    def __init__(self, canary: Path) -> None:
+        self.canary = canary
+
+    def __reduce__(self) -> tuple:
+        return (os.mkdir, (str(self.canary),))
+
+
+def _writes_from_the_kernel(statements: str) -> str:
+    """A silu kernel that, once it has computed, leaves its own files in the job folder and exits."""
+    from accelopt_core.tasks.registry import task_files
+
+    source = Path(task_files("silu").kernel).read_text()
+    body = "".join(f"    {line}\n" for line in statements.splitlines())
+    marker = "    rows, cols = x.shape\n"
+    return source.replace(marker, body + marker)
+
+
+@pytest.fixture(scope="module")
+def profiler() -> SimulatorProfiler:
+    return SimulatorProfiler(seeds=1, check_variant="small", limits=SandboxLimits(seconds=30, memory_mb=2048))
+
+
+def test_a_planted_pickle_is_never_loaded(profiler: SimulatorProfiler, tmp_path: Path) -> None:
+    canary = tmp_path / "unpickled"
+    payload = pickle.dumps(_Payload(canary))
+    kernel = _writes_from_the_kernel(f"import os\nopen('result.pkl', 'wb').write({payload!r})\n"
+                                     f"open('result.json', 'w').write('{{}}')\nos._exit(0)")
+    result = profiler.profile(kernel, TaskRef("silu"))
+    assert not canary.exists()
+    assert result.correct is not True and result.latency_ms is None
+
+
+def test_a_forged_result_file_is_one_failed_evaluation(profiler: SimulatorProfiler) -> None:
+    forged = json.dumps({"outputs": [[{"file": "../../etc/passwd", "dtype": "float32", "shape": [1]}]],
+                         "report": {"latency_ms": 1e-6}, "facts": {}})
+    kernel = _writes_from_the_kernel(f"import os\nopen('result.json', 'w').write({forged!r})\nos._exit(0)")
+    result = profiler.profile(kernel, TaskRef("silu"))
+    assert result.error and "malformed result" in result.error and result.correct is not True
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float8_e4m3", "float8_e5m2", "int32"])
+def test_a_sandboxed_kernel_of_each_dtype_is_checked(tmp_path: Path, dtype: str) -> None:
+    """The whole way: a kernel computing in `dtype` in the sandbox, judged on its exact outputs."""
+    reference = tmp_path / "double.py"
+    reference.write_text(
+        "import numpy as np\nfrom accelopt_core.nki import dtypes\n\n"
+        f"def make_inputs(rng):\n    values = rng.integers(-4, 4, (128, 8)) / 2\n"
+        f"    return [values.astype(dtypes.as_dtype({dtype!r}))]\n\n"
+        "def reference(x):\n    return x.astype(np.float32) * 2\n")
+    kernel = ("import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n\n"
+              "@nki.jit\ndef kernel(x):\n    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+              "    t = nl.load(x)\n    nl.store(out, value=nl.add(t, t, dtype=x.dtype))\n    return out\n")
+    result = SimulatorProfiler(seeds=1).profile(kernel, TaskRef(reference=str(reference)))
+    assert result.ok, result.error
+    assert result.correct is True, result.check_message
