@@ -524,8 +524,7 @@ def _check_on_chip(limits: Limits, kind: str, dims: tuple[int, ...], partition_a
         raise HardwareRuleError(f"{_label(kind, name, dims)}: one tile needs {tile_bytes} bytes per "
                                 f"partition, more than the {limits.sbuf_partition_bytes} bytes of an SBUF partition on "
                                 f"{limits.name}")
-    if kind == PSUM:
-        if tile_bytes > limits.psum_bank_bytes:
-            raise HardwareRuleError(f"{_label(kind, name, dims)}: a PSUM tile needs {tile_bytes} bytes per "
-                                    f"partition; a PSUM bank holds {limits.psum_bank_bytes} (512 float32)")
+    if kind == PSUM and tile_bytes > limits.psum_bank_bytes:
+        raise HardwareRuleError(f"{_label(kind, name, dims)}: a PSUM tile needs {tile_bytes} bytes per "
+                                f"partition; a PSUM bank holds {limits.psum_bank_bytes} (512 float32)")
 
