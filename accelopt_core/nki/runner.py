@@ -24,14 +24,17 @@ from .trace import Trace
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Shape and dtype of an input, enough for trace-only mode (no data)."""
+    """Shape and dtype of an input, enough for trace-only mode (no data). A 0-d input is a scalar
+    argument (an epsilon, a scale), so its value is kept: the kernel computes with it, not on it."""
 
     shape: tuple[int, ...]
     dtype: np.dtype
+    value: Any = None
 
     @staticmethod
     def of(array: Any) -> TensorSpec:
-        return TensorSpec(tuple(array.shape), dtypes.as_dtype(array.dtype))
+        shape = tuple(array.shape)
+        return TensorSpec(shape, dtypes.as_dtype(array.dtype), None if shape else np.asarray(array).item())
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,8 @@ def _as_input(sim: Simulation, name: str, value: Any) -> Any:
     if isinstance(value, (np.ndarray, TensorSpec)) or (hasattr(value, "shape") and hasattr(value, "dtype")
                                                        and not isinstance(value, Tile)):
         spec = value if isinstance(value, TensorSpec) else TensorSpec.of(value)
+        if not spec.shape:  # a scalar argument: the kernel sees the Python number its caller passed
+            return spec.value
         data = None
         if sim.numeric:
             if isinstance(value, TensorSpec):
