@@ -233,8 +233,8 @@ def test_psum_bank_reuse_waits_for_the_previous_group_to_be_read(trn1: HardwareP
     for j in range(banks + 1):
         acc = b.tensor(f"acc{j}", "psum", (128, 512))
         b.matmul(st, mv, acc)
-        # a slow read-out (8N cycles) so the Tensor engine would otherwise run far ahead
-        b.compute("vector", "reciprocal", [acc], [b.tensor(f"r{j}", "sbuf", (128, 512))])
+        # a slow read-out (13N/3 cycles) so the Tensor engine would otherwise run far ahead
+        b.compute("vector", "bn_aggr", [acc], [b.tensor(f"r{j}", "sbuf", (128, 512))])
     sched = run(b.build(), trn1)
     mm = [2 * j for j in range(banks + 1)]
     for j in range(1, banks):
@@ -253,7 +253,7 @@ def _multi_bank_kernel(read_block: int) -> Schedule:
     for block in range(2):
         b.matmul(st, mv, big, psum_region=((0, 128), (512 * block, 512 * (block + 1))))
     cols = (512 * read_block, 512 * (read_block + 1))
-    b.compute("vector", "reciprocal", [b.access(big, ((0, 128), cols))], [b.tensor("r", "sbuf", (128, 512))])
+    b.compute("vector", "bn_aggr", [b.access(big, ((0, 128), cols))], [b.tensor("r", "sbuf", (128, 512))])
     for j in range(5):  # banks 4-7, then bank 0 again
         b.matmul(st, mv, b.tensor(f"t{j}", "psum", (128, 512)))
     return run(b.build(), hw)
