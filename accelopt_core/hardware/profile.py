@@ -63,6 +63,7 @@ class ComputeEngineSpec:
     access_start_cycles: float
     perf_mode_copy_speedup: float
     perf_mode_other_speedup: float
+    reciprocal_cycles_per_element: float  # VectorE reciprocal: cycles per element per partition
 
     def rate(self, item_size: int) -> float:
         """Elements per partition per cycle for data of `item_size` bytes."""

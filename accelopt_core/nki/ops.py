@@ -521,8 +521,12 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
         raise HardwareRuleError(f"tensor_scalar with bitvec operator {name0} runs on the Vector engine only")
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else data.dtype
     out, fresh = _output(dst, data.shape, out_dtype)
-    _record(eng, "tensor_scalar", tuple(srcs), out, mask=mask, fresh=fresh,
-            attrs={"op": ops[0], "ops": tuple(ops), "op_count": len(ops)}, work_shape=data.shape)
+    attrs: dict[str, Any] = {"op": ops[0], "ops": tuple(ops), "op_count": len(ops)}
+    if getattr(engine, "_engine", engine) in (None, "unknown") and tuple(ops) in SCALAR_ENGINE_TENSOR_SCALAR:
+        # left to the compiler: an affine op is also an ACT activation (identity, scale, bias), so
+        # neuronx-cc places it on whichever of Vector and Scalar is free (the scheduler decides)
+        attrs["engines"] = (Engine.VECTOR, Engine.SCALAR)
+    _record(eng, "tensor_scalar", tuple(srcs), out, mask=mask, fresh=fresh, attrs=attrs, work_shape=data.shape)
     if current().numeric:
         # bitvec operators work on the integer bit patterns; arithmetic ones in float32
         bits = name0 in BITWISE

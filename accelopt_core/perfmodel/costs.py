@@ -66,9 +66,10 @@ class CostModel:
         """Seconds after an instruction's occupancy ends before a dependent one may start."""
         return self._tails.get(engine, 0.0)
 
-    def occupancy(self, inst: Instruction) -> float:
-        """Seconds the instruction's engine is busy with it (not valid for DMA)."""
-        engine = inst.engine
+    def occupancy(self, inst: Instruction, engine: str | None = None) -> float:
+        """Seconds the engine (the instruction's own unless the scheduler placed it on another one
+        the compiler may choose) is busy with it (not valid for DMA)."""
+        engine = engine or inst.engine
         if engine == Engine.TENSOR:
             return self._matmul_seconds(inst)
         spec = self.hw.compute_engine(engine)
@@ -134,7 +135,7 @@ class CostModel:
                     and attrs.get("op1") == "multiply" and inst.free_elements % 2 == 0)
             return max(ii, n if fast else 2 * n)
         if op == "reciprocal":
-            return max(ii, 8 * n)
+            return max(ii, spec.reciprocal_cycles_per_element * n)
         if op == "bn_aggr":
             return max(ii, 13 * n / 3)
         if op == "select":

@@ -201,6 +201,7 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     engine_codes, nest_of = sched.engine, sched.nest
     timeline = DmaTimeline(queues, aggregate)
     engine_free = [0.0] * len(ENGINES)
+    engine_load = [0.0] * len(ENGINES)  # busy seconds given to each engine so far
     engine_last = [-1] * len(ENGINES)
     tails = [costs.tail(name) for name in ENGINES]
     deps: dict[int, _TensorDeps] = {}
@@ -223,6 +224,8 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
         code = _CODE.get(inst.engine)
         if code is None:
             raise ValueError(f"instruction {i} runs on unknown engine {inst.engine!r}")
+        if inst.attrs and "engines" in inst.attrs:
+            code = _placed(inst, inst.attrs["engines"], engine_load, costs)
         engine_codes[i] = code
         nest_key = id(inst.loops)
         info = nest_cache.get(nest_key)
@@ -315,8 +318,9 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             if on_port and port_free > bound:
                 bound, p = port_free, port_last
             s = bound
-            occupancy = costs.occupancy(inst)
+            occupancy = costs.occupancy(inst, ENGINES[code])
             busy[i] = occupancy
+            engine_load[code] += occupancy
             e = s + occupancy
             r = e + tails[code]
             engine_free[code] = e
@@ -372,6 +376,14 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
 
     sched.latency = latency
     return sched
+
+
+def _placed(inst: Instruction, engines: tuple[str, ...], engine_load: list[float], costs: CostModel) -> int:
+    """The engine the compiler gives an instruction it may place on several: the one whose work so
+    far, this instruction included, is the least (load balancing over the program, ties to the
+    first named). Calibration set: silu and adamw's engine active times on trn1 (cases.json)."""
+    return min((_CODE[name] for name in engines),
+               key=lambda code: engine_load[code] + costs.occupancy(inst, ENGINES[code]))
 
 
 def _item_size(accesses: tuple[Any, ...]) -> int:

@@ -69,7 +69,7 @@ def test_fp32_transpose_is_faster_on_trn2_only() -> None:
     ("vector", "tensor_tensor", 512, False, 1024),  # two inputs: 2N
     ("vector", "tensor_tensor", 512, True, 512),  # one input in PSUM: N
     ("vector", "tensor_tensor_scan", 512, False, 1024),
-    ("vector", "reciprocal", 512, False, 8 * 512),
+    ("vector", "reciprocal", 512, False, 2 * 512),  # calibrated on trn1 counters (trn1.toml), not B.8's 8N
     ("vector", "bn_aggr", 300, False, 1300),
     ("vector", "tensor_reduce", 512, False, 512),
     ("scalar", "activation", 512, False, 512),
