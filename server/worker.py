@@ -95,6 +95,11 @@ class CachingProfiler:
             self.cache[key] = result
         return result
 
+    def at_timed_size(self) -> CachingProfiler | None:
+        """The inner backend checking at the size it times, behind the same cache."""
+        inner = self.inner.at_timed_size()
+        return None if inner is None else CachingProfiler(inner, self.cache, None)
+
 
 def make_profiler(payload: dict[str, Any], seeds: int) -> Any:
     """The simulator, or the profiling service when the backend setting is its URL."""

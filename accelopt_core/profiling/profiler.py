@@ -8,6 +8,7 @@ the trusted parent, where the kernel cannot reach it.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import os
@@ -113,6 +114,16 @@ class CheckingProfiler:
         self.cache = cache if cache is not None else {}
         self.rtol = rtol
         self._specs: dict[str, list[TensorSpec]] = {}
+
+    def at_timed_size(self) -> CheckingProfiler | None:
+        """This profiler checking on one fresh seed at the size it times, so that the run timed is a run
+        checked (a kernel that branches on the size gains nothing); None when it already does. Shares
+        the cache and the timing shapes."""
+        if not self.check_variant:
+            return None
+        timed = copy.copy(self)
+        timed.check_variant, timed.seed_count = None, 1
+        return timed
 
     def _cache_key(self, kernel_source: str, task: TaskRef, hardware: str, check: bool) -> tuple[Any, ...]:
         return kernel_hash(kernel_source), task.key, self.check_variant, hardware, self.backend, check

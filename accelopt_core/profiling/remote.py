@@ -12,6 +12,7 @@ Standard library only (urllib), so the client adds no dependency to the engine.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import random
@@ -160,6 +161,14 @@ class RemoteProfiler:
         if answer.status != 200:
             raise ServiceRefusedError(answer.status, _detail(answer.body))
         return answer.body
+
+    def at_timed_size(self) -> RemoteProfiler | None:
+        """This client asking the service to check at the size it times (see CheckingProfiler)."""
+        if not self.check_variant:
+            return None
+        timed = copy.copy(self)
+        timed.check_variant, timed._fallback = None, None
+        return timed
 
     def job_payload(self, kernel_source: str, task: TaskRef, hardware: str, check: bool,
                     seeds: Sequence[int] | None, kernel_label: str, kernel_name: str | None) -> dict[str, Any]:

@@ -6,6 +6,11 @@ that won on this task family before (best remembered first, one wave of parallel
 time, keeping each verified improvement), so a search on a kernel like one optimized before starts
 where that one ended instead of rediscovering it.
 
+Candidates are checked on a small variant of the task (a cheap pre-filter) and timed at full size.
+Every kernel that enters the beam (and so may be offered as the result) or becomes a lesson in memory
+is then checked again at the size it was timed, on one fresh seed, and that checked run is its timing:
+a kernel whose control flow depends on the size, the seed or a trace-only run gains nothing.
+
 Every evaluated candidate and every finished iteration is written to the optimization memory as
 it happens, so a killed search resumes from its last finished iteration without re-evaluating
 anything. Lessons from slow->fast pairs go to memory as experiences.
@@ -17,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..agents.base import Agent, Candidate, Proposal, SearchContext
@@ -78,6 +83,9 @@ class BeamSearch:
         self.on_event = on_event or (lambda event: None)
         self.cancel = cancel or threading.Event()
         self.evaluated: dict[str, Candidate] = {}
+        # checks at the timed size; None when the profiler already checks at the size it times
+        self.verifier: Profiler | None = getattr(profiler, "at_timed_size", lambda: None)()
+        self._verified: set[str] = set()
         self._base: Candidate | None = None
 
     # --- evaluation -------------------------------------------------------------------------------
@@ -111,6 +119,47 @@ class BeamSearch:
             list(pool.map(one, drafts))
         return done
 
+    def _verify_all(self, candidates: Sequence[Candidate], task: TaskRef, hardware: str,
+                    search_id: int | None) -> list[Candidate]:
+        """`candidates`, each checked at the size it was timed (in parallel): the checked run becomes its
+        result, so what is kept is what was checked. A cancelled check leaves a candidate unverified."""
+        verifier = self.verifier
+        if verifier is None:
+            self._verified.update(c.hash for c in candidates)
+            return list(candidates)
+        checked: dict[str, Candidate] = {}
+
+        def one(candidate: Candidate) -> None:
+            result = verifier.profile(candidate.source, task, hardware, cancel=self.cancel)  # type: ignore[call-arg]
+            if self.cancel.is_set() and result.error:
+                return
+            if not result.correct:
+                result.correct = False
+                result.check_message = f"at the size it is timed: {result.error or result.check_message}"
+            checked[candidate.hash] = replace(candidate, result=result)
+            self._verified.add(candidate.hash)
+            if candidate.hash in self.evaluated:
+                self.evaluated[candidate.hash] = checked[candidate.hash]
+                self._record(search_id, checked[candidate.hash])
+
+        with ThreadPoolExecutor(max_workers=max(1, self.config.workers)) as pool:
+            list(pool.map(one, [c for c in candidates if c.hash not in self._verified]))
+        return [checked.get(c.hash, c) for c in candidates]
+
+    def _admit(self, candidates: Sequence[Candidate], task: TaskRef, hardware: str,
+               search_id: int | None) -> list[Candidate]:
+        """The best B correct candidates, every one verified at the timed size (one that fails there
+        drops out and the next is considered)."""
+        candidates = list(candidates)
+        while True:
+            pool = sorted({c.hash: c for c in candidates if c.result.correct}.values(),
+                          key=_sort_key)[: self.config.beam_width]
+            unverified = [c for c in pool if c.hash not in self._verified]
+            if not unverified or self.cancel.is_set():
+                return [c for c in pool if c.hash in self._verified]
+            checked = {c.hash: c for c in self._verify_all(unverified, task, hardware, search_id)}
+            candidates = [checked.get(c.hash, c) for c in candidates]
+
     # --- memory -----------------------------------------------------------------------------------
     def _record(self, search_id: int | None, c: Candidate) -> None:
         if self.memory is None or search_id is None:
@@ -121,8 +170,11 @@ class BeamSearch:
                                      c.result.to_dict(), status)
 
     def _learn(self, parent: Candidate, child: Candidate, context: SearchContext, search_id: int | None) -> None:
-        """Turn a slow->fast (or fast->slow) pair into an experience; memory applies the thresholds."""
+        """Turn a slow->fast (or fast->slow) pair into an experience; memory applies the thresholds. A
+        speed-up is a lesson only once the faster kernel was checked at the size it was timed."""
         if self.memory is None or not child.result.correct or not parent.latency_ms or not child.latency_ms:
+            return
+        if child.latency_ms < parent.latency_ms and child.hash not in self._verified:
             return
         agent = next((a for a in self.agents if child.origin.startswith(a.name)), self.agents[0])
         speedup = parent.latency_ms / child.latency_ms
@@ -162,12 +214,12 @@ class BeamSearch:
                 self._emit("iteration", iteration, best, "no rewrite applies to any kernel in the beam")
                 break
             children = self._evaluate_all(drafts, task, hardware, iteration, search_id, best)
+            beam = self._admit([*beam, *children], task, hardware, search_id) or beam
+            children = [self.evaluated.get(c.hash, c) for c in children]
             for child in children:
                 parent = self.evaluated.get(child.parent or "")
                 if parent is not None:
                     self._learn(parent, child, context, search_id)
-            pool = {c.hash: c for c in [*beam, *children] if c.result.correct}
-            beam = sorted(pool.values(), key=_sort_key)[: self.config.beam_width] or beam
             improved = beam[0].latency_ms < best.latency_ms
             best = beam[0] if improved else best
             stale = 0 if improved else stale + 1
@@ -201,9 +253,13 @@ class BeamSearch:
                     break
                 children = self._evaluate_all(drafts[start:start + wave], task, hardware, REPLAY_ITERATION,
                                               search_id, current)
+                self._verify_all([c for c in children if c.result.correct and c.latency_ms < current.latency_ms],
+                                 task, hardware, search_id)
+                children = [self.evaluated.get(c.hash, c) for c in children]
                 for child in children:
                     self._learn(current, child, context, search_id)
-                faster = [c for c in children if c.result.correct and c.latency_ms < current.latency_ms]
+                faster = [c for c in children if c.result.correct and c.latency_ms < current.latency_ms
+                          and c.hash in self._verified]
                 if faster:
                     break
             if not faster:
@@ -212,7 +268,7 @@ class BeamSearch:
         if len(self.evaluated) > before:
             self._emit("replayed", 0, current, f"memory replay kept {kept} remembered rewrite(s) of "
                        f"{len(self.evaluated) - before} evaluated")
-        return self._best_evaluated()
+        return self._admit(list(self.evaluated.values()), task, hardware, search_id) or [base]
 
     def _best_evaluated(self) -> list[Candidate]:
         correct = [c for c in self.evaluated.values() if c.result.correct]
