@@ -60,6 +60,7 @@ def _run_e2e(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
+@pytest.mark.timeout(TIME_LIMIT_S + 120)
 def test_extension_in_real_vscode() -> None:
     reason = _cannot_run_reason()
     if reason:

@@ -205,5 +205,21 @@ async def running_server(workspace: Path, memory_db: Path, init_options: dict[st
     try:
         yield Editor(client, workspace)
         await asyncio.wait_for(client.shutdown_session(), timeout=30)  # a clean shutdown is part of the test
-    finally:
-        await client.stop()
+        await asyncio.wait_for(client.stop(), timeout=30)  # ... and so is the server exiting after it
+    except BaseException:
+        await _terminate(client)
+        raise
+
+
+async def _terminate(client: LanguageClient) -> None:
+    """After a failure, end a server nobody asked to exit: terminated, then killed. pygls' stop() only
+    waits for the process, so without this a failing test would hang instead of reporting."""
+    server = client._server
+    if server is not None and server.returncode is None:
+        server.terminate()
+        try:
+            await asyncio.wait_for(server.wait(), timeout=10)
+        except TimeoutError:
+            server.kill()
+            await server.wait()
+    await client.stop()
