@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..agents.base import Agent, Candidate, Proposal, SearchContext
+from ..memory import POSITIVE_SPEEDUP
 from ..profiling import Profiler, ProfileResult, TaskRef
 from ..profiling.profiler import kernel_hash
 from .config import SearchConfig
@@ -63,6 +64,13 @@ class SearchResult:
 
 
 REPLAY_ITERATION = -1  # memory replay's candidates come before the first iteration, like the baseline
+
+
+def _wins_over(child: Candidate, parent: Candidate) -> bool:
+    """A replayed rewrite is kept only as the win memory would teach (faster by POSITIVE_SPEEDUP): a
+    greedy walk that kept every 0.1% step could end slower than the plain search."""
+    return bool(child.result.correct and child.latency_ms and parent.latency_ms
+                and parent.latency_ms / child.latency_ms > POSITIVE_SPEEDUP)
 
 
 def _sort_key(candidate: Candidate) -> tuple[float, str]:
@@ -138,6 +146,8 @@ class BeamSearch:
                 result.check_message = f"at the size it is timed: {result.error or result.check_message}"
             checked[candidate.hash] = replace(candidate, result=result)
             self._verified.add(candidate.hash)
+            if self._base is not None and candidate.hash == self._base.hash:
+                self._base = checked[candidate.hash]  # the speed-up is measured between checked runs
             if candidate.hash in self.evaluated:
                 self.evaluated[candidate.hash] = checked[candidate.hash]
                 self._record(search_id, checked[candidate.hash])
@@ -253,13 +263,11 @@ class BeamSearch:
                     break
                 children = self._evaluate_all(drafts[start:start + wave], task, hardware, REPLAY_ITERATION,
                                               search_id, current)
-                self._verify_all([c for c in children if c.result.correct and c.latency_ms < current.latency_ms],
-                                 task, hardware, search_id)
+                self._verify_all([c for c in children if _wins_over(c, current)], task, hardware, search_id)
                 children = [self.evaluated.get(c.hash, c) for c in children]
                 for child in children:
                     self._learn(current, child, context, search_id)
-                faster = [c for c in children if c.result.correct and c.latency_ms < current.latency_ms
-                          and c.hash in self._verified]
+                faster = [c for c in children if _wins_over(c, current) and c.hash in self._verified]
                 if faster:
                     break
             if not faster:
