@@ -201,7 +201,6 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     engine_codes, nest_of = sched.engine, sched.nest
     timeline = DmaTimeline(queues, aggregate)
     engine_free = [0.0] * len(ENGINES)
-    engine_load = [0.0] * len(ENGINES)  # busy seconds given to each engine so far
     engine_last = [-1] * len(ENGINES)
     tails = [costs.tail(name) for name in ENGINES]
     deps: dict[int, _TensorDeps] = {}
@@ -224,8 +223,9 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
         code = _CODE.get(inst.engine)
         if code is None:
             raise ValueError(f"instruction {i} runs on unknown engine {inst.engine!r}")
-        if inst.attrs and "engines" in inst.attrs:
-            code = _placed(inst, inst.attrs["engines"], engine_load, costs)
+        choices = tuple(_CODE[name] for name in inst.attrs["engines"]) if inst.attrs and "engines" in inst.attrs else ()
+        if choices:
+            code = min(choices, key=engine_free.__getitem__)  # the dependency queries start from the sooner
         engine_codes[i] = code
         nest_key = id(inst.loops)
         info = nest_cache.get(nest_key)
@@ -311,6 +311,9 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             s = e = r = bound
             busy[i] = 0.0
         else:
+            if choices:
+                code = _placed(inst, choices, bound, engine_free, costs)
+                engine_codes[i] = code
             if engine_free[code] > bound:
                 bound = engine_free[code]
                 p = engine_last[code]
@@ -320,7 +323,6 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             s = bound
             occupancy = costs.occupancy(inst, ENGINES[code])
             busy[i] = occupancy
-            engine_load[code] += occupancy
             e = s + occupancy
             r = e + tails[code]
             engine_free[code] = e
@@ -378,12 +380,13 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     return sched
 
 
-def _placed(inst: Instruction, engines: tuple[str, ...], engine_load: list[float], costs: CostModel) -> int:
-    """The engine the compiler gives an instruction it may place on several: the one whose work so
-    far, this instruction included, is the least (load balancing over the program, ties to the
-    first named). Calibration set: silu and adamw's engine active times on trn1 (cases.json)."""
-    return min((_CODE[name] for name in engines),
-               key=lambda code: engine_load[code] + costs.occupancy(inst, ENGINES[code]))
+def _placed(inst: Instruction, choices: tuple[int, ...], ready: float, engine_free: list[float],
+            costs: CostModel) -> int:
+    """The engine the compiler gives an instruction it may place on several: the one on which it would
+    finish first, its inputs being ready at `ready` (list scheduling's earliest finish time; over a
+    long program it balances the engines' loads). Calibration set: silu and adamw's engine active
+    times on trn1 (cases.json)."""
+    return min(choices, key=lambda code: max(ready, engine_free[code]) + costs.occupancy(inst, ENGINES[code]))
 
 
 def _item_size(accesses: tuple[Any, ...]) -> int:
