@@ -61,7 +61,7 @@ def test_demo_optimizes_a_bundled_kernel_offline(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert "rule-based optimizer" in run.stderr and "before" in run.stdout and "after" in run.stdout
     speedup = float(run.stdout.split("speedup ")[1].split("x")[0])
-    assert speedup > 1.2
+    assert speedup > 1.04  # a win memory would teach; its size is the model's word (tests/calibration)
     assert (tmp_path / "demo" / "silu.optimized.py").exists() and (tmp_path / "demo" / "silu.optimized.diff").exists()
 
 

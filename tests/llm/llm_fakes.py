@@ -185,6 +185,10 @@ Steps:
 Why faster: half the instructions, dma_transfer_average_bytes doubles
 Risks: 1024 must divide cols; it does for both sizes"""
 
+WIDEN_LESSON = ("Wider free-axis tiles halve the number of instructions and double the bytes per DMA, so fixed "
+                "per-instruction and per-transfer overheads shrink. Use the widest tile that divides the free "
+                "dimension.")
+
 LESSON = ("Replacing a multi-instruction element-wise formula with the single built-in activation that computes it "
           "removes most vector-engine instructions and their fixed overheads. It pays whenever a formula maps "
           "onto one Scalar-engine function.")

@@ -30,7 +30,8 @@ VECTOR_BOUND = textwrap.dedent('''
             u = nl.multiply(t, 3.0)  # scale
             v = nl.multiply(s, t)
             w = nl.add(u, v)
-            nl.store(out[r * 128:(r + 1) * 128, :], value=nl.copy(w))
+            m = nl.maximum(nl.minimum(w, s), v)  # clamp
+            nl.store(out[r * 128:(r + 1) * 128, :], value=nl.copy(m))
         return out
 ''')
 
@@ -53,9 +54,8 @@ SHAPES = [(2048, 1024), (2048, 1024)]
 
 
 @pytest.mark.parametrize("target, construct", [
-    ("scalar", "u = nisa.activation(op=nl.copy, data=t, scale=3.0)  # scale"),
     ("gpsimd", "v = nisa.tensor_tensor(s, t, op=np.multiply, engine=nisa.gpsimd_engine)"),
-    ("scalar", "value=nisa.tensor_copy(w, engine=nisa.scalar_engine)"),
+    ("scalar", "value=nisa.tensor_copy(m, engine=nisa.scalar_engine)"),
 ])
 def test_vector_work_moves_to_an_idle_engine(tmp_path, target, construct):
     prof = profile(VECTOR_BOUND, SHAPES, tmp_path)
@@ -75,11 +75,20 @@ def test_vector_work_moves_to_an_idle_engine(tmp_path, target, construct):
 def test_plans_follow_the_profile_per_line_times(tmp_path):
     prof = profile(VECTOR_BOUND, SHAPES, tmp_path)
     plans = RULE.plan(VECTOR_BOUND, prof)
-    # tensor-tensor ops (two passes over the tile) come before the single-pass scale and copy
-    assert plans[0].params["expr"] in ("nl.multiply(s,t)", "nl.add(u,v)")
-    scale = next(p for p in plans if p.params["expr"] == "nl.multiply(t,3.0)")
-    assert plans[0].priority > scale.priority
+    # tensor-tensor ops (two passes over the tile) come before the single-pass copy
+    assert plans[0].params["expr"] in ("nl.multiply(s,t)", "nl.add(u,v)", "nl.minimum(w,s)",
+                                       "nl.maximum(nl.minimum(w,s),v)")
+    copy = next(p for p in plans if p.params["expr"] == "nl.copy(m)")
+    assert plans[0].priority > copy.priority
     assert plans == sorted(plans, key=lambda p: -p.priority)
+
+
+def test_work_the_compiler_already_put_on_an_idle_engine_stays(tmp_path):
+    """`nl.multiply(t, 3.0)` leaves the engine to the compiler, which runs an affine op on Vector or
+    Scalar (the model places it on Scalar here): pinning it there gains nothing, so it is not a plan."""
+    prof = profile(VECTOR_BOUND, SHAPES, tmp_path)
+    assert next(ln for ln in prof.lines if ln["line"] == 13)["engine"] == "scalar"
+    assert all(p.params["expr"] != "nl.multiply(t,3.0)" for p in RULE.plan(VECTOR_BOUND, prof))
 
 
 def test_apply_refuses_a_changed_source(tmp_path):

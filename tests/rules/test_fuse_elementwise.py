@@ -140,7 +140,14 @@ def test_python_operators_and_calls_fuse(tmp_path, pattern, construct):
     if "np." in construct:
         assert "import numpy as np" in new
     assert_same(AFFINE, new, _rng_arrays(*shapes), tmp_path)
-    assert profile(new, shapes, tmp_path).latency_ms < prof.latency_ms
+    # fewer instructions: less engine time; the latency falls too unless DMA bounds the kernel
+    after = profile(new, shapes, tmp_path)
+    assert _compute_busy(after) < _compute_busy(prof) and after.latency_ms <= prof.latency_ms
+
+
+def _compute_busy(result) -> float:
+    busy = result.profile["engine_busy_time"]
+    return busy["vector"] + busy["scalar"] + busy["gpsimd"]
 
 
 def test_apply_refuses_a_source_that_changed(tmp_path):

@@ -45,8 +45,10 @@ def test_search_finds_the_scripted_wins(tmp_path: Path) -> None:
     with Memory(tmp_path / "m.db") as memory:
         search = BeamSearch(CountingProfiler(), [ScriptedAgent()], CONFIG, memory, events.append)
         result = search.run(SILU, TASK, "trn1", "elementwise")
-        assert result.best.result.correct and result.speedup > 1.2
-        assert "nisa.activation(op=nl.exp, data=tile, scale=-1.0)" in result.best.source
+        assert result.best.result.correct and result.speedup > 1.04
+        assert "tile_f = min(cols, 1024)" in result.best.source  # the widening that pays in any regime
+        fastest = min((c for c in search.evaluated.values() if c.result.correct), key=lambda c: c.latency_ms)
+        assert result.best.latency_ms == fastest.latency_ms
         assert events[0].kind == "started" and events[-1].kind == "finished"
         assert any(e.kind == "evaluated" for e in events) and events[-1].speedup == pytest.approx(result.speedup)
         state = memory.search_state(result.search_id)
@@ -75,7 +77,7 @@ def test_cancel_from_another_thread_stops_quickly() -> None:
     result = BeamSearch(CountingProfiler(), [SleepyAgent()], CONFIG, None, on_event, cancel).run(SILU, TASK)
     assert result.cancelled
     assert time.monotonic() - start < 15  # the hanging children were killed, not waited for
-    assert result.best is result.base
+    assert result.best is result.base  # the baseline, as checked at the size it is timed
 
 
 RUNNER = textwrap.dedent('''
