@@ -18,7 +18,7 @@ import numpy as np
 from . import dtypes, ops
 from .errors import HardwareRuleError, KernelUsageError, missing_api
 from .indexing import Mask, arange, ds, mgrid  # noqa: F401  (re-exported NKI names)
-from .tensor import HBM, PSUM, SBUF, Buffer, ParDim, Tile, allocate, current
+from .tensor import HBM, PSUM, SBUF, Buffer, ParDim, Tile, allocate, current, running
 from .trace import LoopKind
 
 # --- data types --------------------------------------------------------------------------------
@@ -176,9 +176,8 @@ class KernelRange:
         self.steps = builtins.range(*args)
 
     def __iter__(self) -> Iterator[int]:
-        from .tensor import _current
-
-        return _current[-1].loop(self.kind, self.args) if _current else iter(self.steps)
+        sim = running()
+        return sim.loop(self.kind, self.args) if sim is not None else iter(self.steps)
 
     def __len__(self) -> int:
         return len(self.steps)

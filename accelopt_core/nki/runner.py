@@ -18,7 +18,7 @@ from . import dtypes
 from .errors import KernelUsageError
 from .hook import nki_imports
 from .indexing import full_subscript
-from .tensor import HBM, Simulation, Storage, Tile, pop, push
+from .tensor import HBM, Simulation, Storage, Tile, pop, push, running
 from .trace import Trace
 
 
@@ -82,12 +82,11 @@ class Kernel:
         return launched
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from .tensor import _current
-
-        if _current:  # called from inside a kernel or its host wrapper: trace into it
+        sim = running()
+        if sim is not None:  # called from inside a kernel or its host wrapper: trace into it
             if self.grid is None:
                 return self.func(*args, **kwargs)
-            return run_programs(_current[-1], self.grid, lambda: self.func(*args, **kwargs))
+            return run_programs(sim, self.grid, lambda: self.func(*args, **kwargs))
         result = run_kernel(self, args, kwargs, numeric=True)
         outputs = result.outputs
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -141,22 +142,37 @@ class Simulation:
             self.nest = outer
 
 
-_current: list[Simulation] = []
+class _Running(threading.local):
+    """The simulations running on this thread, innermost last: the trusted side replays traces in the
+    search's worker threads, each with its own simulation."""
+
+    def __init__(self) -> None:
+        self.stack: list[Simulation] = []
+
+
+_running = _Running()
+
+
+def running() -> Simulation | None:
+    """The innermost simulation of this thread, None outside a kernel run."""
+    stack = _running.stack
+    return stack[-1] if stack else None
 
 
 def current() -> Simulation:
-    if not _current:
+    stack = _running.stack
+    if not stack:
         raise KernelUsageError("NKI API called outside a kernel run (use nki.simulate_kernel or the "
                                "accelopt checker to run a kernel)")
-    return _current[-1]
+    return stack[-1]
 
 
 def push(sim: Simulation) -> None:
-    _current.append(sim)
+    _running.stack.append(sim)
 
 
 def pop() -> None:
-    _current.pop()
+    _running.stack.pop()
 
 
 class Storage:
