@@ -25,12 +25,17 @@ _replaying = _Replaying()
 
 
 @contextmanager
-def recorded_location(filename: str, line: int) -> Iterator[None]:
-    """Inside: the kernel location is `filename:line` (a replay has no kernel frame on its stack)."""
+def replaying(filename: str) -> Iterator[Callable[[int], None]]:
+    """Inside, the kernel location is `filename` at the line last given to the function yielded (a
+    replay has no kernel frame on its stack: it says where each recorded call was made)."""
     saved = _replaying.location
-    _replaying.location = (filename, line)
+
+    def at_line(line: int) -> None:
+        _replaying.location = (filename, line)
+
+    at_line(0)
     try:
-        yield
+        yield at_line
     finally:
         _replaying.location = saved
 

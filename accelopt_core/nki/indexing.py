@@ -463,6 +463,14 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
             items.append(slice(start, stop, step))
             shape.append(count)
             region.append((start, start + (count - 1) * step + 1) if count else (start, start))
+        elif isinstance(k, DynamicIndex):  # indices read from a tile, as a replayed subscript names them
+            lo, hi = k.bounds()
+            if lo < 0 or hi >= size:
+                raise HardwareRuleError(f"indirect indices address [{lo}, {hi}], outside dimension {dim} of {name} "
+                                        f"(size {size})")
+            items.append(k)
+            region.append((lo, hi + 1))
+            adv_shape = _broadcast(adv_shape, k.shape)
         elif isinstance(k, (IndexExpr, np.ndarray)):
             expr = k if isinstance(k, IndexExpr) else IndexExpr(k.shape, values=k.astype(np.int64))
             lo, hi = expr.bounds()

@@ -8,18 +8,19 @@ as the hardware does (shared/nki-facts.md A.5, B.7).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from . import dtypes
-from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError
+from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location
 from .indexing import IndexExpr, Mask, as_mask
-from .tensor import HBM, PSUM, SBUF, Tile, allocate, close_accumulation, current
-from .trace import Engine, Instruction
+from .tensor import HBM, PSUM, SBUF, Tile, allocate, close_accumulation, current, running
+from .trace import Called, Engine, Instruction
 
 # --------------------------------------------------------------------------------------------
 # Operator tables
@@ -138,6 +139,45 @@ def _activation_fn(op: Any) -> tuple[str, Callable[[np.ndarray], np.ndarray]]:
     if fn is None:
         raise UnsupportedApiError(f"activation function {name!r} is not supported by this simulator")
     return name, fn
+
+
+# --------------------------------------------------------------------------------------------
+# Recording: the kernel's calls, replayable (trace.py)
+# --------------------------------------------------------------------------------------------
+
+REPLAYABLE: dict[str, Callable[..., Any]] = {}  # every instruction a trace may ask for, by name
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def instruction(fn: F) -> F:
+    """Mark a public instruction: when the simulation records (trace-only runs in the sandbox), each
+    call the kernel's own code makes is appended to the trace's tape with its arguments by name, so the
+    trusted side can replay exactly this call; the calls it makes in turn are part of it."""
+    code = fn.__code__
+    names = code.co_varnames[:code.co_argcount]
+    op = fn.__name__
+
+    @functools.wraps(fn)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        sim = running()
+        if sim is None or sim.tape is None or sim.depth:
+            return fn(*args, **kwargs)
+        arguments = dict(zip(names, args, strict=False))
+        arguments.update(kwargs)
+        call = Called(op, arguments, kernel_location()[1], sim.nest, sim.ids_used, len(sim.trace.instructions))
+        sim.tape.append(call)
+        sim.depth += 1
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            call.raised = True
+            raise
+        finally:
+            sim.depth -= 1
+            call.finish(sim.ids_used, len(sim.trace.instructions))
+
+    REPLAYABLE[op] = recorded
+    return recorded  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,6 +311,7 @@ def _engine(engine: Any, default: str, allowed: tuple[str, ...]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+@instruction
 def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype: Any = None,
              axes: tuple[int, ...] | None = None) -> Tile:
     """One DMA transfer (nl.load, nl.store, nisa.dma_copy). A new SBUF tile when `dst` is None.
@@ -318,6 +359,7 @@ class LoopReduction:
         self.tile, self.op, self.dtype, self.mask = tile, op, dtype, mask
 
 
+@instruction
 def assign(dst: Tile, value: Any) -> None:
     """`dst[...] = value`: retarget the instruction that just produced `value`, else copy."""
     if isinstance(value, LoopReduction):
@@ -362,6 +404,7 @@ def assign(dst: Tile, value: Any) -> None:
         tensor_copy(value, dst=dst)
 
 
+@instruction
 def accumulate(dst: Tile, other: Any, op: str) -> None:
     """`dst += other` (and -=, *=, /=): PSUM accumulation for matmul results, else an ALU op."""
     sim = current()
@@ -409,6 +452,7 @@ def _operand_values(x: Any, ndim: int, bits: bool = False) -> Any:
     return np.int64(x) if bits else np.float32(x)
 
 
+@instruction
 def binary(op: Any, a: Any, b: Any, *, dtype: Any = None, mask: Mask | None = None, engine: Any = None,
            dst: Tile | None = None) -> Tile:
     """nl.add and friends: tensor_tensor for two tiles, tensor_scalar when one side is a scalar or
@@ -449,6 +493,7 @@ BN_STATS_FMAX = 512  # elements per partition one bn_stats reads (nl.tile_size.b
 _IDENTITY = {"add": 0.0, "mean": 0.0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1.0}
 
 
+@instruction
 def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask: Mask | None = None,
                   engine: Any = None, dst: Tile | None = None) -> Tile:
     name, fn = _alu(op)
@@ -493,6 +538,7 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
     return out
 
 
+@instruction
 def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None,
                   operand1: Any = None, reverse1: bool = False, *, dtype: Any = None,
                   mask: Mask | None = None, engine: Any = None, dst: Tile | None = None) -> Tile:
@@ -540,6 +586,7 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
     return out
 
 
+@instruction
 def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, *,
                reduce_op: Any = None, reduce_res: Tile | None = None, dtype: Any = None,
                mask: Mask | None = None, dst: Tile | None = None) -> Tile:
@@ -593,6 +640,7 @@ def _reducer(op: Any, what: str, table: dict[str, Callable[..., np.ndarray]] = R
     return name, reducer
 
 
+@instruction
 def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepdims: bool = False,
                   dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     name, reducer = _reducer(op, "tensor_reduce")
@@ -626,6 +674,7 @@ def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepd
     return out
 
 
+@instruction
 def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask | None = None,
                 dst: Tile | None = None) -> Tile:
     _on_chip(src, "tensor_copy")
@@ -655,6 +704,7 @@ def _column(tile: Tile, partitions: int, what: str) -> None:
                                f"got {tile.shape}")
 
 
+@instruction
 def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile, *,
                          reverse0: bool = False, dtype: Any = None, mask: Mask | None = None,
                          dst: Tile | None = None) -> Tile:
@@ -695,6 +745,7 @@ def _reduce_rows(res: Tile, values: np.ndarray, name: str, reducer: Callable[...
     res.write(reduced.reshape(res.shape), keep.any(axis=1).reshape(res.shape))
 
 
+@instruction
 def bn_stats(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     """Vector engine: per partition, the count, mean and count x variance of the even-indexed and then of
     the odd-indexed elements (six values), for at most 512 elements (nki-facts B.6)."""
@@ -722,6 +773,7 @@ def bn_stats(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Ti
     return out
 
 
+@instruction
 def bn_aggr(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     """Vector engine: combine (count, mean, count x variance) triples, as bn_stats writes them, into the
     mean and the variance of every partition."""
@@ -749,6 +801,7 @@ _PARTITION_REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
     "add": np.sum, "maximum": np.max, "bitwise_or": np.bitwise_or.reduce, "bitwise_and": np.bitwise_and.reduce}
 
 
+@instruction
 def tensor_partition_reduce(op: Any, data: Tile, *, dtype: Any = None, mask: Mask | None = None,
                             dst: Tile | None = None) -> Tile:
     """GpSimd: reduce across the partitions of `data`, one partition of result."""
@@ -764,6 +817,7 @@ def tensor_partition_reduce(op: Any, data: Tile, *, dtype: Any = None, mask: Mas
     return out
 
 
+@instruction
 def random_seed(seed: Tile, *, mask: Mask | None = None) -> None:
     """Vector engine: seed the random numbers `dropout` draws with the value of a one-element tile."""
     _on_chip(seed, "random_seed")
@@ -774,6 +828,7 @@ def random_seed(seed: Tile, *, mask: Mask | None = None) -> None:
         sim.random = np.random.default_rng(int(np.asarray(_f32(seed)).reshape(-1)[0]))
 
 
+@instruction
 def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     """Vector engine: replace each element with 0 with probability `prob` (a scalar or a [P, 1] tile).
     The draws come from the simulator's generator (seeded by random_seed), not the device's."""
@@ -791,6 +846,7 @@ def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = Non
     return out
 
 
+@instruction
 def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None, mask: Mask | None = None,
            buffer: str = SBUF, dst: Tile | None = None) -> Tile:
     eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.GPSIMD))
@@ -803,6 +859,7 @@ def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None
     return out
 
 
+@instruction
 def iota(expr: Any, dtype: Any, *, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     """GpSimd: materialise an index expression as a tile."""
     if not isinstance(expr, IndexExpr):
@@ -814,6 +871,7 @@ def iota(expr: Any, dtype: Any, *, mask: Mask | None = None, dst: Tile | None = 
     return out
 
 
+@instruction
 def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, engine: Any = None,
                dst: Tile | None = None) -> Tile:
     """1/x on the Vector engine (precise, ~8 cycles per element) or the Scalar engine."""
@@ -828,6 +886,7 @@ def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, engin
     return out
 
 
+@instruction
 def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: Any, *, reverse0: bool = False,
                        reverse1: bool = False, dtype: Any = None, mask: Mask | None = None,
                        dst: Tile | None = None) -> Tile:
@@ -863,6 +922,7 @@ def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: An
     return out
 
 
+@instruction
 def scalar_tensor_tensor(data: Tile, op0: Any, operand0: Any, op1: Any, operand1: Tile, *,
                          reverse0: bool = False, reverse1: bool = False, dtype: Any = None,
                          mask: Mask | None = None, dst: Tile | None = None) -> Tile:
@@ -884,6 +944,7 @@ def scalar_tensor_tensor(data: Tile, op0: Any, operand0: Any, op1: Any, operand1
     return out
 
 
+@instruction
 def select(predicate: Any, on_true: Any, on_false: Any, *, dtype: Any = None, mask: Mask | None = None,
            engine: str = Engine.VECTOR, dst: Tile | None = None) -> Tile:
     """nl.where / nisa.affine_select: pick per element from two tiles or scalars."""
@@ -925,6 +986,7 @@ def _choice_values(x: Any, shape: tuple[int, ...]) -> Any:
 DOUBLE_ROW_DTYPES = frozenset({"float8_e4m3", "float8_e4m3fn", "float8_e5m2"})
 
 
+@instruction
 def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mask: Mask | None = None,
               dst: Tile | None = None, accumulate: bool = False, onezero: bool = False,
               perf_mode: str | None = None) -> Tile:
@@ -995,6 +1057,7 @@ def _double_rows(stationary: Tile, moving: Tile, perf_mode: str | None, hardware
     return 2
 
 
+@instruction
 def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mask | None = None,
                  dst: Tile | None = None) -> Tile:
     """Swap partition and free axes: Tensor engine (<=128x128, into PSUM) or Vector (<=32x32)."""

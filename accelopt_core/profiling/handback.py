@@ -23,12 +23,7 @@ from ..nki import dtypes
 RESULT_FILE = "result.json"
 MAX_RESULT_BYTES = 64 * 1024 * 1024  # the report and the line table; arrays travel as .npy files
 _ARRAY_FILE = re.compile(r"out-\d{1,6}-\d{1,6}\.npy")
-# the dtypes an output may have, by name: NumPy's plain numbers and NKI's narrow floats
-DTYPES: dict[str, np.dtype] = {
-    d.name: d for d in (dtypes.bool_, dtypes.int8, dtypes.int16, dtypes.int32, np.dtype(np.int64), dtypes.uint8,
-                        dtypes.uint16, dtypes.uint32, np.dtype(np.uint64), dtypes.float16, dtypes.float32,
-                        np.dtype(np.float64), dtypes.bfloat16, dtypes.float8_e4m3, dtypes.float8_e4m3fn,
-                        dtypes.float8_e5m2)}
+DTYPES = dtypes.NAMED  # the dtypes an output may have, by name
 
 
 class MalformedResultError(ValueError):
