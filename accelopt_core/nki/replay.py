@@ -17,7 +17,6 @@ kernel's own numeric run would have raised, at the line the call was recorded at
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ from .indexing import DynamicIndex, full_subscript, normalize
 from .ops import REPLAYABLE
 from .runner import RunResult, TensorSpec, end_launch, start_program
 from .tensor import HBM, PSUM, SBUF, MemoryBudget, Simulation, Storage, Tile, declare, host_fill, pop, push
-from .trace import TapeError, TapeReader, shown_name
+from .trace import TapeError, TapeReader, collector_paused, shown_name
 
 MAX_TILE_ELEMENTS = 2**28  # one operand of one instruction; the largest honest one is a whole HBM tensor
 
@@ -79,11 +78,9 @@ class _Replay:
 
     def run(self, inputs: Sequence[np.ndarray | TensorSpec]) -> RunResult:
         self.inputs = [a for a in inputs if tuple(a.shape)][::-1]  # 0-d inputs reached the kernel as numbers
-        collecting = gc.isenabled()
-        gc.disable()  # hundreds of thousands of small acyclic records, as when the kernel ran
         push(self.sim)
         try:
-            with replaying(self.sim.trace.kernel_file) as self.at_line:
+            with collector_paused(), replaying(self.sim.trace.kernel_file) as self.at_line:
                 for position, entry in enumerate(self.reader.entries):
                     if not position % 256 and time.monotonic() > self.deadline:
                         raise ReplayLimitError(f"the replay did not finish within {self.limits.seconds:g} s")
@@ -92,8 +89,6 @@ class _Replay:
             raise ReplayLimitError(f"the replay ran out of memory: {exc}") from None
         finally:
             pop()
-            if collecting:
-                gc.enable()
         if self.result is None:
             raise TapeError("the tape does not say what the kernel returned")
         if self.inputs:

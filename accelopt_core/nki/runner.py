@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import gc
 import inspect
 import operator
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from .errors import KernelUsageError
 from .hook import nki_imports
 from .indexing import full_subscript
 from .tensor import HBM, Simulation, Storage, Tile, pop, push, running
-from .trace import Trace
+from .trace import Trace, collector_paused
 
 
 @dataclass(frozen=True)
@@ -148,21 +147,16 @@ def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs:
     sim.trace.kernel_name = getattr(func, "__name__", "kernel")
     sim.trace.kernel_file = inspect.getsourcefile(func) or "" if callable(func) else ""
     positional, named = bind_arguments(func, list(args), kwargs)
-    # The trace is hundreds of thousands of small acyclic objects: the cyclic collector would
-    # rescan them over and over while they are built, for nothing.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
     push(sim)
     try:
-        tiles = [_as_input(sim, name, a) for name, a in positional]
-        kw_tiles = {k: _as_input(sim, k, v) for k, v in named.items()}
-        with nki_imports():  # kernels may import NKI inside their body
-            call = lambda: func(*tiles, **kw_tiles)  # noqa: E731
-            returned = call() if grid is None else run_programs(sim, grid, call)
+        with collector_paused():
+            tiles = [_as_input(sim, name, a) for name, a in positional]
+            kw_tiles = {k: _as_input(sim, k, v) for k, v in named.items()}
+            with nki_imports():  # kernels may import NKI inside their body
+                call = lambda: func(*tiles, **kw_tiles)  # noqa: E731
+                returned = call() if grid is None else run_programs(sim, grid, call)
     finally:
         pop()
-        if gc_was_enabled:
-            gc.enable()
     return _collect(sim, returned, tiles + list(kw_tiles.values()))
 
 

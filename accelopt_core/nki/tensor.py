@@ -585,6 +585,7 @@ def host_fill(tile: Tile, values: Any) -> None:
     sim = current()
     if storage.data is not None:
         storage.data[...] = values
+    sim.trace.host_written.add(storage.id)
     sim.declared(storage, "fill", values)
 
 

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import base64
 import enum
+import gc
 import re
+import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,6 +164,7 @@ class Trace:
     # NeuronCore runs the programs of a launch one after another, so each start is a barrier.
     launches: list[tuple[int, ...]] = field(default_factory=list)
     program_starts: list[int] = field(default_factory=list)
+    host_written: set[int] = field(default_factory=set)  # HBM tensors filled with host data (constants, nl.full)
     tape: list[Any] | None = None  # a recording run's replayable calls (module docstring), else None
 
     def __len__(self) -> int:
@@ -207,6 +211,29 @@ class Trace:
             "hardware_flops": flops,
             "transpose_flops": transpose_flops,
         }
+
+
+_pauses = {"count": 0, "resume": False}
+_pauses_lock = threading.Lock()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a trace-sized graph of small acyclic objects is
+    built or walked (tracing, encoding, replaying, scheduling): it would rescan them over and over, for
+    nothing. Counted, so threads doing this at once resume it only when the last one is done."""
+    with _pauses_lock:
+        if not _pauses["count"]:
+            _pauses["resume"] = gc.isenabled()
+            gc.disable()
+        _pauses["count"] += 1
+    try:
+        yield
+    finally:
+        with _pauses_lock:
+            _pauses["count"] -= 1
+            if not _pauses["count"] and _pauses["resume"]:
+                gc.enable()
 
 
 DTYPE_SIZES: dict[str, int] = {
@@ -284,7 +311,8 @@ def tape_to_plain(trace: Trace) -> dict[str, Any]:
     after the entry that last uses them, so a replay holds no more than the kernel did."""
     if trace.tape is None:
         raise ValueError("this trace was not recorded (run_kernel(..., record=True))")
-    return _TapeWriter(trace).plain()
+    with collector_paused():
+        return _TapeWriter(trace).plain()
 
 
 class _TapeWriter:

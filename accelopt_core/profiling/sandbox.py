@@ -25,12 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import numpy as np
-
-from ..nki import TensorSpec
-from ..nki.runner import Launch
 from .handback import MalformedResultError, read_result, write_result
-from .measure import Measurement
+from .measure import Recording, Run
 
 SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
 _BLOCKED_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
@@ -49,17 +45,15 @@ class SandboxLimits:
 
 @dataclass
 class SandboxJob:
-    """Everything a worker needs, nothing more: kernel source, inputs (as files), shapes to time."""
+    """Everything a worker needs, nothing more: the kernel source and the runs to record (the inputs'
+    shapes and launches, never their data)."""
 
     kernel_source: str
-    check_inputs: list[list[np.ndarray]]
-    timing_specs: list[TensorSpec]
+    runs: list[Run]
     hardware: str
     forbidden_paths: list[str] = field(default_factory=list)
     kernel_name: str | None = None
     kernel_filename: str = "candidate.py"  # how errors name the kernel file
-    check_launch: Launch = field(default_factory=Launch)  # Python arguments and grid of the checked size
-    timing_launch: Launch = field(default_factory=Launch)  # and of the timed size
     kernel_folder: str | None = None  # where the kernel file lives: its sibling modules are importable
 
 
@@ -121,13 +115,13 @@ def _die_with_parent() -> None:
 
 def worker_main() -> None:
     """Body of `python -m accelopt_core.profiling.sandbox WORKDIR MEMORY_MB`: read the job, apply the
-    limits and the guard, measure, and leave the result in WORKDIR as plain data (handback.py)."""
+    limits and the guard, record the runs, and leave the result in WORKDIR as plain data (handback.py)."""
     import resource
 
     from ..blas import single_threaded_blas
     from ..nki import load_module
     from ..nki.loader import KernelLoadError, find_kernel
-    from .measure import measure
+    from .measure import record
 
     workdir, memory_mb = sys.argv[1], int(sys.argv[2])
     _die_with_parent()
@@ -142,14 +136,13 @@ def worker_main() -> None:
     try:
         kernel = find_kernel(load_module(job.kernel_source, job.kernel_filename, folder=job.kernel_folder),
                              job.kernel_name)
-        result = measure(kernel, job.check_inputs, job.timing_specs, job.hardware, output_dir=workdir,
-                         check_launch=job.check_launch, timing_launch=job.timing_launch)
+        result = record(kernel, job.runs, job.hardware, workdir)
     except KernelLoadError as exc:
-        result = Measurement(error=str(exc))
+        result = Recording(error=str(exc))
     except MemoryError:
-        result = Measurement(error="the kernel ran out of memory (sandbox limit)")
+        result = Recording(error="the kernel ran out of memory (sandbox limit)")
     except Exception as exc:  # import-time failure of the candidate module
-        result = Measurement(error=f"loading the kernel failed: {type(exc).__name__}: {exc}")
+        result = Recording(error=f"loading the kernel failed: {type(exc).__name__}: {exc}")
     write_result(workdir, result.plain())
 
 
@@ -220,13 +213,13 @@ def sandbox_workdir() -> str:
 
 
 def run_sandboxed(job: SandboxJob, workdir: str, limits: SandboxLimits = SandboxLimits(),
-                  cancel: threading.Event | None = None) -> Measurement:
-    """Measure a kernel in a fresh child process working in `workdir` (the caller removes it once it
-    has read the outputs left there); failures of any kind come back as an error. Setting `cancel`
+                  cancel: threading.Event | None = None) -> Recording:
+    """Record a kernel's runs in a fresh child process working in `workdir` (the caller removes it once
+    it has read the traces left there); failures of any kind come back as an error. Setting `cancel`
     kills the child within a quarter of a second."""
     run = run_worker("accelopt_core.profiling.sandbox", job, workdir, clean_environment(dict(os.environ)),
                      limits, cancel)
-    return plain_result(run, Measurement.from_plain, Measurement)
+    return plain_result(run, Recording.from_plain, Recording)
 
 
 def plain_result(run: WorkerRun, build: Callable[[dict[str, Any]], T], failed: Callable[..., T]) -> T:
