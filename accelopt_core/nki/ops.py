@@ -212,8 +212,15 @@ def _work(shape: tuple[int, ...], mask: Mask | None) -> tuple[int, int, int]:
     mask = as_mask(mask)
     if mask is None:
         return partitions, free, partitions * free
-    active = np.broadcast_to(mask.values, shape).reshape(partitions, -1)
-    per_partition = active.sum(axis=1)
+    values = mask.values
+    if values.ndim > len(shape) or np.broadcast_shapes(values.shape, shape) != tuple(shape):
+        np.broadcast_to(values, shape)  # raises the mismatch
+    # count on the mask's own elements: a dimension it broadcasts along multiplies its counts
+    values = values.reshape((1,) * (len(shape) - values.ndim) + values.shape) if shape else values.reshape(())
+    repeat = math.prod(n for n, m in zip(shape[1:], values.shape[1:], strict=True) if m == 1)
+    per_partition = values.reshape(values.shape[0] if shape else 1, -1).sum(axis=1) * repeat
+    if per_partition.shape[0] != partitions:  # the mask is the same on every partition
+        per_partition = np.broadcast_to(per_partition, (partitions,))
     return int((per_partition > 0).sum()), int(per_partition.max(initial=0)), int(per_partition.sum())
 
 
