@@ -263,9 +263,9 @@ DTYPE_SIZES: dict[str, int] = {
 
 @dataclass(slots=True, eq=False)
 class Declared:
-    """A tensor the kernel's own code made outside any instruction. `role`: "input" (the next array
-    argument), "tensor" (an allocation), "view" (a reshape; `init` is the id of the tensor viewed) or
-    "fill" (host data written into a whole HBM tensor; `init` is the value or the array)."""
+    """What the kernel's own code did to a tensor outside any instruction. `role`: "input" (it is the
+    next array argument), "tensor" (allocated), "view" (a reshape; `init` is the id of the tensor viewed)
+    or "fill" (host data written into the whole HBM tensor; `init` is the value or the array)."""
 
     storage: Any  # tensor.Storage
     role: str
