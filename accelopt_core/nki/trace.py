@@ -295,7 +295,7 @@ class Called:
 TAPE_FORMAT = "accelopt-trace"
 TAPE_VERSION = 1
 # Bounds of what the trusted side reads: a recorded run of the largest NKIBench kernels is far below them.
-MAX_ENTRIES = 4_000_000
+MAX_ENTRIES = 2_000_000
 MAX_ARRAY_BYTES = 256 * 1024 * 1024  # masks, materialised index expressions and host constants, decoded
 MAX_LOOPS = 1_000_000
 MAX_VALUE_DEPTH = 8

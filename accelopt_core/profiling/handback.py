@@ -24,9 +24,9 @@ from ..nki.trace import collector_paused
 
 RESULT_FILE = "result.json"
 MAX_RESULT_BYTES = 64 * 1024 * 1024  # the report and the line table; arrays and traces travel in files of their own
-# A trace's tape: the 66,336-instruction full-size NKIBench matmul is 15 MB, its 155,904-instruction
-# per-block variant about 35 MB.
-MAX_TRACE_BYTES = 512 * 1024 * 1024
+# A trace's tape: the 66,336-instruction full-size NKIBench matmul is 15 MB, a 155,904-instruction per-block
+# matmul 24 MB (benchmarks/replay_cost.py). Parsed JSON takes about ten times its size in memory.
+MAX_TRACE_BYTES = 128 * 1024 * 1024
 _ARRAY_FILE = re.compile(r"out-\d{1,6}-\d{1,6}\.npy")
 _TRACE_FILE = re.compile(r"trace-\d{1,3}\.json")
 DTYPES = dtypes.NAMED  # the dtypes an output may have, by name
