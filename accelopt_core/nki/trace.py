@@ -299,6 +299,7 @@ MAX_ENTRIES = 2_000_000
 MAX_ARRAY_BYTES = 256 * 1024 * 1024  # masks, materialised index expressions and host constants, decoded
 MAX_LOOPS = 1_000_000
 MAX_VALUE_DEPTH = 8
+MAX_DIMS = 32  # NumPy's own limit; the calibration kernels' block tensors have up to 9
 _UNSHOWN = re.compile(r"[^A-Za-z0-9_.\-]")
 
 
@@ -590,7 +591,7 @@ class TapeReader:
 
     @staticmethod
     def shape(plain: Any, allow_empty: bool = False) -> tuple[int, ...]:
-        if not isinstance(plain, list) or len(plain) > 8 or not all(
+        if not isinstance(plain, list) or len(plain) > MAX_DIMS or not all(
                 type(n) is int and (n > 0 or (allow_empty and n == 0)) for n in plain):
             raise TapeError(f"shape {plain!r} is not a list of sizes")
         return tuple(plain)

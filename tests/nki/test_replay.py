@@ -12,10 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from calibration_set import ABSENT, calibration_cases
 
-from accelopt_core.nki import HardwareRuleError, NkiError, TensorSpec, run_kernel
+from accelopt_core.nki import HardwareRuleError, NkiError, TensorSpec, load_kernel, run_kernel
 from accelopt_core.nki.replay import MAX_TILE_ELEMENTS, ReplayLimitError, ReplayLimits, replay
 from accelopt_core.nki.trace import TAPE_VERSION, TapeError, tape_to_plain
+from accelopt_core.tasks import load_reference
 
 HEADER = """
 import neuronxcc.nki as nki
@@ -71,6 +73,22 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_array_equal(replay(tape, [x], "trn1", numeric=True).outputs[0], x)
+
+
+def test_a_compiler_generated_kernel_replays_bit_for_bit() -> None:
+    """The public calibration set's add_rmsnorm_matmul, as the compiler wrote it: block tensors, index
+    expressions of up to nine dimensions in every subscript, constants."""
+    case = next((c for c in calibration_cases() if c["kernel"].endswith("/add_rmsnorm_matmul.py")), None)
+    if case is None:
+        pytest.skip(ABSENT)
+    inputs = load_reference(case["reference"]).make_case(3).inputs
+    kernel = load_kernel(case["kernel"])
+    numeric = run_kernel(kernel, [np.array(a) for a in inputs])
+    traced = run_kernel(kernel, [TensorSpec.of(a) for a in inputs], numeric=False, record=True)
+    tape = json.loads(json.dumps(tape_to_plain(traced.trace)))
+    assert '["x",[2,2,4,32,2,4,4,128,128]' in json.dumps(tape, separators=(",", ":"))
+    replayed = replay(tape, inputs, "trn1", numeric=True)
+    assert [o.tobytes() for o in replayed.outputs] == [o.tobytes() for o in numeric.outputs]
 
 
 def test_the_replay_runs_the_instructions_at_the_recorded_lines(recorded, x) -> None:
