@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import linecache
 
-from .profiling import ProfileResult
+from .profiling import ProfileResult, as_percent
 
 ENGINES = (("tensor", "tensor_engine_active_time_percent"), ("vector", "vector_engine_active_time_percent"),
            ("scalar", "scalar_engine_active_time_percent"), ("gpsimd", "gpsimd_engine_active_time_percent"),
@@ -51,7 +51,7 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
             out.append(f"spmd      grid {grids}: {spmd['schedule']}")
         out.append("engines")
         for name, key in ENGINES:
-            value = p.get(key)
+            value = as_percent(p.get(key))
             if value is not None:
                 out.append(f"  {name:<7} {_bar(value)} {value:5.1f}%")
         out.append(f"memory    HBM read {_bytes(p.get('hbm_read_bytes'))}, write {_bytes(p.get('hbm_write_bytes'))}"

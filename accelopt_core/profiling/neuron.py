@@ -137,7 +137,8 @@ def parse_summary(text: str) -> dict[str, Any]:
     """The summary object from `neuron-profile view --output-format summary-json` (or `json`) output.
 
     The documented shape is `{"summary": [{...}]}`; objects keyed by a profile name
-    (`{"<name>": {...}}`) and log lines before the JSON are accepted too."""
+    (`{"<name>": {...}}`) and log lines before the JSON are accepted too. Values are kept as written:
+    its `*_percent` fields are fractions, the scale of every ProfileResult (result.RESULT_FORMAT)."""
     start = text.find("{")
     if start < 0:
         raise ValueError("no JSON object in neuron-profile's output")
@@ -324,7 +325,8 @@ class NeuronProfiler(CheckingProfiler):
               lines: list[dict[str, Any]], problem: str | None, work: PeakWork | None, hardware: str) -> None:
         result.latency_ms = measured.latency_us / 1000.0 if measured.latency_us is not None else None
         runs = measured.latencies_us
-        spread = 100.0 * (max(runs) - min(runs)) / min(runs) if len(runs) > 1 and min(runs) > 0 else 0.0
+        # a fraction like every `*_percent` field of the summary it sits beside (0.01 is a 1 % spread)
+        spread = (max(runs) - min(runs)) / min(runs) if len(runs) > 1 and min(runs) > 0 else 0.0
         result.profile = {**{name: None for name in SUMMARY_FIELDS}, **summary,
                           "benchmark_p50_us_runs": runs, "benchmark_spread_percent": spread,
                           "timing_stable": measured.stable, "neuron_core": self.visible_cores}

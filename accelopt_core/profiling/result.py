@@ -6,6 +6,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The version of the dict `to_dict` writes. 2: every `*_percent` field of `profile` is a fraction (0.739 means
+# 73.9 %), the scale of neuron-profile's summary, whichever backend measured. Dicts without it are version 1,
+# where the simulator wrote those fields in percent and the Neuron backend its `benchmark_spread_percent`.
+# `peak_percent` (our own field, the NKIBench metric) is in percent in both.
+RESULT_FORMAT = 2
+PERCENT_SUFFIX = "_percent"
+
+
+def as_percent(fraction: float | None) -> float | None:
+    """A `*_percent` field (a fraction) in percent, for text people read."""
+    return None if fraction is None else 100.0 * fraction
+
+
+def _fractions_from_format_1(profile: dict[str, Any], backend: str | None) -> dict[str, Any]:
+    """A version-1 profile with its percent-scaled `*_percent` fields brought to fractions."""
+    def scaled(name: str) -> bool:
+        return name.endswith(PERCENT_SUFFIX) and (backend == "simulator" or name == "benchmark_spread_percent")
+
+    def fraction(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: fraction(v) for k, v in value.items()}
+        return value / 100.0 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+    return {name: fraction(value) if scaled(name) else value for name, value in profile.items()}
+
 
 @dataclass
 class ProfileResult:
@@ -39,6 +64,7 @@ class ProfileResult:
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON object: our fields, then the neuron-profile summary fields, then `lines`."""
         head = {
+            "result_format": RESULT_FORMAT,
             "kernel": self.kernel,
             "task": self.task,
             "hardware": self.hardware,
@@ -63,7 +89,10 @@ class ProfileResult:
         own = {k: data.get(k) for k in ("kernel", "task", "hardware", "backend", "latency_ms", "correct",
                                          "peak_percent", "bottleneck", "bound", "rel_l2_error", "max_abs_error",
                                          "check_message", "error", "error_line")}
-        skip = set(own) | {"seeds", "lines", "input_shapes"}
+        skip = set(own) | {"seeds", "lines", "input_shapes", "result_format"}
+        profile = {k: v for k, v in data.items() if k not in skip}
+        version = data.get("result_format")
+        if not isinstance(version, int) or version < 2:
+            profile = _fractions_from_format_1(profile, own["backend"])
         return ProfileResult(**own, seeds=list(data.get("seeds") or []), lines=list(data.get("lines") or []),
-                             input_shapes=dict(data.get("input_shapes") or {}),
-                             profile={k: v for k, v in data.items() if k not in skip})
+                             input_shapes=dict(data.get("input_shapes") or {}), profile=profile)
