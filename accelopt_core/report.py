@@ -43,7 +43,7 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
         out.append(f"check     WRONG RESULTS: {result.check_message}")
     if result.latency_ms is not None:
         peak = f"{result.peak_percent:.1f}% of peak" if result.peak_percent is not None else "no peak formula"
-        bound = f" (the task is {result.bound}-bound at peak)" if result.bound else ""
+        bound = f" ({result.bound_text()})" if result.bound else ""
         out.append(f"latency   {result.latency_ms:.4g} ms    {peak}    bottleneck: {result.bottleneck}{bound}")
         spmd = p.get("spmd")
         if spmd:

@@ -127,7 +127,7 @@ def summary_markdown(doc: KernelDocument) -> str | None:
         where = f" (line {result.error_line})" if result.error_line else ""
         return f"{title}\n\nthe kernel fails{where}: {result.error}"
     p = result.profile
-    bound = f" (the task is {result.bound}-bound at peak)" if result.bound else ""
+    bound = f" ({result.bound_text()})" if result.bound else ""
     rows = [
         ("latency", ms(result.latency_ms)),
         ("% of peak", percent(result.peak_percent, 1) + bound),

@@ -39,16 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from ..hardware import load_hardware
 from ..nki import TensorSpec
 from ..nki.runner import Launch, bind_arguments
-from ..perfmodel import peak_percent
 from ..tasks import PeakWork
 from .errors import describe_kernel_exception
 from .guards import guard_violation
 from .handback import OPTIONAL_INT, OPTIONAL_NUMBER, OPTIONAL_TEXT, MalformedResultError, typed, write_result
 from .measure import spill
-from .profiler import CheckingProfiler, TaskRef, input_shapes, zero_arrays
+from .profiler import CheckingProfiler, TaskRef, fill_peak, input_shapes, task_work
 from .result import ProfileResult
 from .sandbox import SandboxLimits, clean_environment, open_guard, plain_result, run_worker
 
@@ -263,7 +261,7 @@ class NeuronProfiler(CheckingProfiler):
             summary, lines, problem = self._read_profile(workdir, measured, job.kernel_filename)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        work = timing_task.peak_work(zero_arrays(specs)) if timing_task.peak_work else None
+        work = task_work(timing_task, specs, cases)
         if check:
             self._judge(result, cases, measured.outputs, check_task.rtol if self.rtol is None else self.rtol)
             if result.error:
@@ -336,13 +334,7 @@ class NeuronProfiler(CheckingProfiler):
         active = {engine: summary.get(name) for engine, name in _ENGINES.items()
                   if isinstance(summary.get(name), (int, float))}
         result.bottleneck = max(active, key=lambda e: active[e]) if active and max(active.values()) > 0 else None
-        if work is not None and result.latency_ms:
-            hw = load_hardware(hardware)
-            result.peak_percent = peak_percent(result.latency_ms / 1000.0, work.mm_flops, work.vec_flops,
-                                               work.hbm_bytes, hw)
-            times = {"matmul": work.mm_flops / hw.peak.matmul_flops, "vector": work.vec_flops / hw.peak.vector_flops,
-                     "memory": work.hbm_bytes / hw.peak.hbm_bandwidth}
-            result.bound = max(times, key=lambda k: times[k])
+        fill_peak(result, work, hardware)
 
 
 def _file_name(label: str) -> str:

@@ -46,6 +46,9 @@ class ProfileResult:
     peak_percent: float | None = None
     bottleneck: str | None = None
     bound: str | None = None  # what limits the task at peak: "matmul", "vector" or "memory"
+    # the work the peak is computed from: {mm_flops, vec_flops, hbm_bytes, counted}, counted when it is the
+    # reference's own NumPy work rather than a peak_work it declares
+    peak_work: dict[str, Any] | None = None
     rel_l2_error: float | None = None
     max_abs_error: float | None = None
     seeds: list[int] = field(default_factory=list)
@@ -61,6 +64,18 @@ class ProfileResult:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def peak_counted(self) -> bool:
+        """The peak comes from the reference's own NumPy work, counted while it ran (no declared peak_work)."""
+        return bool(self.peak_work and self.peak_work.get("counted"))
+
+    def bound_text(self) -> str:
+        """`the task is matmul-bound at peak`, and where its work came from when it was counted; for people."""
+        if not self.bound:
+            return ""
+        counted = ", its work counted from the reference's NumPy" if self.peak_counted else ""
+        return f"the task is {self.bound}-bound at peak{counted}"
+
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON object: our fields, then the neuron-profile summary fields, then `lines`."""
         head = {
@@ -74,6 +89,7 @@ class ProfileResult:
             "peak_percent": self.peak_percent,
             "bottleneck": self.bottleneck,
             "bound": self.bound,
+            "peak_work": self.peak_work,
             "rel_l2_error": self.rel_l2_error,
             "max_abs_error": self.max_abs_error,
             "seeds": self.seeds,
@@ -87,7 +103,8 @@ class ProfileResult:
     @staticmethod
     def from_dict(data: dict[str, Any]) -> ProfileResult:
         own = {k: data.get(k) for k in ("kernel", "task", "hardware", "backend", "latency_ms", "correct",
-                                         "peak_percent", "bottleneck", "bound", "rel_l2_error", "max_abs_error",
+                                         "peak_percent", "bottleneck", "bound", "peak_work", "rel_l2_error",
+                                         "max_abs_error",
                                          "check_message", "error", "error_line")}
         skip = set(own) | {"seeds", "lines", "input_shapes", "result_format"}
         profile = {k: v for k, v in data.items() if k not in skip}
