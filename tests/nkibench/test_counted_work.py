@@ -1,6 +1,7 @@
 """The work "% of peak" divides by, counted from a reference's own NumPy run (accelopt_core/tasks/work.py),
 against the hand formula each NKIBench reference declares (shared/nkibench.md): within 1 % for all 14 tasks at
-their small size and, where running the reference takes a few seconds only, at their full size."""
+their small size and, where running the reference takes a few seconds only, at their full size; and the public
+references of the calibration set, which declare nothing, against the same formulas."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from calibration_set import ABSENT, calibration_cases
 
 from accelopt_core.hardware import load_hardware
-from accelopt_core.tasks import PeakWork
+from accelopt_core.tasks import PeakWork, load_reference
 from accelopt_core.tasks.registry import all_task_files, find_task
 
 TASKS = sorted(name for name, files in all_task_files().items() if "nkibench" in files.reference)
@@ -28,6 +30,8 @@ AS_RUN: dict[str, Callable[[list[np.ndarray]], int]] = {
     "matmul_add_rmsnorm": lambda x: 5 * x[0].shape[0] * x[1].shape[1] + 2 * x[0].shape[0],
 }
 CHEAP_AT_FULL_SIZE = ("mamba", "rope_single_freq_apply", "rmsnorm_matmul", "add_rmsnorm_matmul", "matmul_add_rmsnorm")
+CALIBRATION = {case["task"]: case for case in calibration_cases()}
+CHEAP_PUBLIC = ("silu", "add_rmsnorm_matmul", "swiglu")  # the others take a minute or GiBs at their full size
 
 
 def best_time(work: PeakWork, hardware: str) -> float:
@@ -36,11 +40,12 @@ def best_time(work: PeakWork, hardware: str) -> float:
                work.hbm_bytes / peak.hbm_bandwidth)
 
 
-def check_agreement(name: str, variant: str) -> None:
+def check_agreement(name: str, variant: str, counted: PeakWork | None = None) -> None:
+    """Our reference's count (or `counted`, another reference's of the same task and size) against the formula."""
     task = find_task(f"{name}:{variant}")
     case = task.make_case(0)
     assert task.peak_work is not None
-    declared, counted = task.peak_work(case.inputs), case.counted_work()
+    declared, counted = task.peak_work(case.inputs), counted or case.counted_work()
     assert counted is not None and counted.counted and not declared.counted
     assert counted.mm_flops == pytest.approx(declared.mm_flops, rel=0.01)
     assert counted.hbm_bytes == pytest.approx(declared.hbm_bytes, rel=0.01)
@@ -61,6 +66,22 @@ def test_counted_work_matches_the_hand_formula_at_the_small_size(name: str) -> N
 @pytest.mark.parametrize("name", CHEAP_AT_FULL_SIZE)
 def test_counted_work_matches_the_hand_formula_at_the_full_size(name: str) -> None:
     check_agreement(name, "full")
+
+
+@pytest.mark.parametrize("name", CHEAP_PUBLIC)
+def test_a_public_reference_counts_the_work_of_the_formula(name: str) -> None:
+    if name not in CALIBRATION:
+        pytest.skip(ABSENT)
+    check_agreement(name, "full", load_reference(CALIBRATION[name]["reference"]).counted_work())
+
+
+def test_every_public_calibration_reference_is_counted_for_its_peak() -> None:
+    if not CALIBRATION:
+        pytest.skip(ABSENT)
+    assert len(CALIBRATION) == 7
+    for case in CALIBRATION.values():
+        task = load_reference(case["reference"])
+        assert task.peak_work is None and task.count_key is not None, case["task"]
 
 
 def test_all_fourteen_tasks_are_compared() -> None:
