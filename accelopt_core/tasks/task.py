@@ -82,7 +82,8 @@ class Case:
 
 @dataclass
 class Task:
-    """A checkable task: `make_case(seed)` draws inputs; `peak_work(inputs)` gives its analytic work."""
+    """A checkable task: `make_case(seed)` draws inputs; `peak_work(inputs)` gives the analytic work its
+    reference declares, `counted_work()` the work the reference does when it declares none."""
 
     name: str
     make_case: Callable[[int], Case]
@@ -185,7 +186,7 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
     family = str(getattr(module, "FAMILY", task_name))
     peak = getattr(module, "peak_work", None)
     peak_fn = (lambda inputs: peak(*inputs)) if callable(peak) else None
-    launch = {"kernel_args": kernel_arguments(module, path, sizes), "grid": launch_grid(module, path, sizes),
+    common = {"kernel_args": kernel_arguments(module, path, sizes), "grid": launch_grid(module, path, sizes),
               "count_key": _count_key(module, path, source, sizes)}
     if callable(getattr(module, "make_inputs", None)) and callable(getattr(module, "reference", None)):
         def native_case(seed: int) -> Case:
@@ -194,7 +195,7 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
                 lambda wrap: module.reference(*[wrap(np.array(a, copy=True)) for a in inputs])))
 
         return Task(task_name, native_case, rtol, peak_fn, path, family, tuple(getattr(module, "VARIANTS", ())),
-                    **launch)
+                    **common)
     missing = [f for f in ("get_inputs", "forward") if not callable(getattr(module, f, None))]
     if missing:
         raise TaskError(f"{path}: a reference needs make_inputs() and reference() (native form) or "
@@ -216,7 +217,7 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
             case.convert = convert
         return case
 
-    return Task(task_name, bench_case, rtol, peak_fn, path, family, **launch)
+    return Task(task_name, bench_case, rtol, peak_fn, path, family, **common)
 
 
 def _sized(module: types.ModuleType, attribute: str, sizes: dict[str, Any]) -> Any:

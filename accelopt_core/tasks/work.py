@@ -331,9 +331,11 @@ _patch_depth = 0
 
 
 def _keeping(make: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    def wrapper(value: Any, *args: Any, **kwargs: Any) -> np.ndarray:
-        made = make(_plain(value), *args, **kwargs)
-        return value.tally.track(made) if isinstance(value, Counted) and value.tally is not None else made
+    def wrapper(*args: Any, **kwargs: Any) -> np.ndarray:
+        tally = args[0].tally if args and isinstance(args[0], Counted) else None
+        if tally is None:
+            return make(*args, **kwargs)  # exactly the original call
+        return tally.track(make(_plain(args[0]), *args[1:], **kwargs))
 
     wrapper.__wrapped__ = make
     return wrapper
