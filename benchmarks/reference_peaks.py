@@ -1,12 +1,15 @@
-"""% of peak for the public NKIBench references of the calibration set, from their counted NumPy work.
+"""% of peak from a reference's counted NumPy work (accelopt_core/tasks/work.py), against the hand formulas.
 
-The public references (`get_inputs`/`forward`) declare no peak: "% of peak" comes from counting the work
-each one does while it runs (accelopt_core/tasks/work.py). For every case of ../shared/calibration it prints
-the counted work, how far it is from the hand formula of shared/nkibench.md (our NKIBench reference's
-peak_work at the same sizes), the best possible time on trn1 and what bounds it, trn1's measured latency and
-the % of peak that latency means. The references run at their full sizes: minutes and a few GiB of memory.
+Default: the public NKIBench references of the calibration set (`get_inputs`/`forward`), which declare no peak.
+For every case of ../shared/calibration it prints the counted work, how far it is from the hand formula of
+shared/nkibench.md (our NKIBench reference's peak_work at the same sizes), the best possible time on trn1 and
+what bounds it, trn1's measured latency and the % of peak that latency means. The references run at their
+full sizes: about a minute and 4 GiB of memory.
 
-Usage: python3 benchmarks/reference_peaks.py [task ...]
+`--ours small` (or `full`): our 14 NKIBench references at that size, each one's declared peak_work against
+its own counted work (tests/nkibench/test_counted_work.py pins the same).
+
+Usage: python3 benchmarks/reference_peaks.py [task ...]   |   python3 benchmarks/reference_peaks.py --ours small
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from calibration_set import ABSENT, calibration_cases  # noqa: E402
 from accelopt_core.blas import single_threaded_blas  # noqa: E402
 from accelopt_core.hardware import load_hardware  # noqa: E402
 from accelopt_core.tasks import PeakWork, load_reference  # noqa: E402
-from accelopt_core.tasks.registry import find_task  # noqa: E402
+from accelopt_core.tasks.registry import all_task_files, find_task  # noqa: E402
 
 
 def best_time(work: PeakWork) -> tuple[float, str]:
@@ -38,6 +41,24 @@ def best_time(work: PeakWork) -> tuple[float, str]:
 
 def difference(counted: float, declared: float) -> str:
     return "=" if counted == declared else f"{100 * (counted - declared) / declared:+.1f}%" if declared else "new"
+
+
+def ours(variant: str) -> None:
+    print(f"{'task':24} {'':9} {'declared':>16} {'counted':>16} {'diff':>8}   best time declared / counted")
+    for name, files in all_task_files().items():
+        if "nkibench" not in files.reference:
+            continue
+        task = find_task(f"{name}:{variant}")
+        case = task.make_case(0)
+        assert task.peak_work is not None
+        declared, counted = task.peak_work(case.inputs), case.counted_work()
+        assert counted is not None
+        for index, field in enumerate(("mm_flops", "vec_flops", "hbm_bytes")):
+            times = (f"   {best_time(declared)[0] * 1e6:.2f} / {best_time(counted)[0] * 1e6:.2f} us "
+                     f"({best_time(counted)[1]})" if index == 0 else "")
+            print(f"{name if index == 0 else '':24} {field:9} {getattr(declared, field):16,.0f} "
+                  f"{getattr(counted, field):16,.0f} {difference(getattr(counted, field), getattr(declared, field)):>8}"
+                  f"{times}", flush=True)
 
 
 def main(wanted: list[str]) -> None:
@@ -69,4 +90,8 @@ def main(wanted: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--ours"]:
+        single_threaded_blas()
+        ours(sys.argv[2] if len(sys.argv) > 2 else "small")
+    else:
+        main(sys.argv[1:])

@@ -31,7 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,7 +86,8 @@ class Counted(np.ndarray):
         tally = _tally_of((*inputs, *kwargs.get("out", ())))
         out = kwargs.get("out")
         kwargs = {k: tuple(_plain(o) for o in v) if k == "out" else _plain(v) for k, v in kwargs.items()}
-        result = getattr(ufunc, method)(*(_plain(x) for x in inputs), **kwargs)
+        with _warnings_at_the_reference(ufunc):
+            result = getattr(ufunc, method)(*(_plain(x) for x in inputs), **kwargs)
         _count_ufunc(tally, ufunc, method, inputs, result)
         if out is not None:
             return out[0] if len(out) == 1 else out
@@ -135,6 +139,25 @@ def _bytes(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> int:
 
 
 # -- the hooks' helpers -----------------------------------------------------------------------------------
+
+
+def _warnings_at_the_reference(ufunc: np.ufunc) -> contextlib.AbstractContextManager[Any]:
+    """NumPy's floating-point warnings (overflow in exp, ...) as the reference would get them without
+    counting, pointing at its own line rather than at this module; errors it asked to raise or ignore
+    stay as they are."""
+    modes = {kind: "call" if mode == "warn" else mode for kind, mode in np.geterr().items()}
+
+    def warn(error: str, flag: int) -> None:
+        frame = sys._getframe(1)
+        while frame.f_back is not None and (frame.f_code.co_filename == __file__
+                                            or f"{os.sep}numpy{os.sep}" in frame.f_code.co_filename):
+            frame = frame.f_back
+        warnings.warn_explicit(f"{error} encountered in {ufunc.__name__}", RuntimeWarning, frame.f_code.co_filename,
+                               frame.f_lineno, module=frame.f_globals.get("__name__"),
+                               registry=frame.f_globals.setdefault("__warningregistry__", {}))
+
+    return np.errstate(call=warn, **modes)
+
 
 
 def _tally_of(values: Sequence[Any]) -> Tally:

@@ -187,3 +187,12 @@ def test_a_declared_peak_work_overrides_the_count(tmp_path: Path) -> None:
     assert task.count_key is None and task.counted_work() is None
     specs = [TensorSpec.of(x) for x in task.make_case(0).inputs]
     assert task_work(task, specs, []) == PeakWork(0, 1, 2)
+
+
+def test_floating_point_warnings_point_at_the_reference_and_raising_stays_raising() -> None:
+    big = np.full(4, 1000.0, dtype=np.float32)
+    with pytest.warns(RuntimeWarning, match="overflow encountered in exp") as caught:
+        count(lambda p: np.exp(p), big)
+    assert caught[0].filename == __file__
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        count(lambda p: np.exp(p), big)
