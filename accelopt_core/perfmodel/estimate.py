@@ -44,8 +44,9 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
     busy = {name: float(busy_by_code[c]) for c, name in enumerate(ENGINES)}
     busy["dma"] = _union_length(sched.dma_data)
 
-    def percent(value: float) -> float:
-        return 100.0 * value / latency if latency > 0 else 0.0
+    def fraction(value: float) -> float:
+        """A time as a share of the latency: the `*_percent` fields are fractions, as neuron-profile writes them."""
+        return value / latency if latency > 0 else 0.0
 
     spill_save = round(sched.spill_save)
     spill_reload = round(sched.spill_reload)
@@ -58,7 +59,7 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
     bottleneck = max(critical, key=lambda name: critical[name]) if latency > 0 else "none"
     if bottleneck != "none" and critical[bottleneck] <= 0:
         bottleneck = "none"
-    idle = {name: max(0.0, 100.0 - percent(busy[name])) for name in ENGINES}
+    idle = {name: max(0.0, 1.0 - fraction(busy[name])) for name in ENGINES}
 
     notes: list[str] = []
     for (engine, op), count in sorted(costs.unknown_ops.items()):
@@ -81,11 +82,11 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         scalar_engine_active_time=busy["scalar"],
         gpsimd_engine_active_time=busy["gpsimd"],
         dma_active_time=busy["dma"],
-        tensor_engine_active_time_percent=percent(busy["tensor"]),
-        vector_engine_active_time_percent=percent(busy["vector"]),
-        scalar_engine_active_time_percent=percent(busy["scalar"]),
-        gpsimd_engine_active_time_percent=percent(busy["gpsimd"]),
-        dma_active_time_percent=percent(busy["dma"]),
+        tensor_engine_active_time_percent=fraction(busy["tensor"]),
+        vector_engine_active_time_percent=fraction(busy["vector"]),
+        scalar_engine_active_time_percent=fraction(busy["scalar"]),
+        gpsimd_engine_active_time_percent=fraction(busy["gpsimd"]),
+        dma_active_time_percent=fraction(busy["dma"]),
         tensor_engine_instruction_count=int(counts[0]),
         vector_engine_instruction_count=int(counts[1]),
         scalar_engine_instruction_count=int(counts[2]),
@@ -104,11 +105,11 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         sbuf_usable_bytes_per_partition=pressure.capacity_bytes_per_partition,
         hardware_flops=int(hw_flops),
         transpose_flops=int(tr_flops),
-        hfu_estimated_percent=percent(hw_flops / peak.tensor_flops),
-        mfu_inst_estimated_percent=percent((hw_flops - tr_flops) / peak.tensor_flops),
+        hfu_estimated_percent=fraction(hw_flops / peak.tensor_flops),
+        mfu_inst_estimated_percent=fraction((hw_flops - tr_flops) / peak.tensor_flops),
         mm_arithmetic_intensity=((hw_flops - tr_flops) / (hbm_read + hbm_write)
                                  if hbm_read + hbm_write else 0.0),
-        mbu_estimated_percent=percent((hbm_read + hbm_write) / peak.hbm_bandwidth),
+        mbu_estimated_percent=fraction((hbm_read + hbm_write) / peak.hbm_bandwidth),
         dma_transfer_count=sched.dma_transfers,
         dma_transfer_total_bytes=sched.dma_bytes,
         dma_transfer_average_bytes=(sched.dma_bytes / sched.dma_transfers
@@ -172,7 +173,7 @@ def _bottleneck_summary(bottleneck: str, critical: dict[str, float],
         return "empty trace"
     total = sum(critical.values()) or 1.0
     share = 100.0 * critical[bottleneck] / total
-    others = ", ".join(f"{name} {idle[name]:.0f}%" for name in ENGINES if name != bottleneck)
+    others = ", ".join(f"{name} {100 * idle[name]:.0f}%" for name in ENGINES if name != bottleneck)
     return (f"{bottleneck}-bound: {share:.0f}% of the critical path's busy time is on {bottleneck};"
             f" idle: {others}")
 

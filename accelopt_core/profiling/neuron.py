@@ -39,16 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from ..hardware import load_hardware
 from ..nki import TensorSpec
 from ..nki.runner import Launch, bind_arguments
-from ..perfmodel import peak_percent
 from ..tasks import PeakWork
 from .errors import describe_kernel_exception
 from .guards import guard_violation
 from .handback import OPTIONAL_INT, OPTIONAL_NUMBER, OPTIONAL_TEXT, MalformedResultError, typed, write_result
 from .measure import spill
-from .profiler import CheckingProfiler, TaskRef, input_shapes, zero_arrays
+from .profiler import CheckingProfiler, TaskRef, fill_peak, input_shapes, task_work
 from .result import ProfileResult
 from .sandbox import SandboxLimits, clean_environment, open_guard, plain_result, run_worker
 
@@ -137,7 +135,8 @@ def parse_summary(text: str) -> dict[str, Any]:
     """The summary object from `neuron-profile view --output-format summary-json` (or `json`) output.
 
     The documented shape is `{"summary": [{...}]}`; objects keyed by a profile name
-    (`{"<name>": {...}}`) and log lines before the JSON are accepted too."""
+    (`{"<name>": {...}}`) and log lines before the JSON are accepted too. Values are kept as written:
+    its `*_percent` fields are fractions, the scale of every ProfileResult (result.RESULT_FORMAT)."""
     start = text.find("{")
     if start < 0:
         raise ValueError("no JSON object in neuron-profile's output")
@@ -262,7 +261,7 @@ class NeuronProfiler(CheckingProfiler):
             summary, lines, problem = self._read_profile(workdir, measured, job.kernel_filename)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        work = timing_task.peak_work(zero_arrays(specs)) if timing_task.peak_work else None
+        work = task_work(timing_task, specs, cases)
         if check:
             self._judge(result, cases, measured.outputs, check_task.rtol if self.rtol is None else self.rtol)
             if result.error:
@@ -324,7 +323,8 @@ class NeuronProfiler(CheckingProfiler):
               lines: list[dict[str, Any]], problem: str | None, work: PeakWork | None, hardware: str) -> None:
         result.latency_ms = measured.latency_us / 1000.0 if measured.latency_us is not None else None
         runs = measured.latencies_us
-        spread = 100.0 * (max(runs) - min(runs)) / min(runs) if len(runs) > 1 and min(runs) > 0 else 0.0
+        # a fraction like every `*_percent` field of the summary it sits beside (0.01 is a 1 % spread)
+        spread = (max(runs) - min(runs)) / min(runs) if len(runs) > 1 and min(runs) > 0 else 0.0
         result.profile = {**{name: None for name in SUMMARY_FIELDS}, **summary,
                           "benchmark_p50_us_runs": runs, "benchmark_spread_percent": spread,
                           "timing_stable": measured.stable, "neuron_core": self.visible_cores}
@@ -334,13 +334,7 @@ class NeuronProfiler(CheckingProfiler):
         active = {engine: summary.get(name) for engine, name in _ENGINES.items()
                   if isinstance(summary.get(name), (int, float))}
         result.bottleneck = max(active, key=lambda e: active[e]) if active and max(active.values()) > 0 else None
-        if work is not None and result.latency_ms:
-            hw = load_hardware(hardware)
-            result.peak_percent = peak_percent(result.latency_ms / 1000.0, work.mm_flops, work.vec_flops,
-                                               work.hbm_bytes, hw)
-            times = {"matmul": work.mm_flops / hw.peak.matmul_flops, "vector": work.vec_flops / hw.peak.vector_flops,
-                     "memory": work.hbm_bytes / hw.peak.hbm_bandwidth}
-            result.bound = max(times, key=lambda k: times[k])
+        fill_peak(result, work, hardware)
 
 
 def _file_name(label: str) -> str:
