@@ -51,6 +51,17 @@ def load_module(source: str, filename: str, name: str | None = None, folder: str
     return module
 
 
+def import_root(source: str, filename: str, folder: str | None = None) -> str | None:
+    """The folder `load_module` puts on sys.path for this kernel (its own, or the root of the package its
+    relative imports name), or None; the sandbox shows the kernel that folder and nothing else of the disk."""
+    folder = folder or (os.path.dirname(filename) if os.path.isabs(filename) else None)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return folder
+    return _import_identity(tree, filename, folder, None)[2]
+
+
 def _import_identity(tree: ast.Module, filename: str, folder: str | None, name: str | None
                      ) -> tuple[str, str, str | None]:
     """(module name, package, folder to put on sys.path) for a kernel file. A file with relative
