@@ -197,7 +197,9 @@ def visible_trees(confinement: Confinement, environ: dict[str, str]) -> list[tup
     """The read-only trees beyond the system folders, as (real source, path inside the sandbox): each at
     its real path and, when it is named through a link, at that name too. Never the root or a folder
     holding the home directory."""
-    python_path = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # this checkout is on PYTHONPATH so that the child imports it; of the checkout only the package is shown
+    python_path = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep)
+                   if p and os.path.realpath(p) != os.path.realpath(SOURCE_ROOT)]
     tools = environ.get("PATH", "").split(os.pathsep) if confinement.processes else []
     wanted = [*python_folders(), os.path.join(SOURCE_ROOT, "accelopt_core"), *python_path, *tools,
               *confinement.extra_system, *confinement.read_only]

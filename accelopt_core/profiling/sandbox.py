@@ -238,10 +238,13 @@ class StreamTail:
         self._thread.start()
 
     def _read(self) -> None:
-        while chunk := self._stream.read1(1 << 16):
-            self.data += chunk
-            if len(self.data) > 2 * self.keep:
-                del self.data[:-self.keep]
+        try:
+            while chunk := self._stream.read1(1 << 16):
+                self.data += chunk
+                if len(self.data) > 2 * self.keep:
+                    del self.data[:-self.keep]
+        except (OSError, ValueError):  # the pipe was closed under us: a writer outlived the wait
+            return
 
     def last_line(self, wait: float = 1.0) -> str | None:
         """The last line written, once the writers have gone (or after `wait` seconds)."""
@@ -322,6 +325,7 @@ def run_worker(module: str, job: Any, workdir: str, env: dict[str, str], limits:
         if stopped is not None:
             os.killpg(child.pid, signal.SIGKILL)  # bwrap: its PID namespace, every process in it, dies too
             child.wait()
+            stderr.last_line()  # let the reader finish before the pipe closes
             return WorkerRun(error=stopped)
         detail = stderr.last_line()
     if child.returncode == 0:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from attack_kit import DISABLE_AUDIT_HOOK, run_attack, write_reference
 
+import accelopt_core
 from accelopt_core.profiling import TaskRef
 from accelopt_core.profiling.confine import Confinement, python_folders, sandbox_environment, spawn_confined
 from accelopt_core.profiling.sandbox import MALFORMED, importable_environment
@@ -179,15 +180,18 @@ def test_the_kernel_sees_only_its_own_world(task: TaskRef) -> None:
 import json, os, socket
 world = {"pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
          "interfaces": [name for _, name in socket.if_nameindex()], "root": sorted(os.listdir("/")),
-         "home": sorted(os.listdir(HOME)) if os.path.isdir(HOME) else [], "tmp": sorted(os.listdir("/tmp"))}
+         "home": sorted(os.listdir(HOME)) if os.path.isdir(HOME) else [], "tmp": sorted(os.listdir("/tmp")),
+         "checkout": sorted(os.listdir(CHECKOUT))}
 raise RuntimeError("GOT " + json.dumps(world))
 '''
-    result = run_attack(attack.replace("HOME", repr(str(Path.home()))), task)
+    checkout = Path(accelopt_core.__file__).parent.parent
+    result = run_attack(attack.replace("HOME", repr(str(Path.home()))).replace("CHECKOUT", repr(str(checkout))), task)
     world = _reported(result.error)
     assert len(world["pids"]) <= 3 and world["interfaces"] == ["lo"]
     home = Path.home()
     python_in_home = {Path(p).relative_to(home).parts[0] for p in python_folders() if Path(p).is_relative_to(home)}
     assert set(world["home"]) <= python_in_home  # of the home directory, at most the way to Python
+    assert world["checkout"] == ["accelopt_core"]  # of this checkout, the package only: no tests, no references
     assert len(world["tmp"]) <= 1  # its own job folder, nothing else of /tmp
 
 
