@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelopt_core.nki.loader import parse_source
 from accelopt_core.profiling import ProfileResult
 
 from .format import fraction, ms, nbytes
@@ -117,7 +118,7 @@ def repeated_loads(source: str, kernel: KernelFile) -> list[RepeatedLoad]:
     if not kernel.function:
         return []
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return []
     function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel.function), None)

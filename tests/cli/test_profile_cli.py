@@ -130,6 +130,22 @@ def test_not_python_is_bad_input(files: Path) -> None:
     assert "syntax error" in _one_line(run)
 
 
+DEEP = {"parentheses": "    y = " + "(" * 2000 + "x" + ")" * 2000 + "\n",
+        "blocks": "".join("    " * (depth + 1) + "if x:\n" for depth in range(2000)) + "    " * 2001 + "pass\n",
+        "operators": "    y = " + "-" * 100000 + "x\n",
+        "operands": "    y = " + "x + " * 50000 + "x\n"}
+
+
+@pytest.mark.parametrize("nesting", sorted(DEEP))
+def test_a_deeply_nested_kernel_is_bad_input(files: Path, nesting: str) -> None:
+    """Issue 14: Python's parser gives up on these with RecursionError or MemoryError (was a traceback)."""
+    (files / "deep.py").write_text("import neuronxcc.nki as nki\n\n\n@nki.jit\ndef kernel(x):\n" + DEEP[nesting]
+                                   + "    return x\n")
+    run = accelopt("profile", str(files / "deep.py"), "--reference", str(files / "add_ref.py"))
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "syntax error" in _one_line(run)
+
+
 def test_file_without_kernel_is_bad_input(files: Path) -> None:
     (files / "helpers.py").write_text("def helper():\n    return 1\n\ndef other():\n    return 2\n")
     run = accelopt("profile", str(files / "helpers.py"), "--reference", str(files / "add_ref.py"))

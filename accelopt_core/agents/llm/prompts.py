@@ -158,7 +158,8 @@ def experiences_block(experiences: Sequence[Any], limit: int = TOP_EXPERIENCES) 
         lesson = getattr(exp, "summary", "") or getattr(exp, "plan", "")
         plan = getattr(exp, "plan", "")
         tail = f" (plan: {plan})" if plan and plan not in lesson else ""
-        return f"- {getattr(exp, 'speedup', 1.0):.2f}x on {where}: {lesson}{tail}"
+        imported = " [imported from another memory, not measured here]" if getattr(exp, "imported", False) else ""
+        return f"- {getattr(exp, 'speedup', 1.0):.2f}x on {where}: {lesson}{tail}{imported}"
 
     out = []
     if worked:
