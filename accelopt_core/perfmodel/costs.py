@@ -210,17 +210,12 @@ class CostModel:
             self._dma_cache[key] = cost
         return cost
 
-    def spill_dma(self, payload: int, partitions: int, fraction: float, item_size: int = 4) -> DmaCost:
-        """Expected cost of spilling (or reloading) `fraction` of an access of `payload` bytes.
-
-        The compiler moves whole tiles, so efficiency is that of the full access; only the given
-        share of its bytes and of the fixed cost is charged (an expected value, see spill.py).
-        """
+    def spill_dma(self, payload: int, partitions: int, item_size: int = 4) -> DmaCost:
+        """Cost of a transfer the compiler adds between HBM and SBUF (a spill, its reload, or a load
+        issued again at a use) of `payload` bytes over `partitions` partitions."""
         partitions = max(1, min(partitions, self.hw.memory.sbuf_partitions))
-        full = self._dma_cost(max(1, payload), max(1, payload // partitions), partitions, False,
+        return self._dma_cost(max(1, payload), max(1, payload // partitions), partitions, False,
                               hbm=True, hbm_only=False, item_size=item_size)
-        return DmaCost(fixed=full.fixed * fraction, work_bytes=full.work_bytes * fraction, rate=full.rate,
-                       engines=full.engines, payload=max(1, round(payload * fraction)))
 
     def _dma_cost(self, payload: int, contiguous: int, partitions: int, transpose: bool,
                   hbm: bool, hbm_only: bool, item_size: int = 4) -> DmaCost:

@@ -31,9 +31,9 @@ def estimate(trace: Trace, hardware: HardwareProfile) -> PerfReport:
 
 def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Schedule) -> PerfReport:
     n = len(trace.instructions)
-    pressure = sched.pressure
+    plan = sched.plan
     latency = sched.latency
-    summary = trace.summary()
+    summary = executed_summary(trace, plan.dropped)
     codes = np.asarray(sched.engine, dtype=np.int64)
     start = np.asarray(sched.start, dtype=np.float64)
     end = np.asarray(sched.end, dtype=np.float64)
@@ -47,9 +47,9 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
     def percent(value: float) -> float:
         return 100.0 * value / latency if latency > 0 else 0.0
 
-    spill_save = round(sched.spill_save)
-    spill_reload = round(sched.spill_reload)
-    hbm_read = summary["hbm_read_bytes"] + spill_reload
+    spill_save = sched.spill_save
+    spill_reload = sched.spill_reload
+    hbm_read = summary["hbm_read_bytes"] + spill_reload + sched.refetch
     hbm_write = summary["hbm_write_bytes"] + spill_save
     hw_flops = summary["hardware_flops"]
     tr_flops = summary["transpose_flops"]
@@ -64,10 +64,11 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
     for (engine, op), count in sorted(costs.unknown_ops.items()):
         notes.append(f"{count} '{op}' instruction(s) on {engine} have no documented cost;"
                      " priced as max(MIN_II, N)")
-    if pressure.fractions is not None:
+    if plan.peak_bytes_per_partition > plan.capacity_bytes_per_partition:
         notes.append(
-            f"live SBUF peaks at {pressure.peak_bytes_per_partition} B/partition, above the usable"
-            f" {pressure.capacity_bytes_per_partition} B: the overflow is priced as spill traffic")
+            f"live SBUF peaks at {plan.peak_bytes_per_partition} B/partition, above the usable"
+            f" {plan.capacity_bytes_per_partition} B: loaded blocks that do not fit are loaded again at each"
+            " use, computed ones are spilled")
 
     return PerfReport(
         hardware=hardware.name,
@@ -95,13 +96,13 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         hbm_read_bytes=int(hbm_read),
         hbm_write_bytes=int(hbm_write),
         sbuf_read_bytes=int(summary["sbuf_read_bytes"] + spill_save),
-        sbuf_write_bytes=int(summary["sbuf_write_bytes"] + spill_reload),
+        sbuf_write_bytes=int(summary["sbuf_write_bytes"] + spill_reload + sched.refetch),
         psum_read_bytes=int(summary["psum_read_bytes"]),
         psum_write_bytes=int(summary["psum_write_bytes"]),
         spill_save_bytes=spill_save,
         spill_reload_bytes=spill_reload,
-        sbuf_peak_live_bytes_per_partition=pressure.peak_bytes_per_partition,
-        sbuf_usable_bytes_per_partition=pressure.capacity_bytes_per_partition,
+        sbuf_peak_live_bytes_per_partition=plan.peak_bytes_per_partition,
+        sbuf_usable_bytes_per_partition=plan.capacity_bytes_per_partition,
         hardware_flops=int(hw_flops),
         transpose_flops=int(tr_flops),
         hfu_estimated_percent=percent(hw_flops / peak.tensor_flops),
@@ -122,6 +123,15 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         loops=_loops(sched, start, end, busy_time),
         notes=notes,
     )
+
+
+def executed_summary(trace: Trace, dropped: list[bool]) -> dict[str, Any]:
+    """`Trace.summary` over the instructions the hardware executes (the compiler's plan drops some)."""
+    if not any(dropped):
+        return trace.summary()
+    executed = Trace([inst for inst, gone in zip(trace.instructions, dropped, strict=True) if not gone],
+                     trace.tensors)
+    return executed.summary()
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:

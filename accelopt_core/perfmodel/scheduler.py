@@ -23,6 +23,11 @@ already records every such dependency (the SBUF accumulator read and rewritten e
 scan carry, a reused buffer): the RAW/WAR/WAW rules enforce exactly those and nothing more. The
 engines run their own instruction streams in order, so nothing overtakes on one engine either.
 
+What the compiler changes before anything runs comes from `allocator.plan_allocation`: repeated data
+movement it does once (those instructions cost nothing and their results are the earlier ones'), loads
+it issues again at their uses, and spills. Their transfers are booked on the DMA queues around the
+instructions that need them.
+
 Dependencies are found per tensor: for each one the model keeps the writes and reads that may
 still constrain someone, in program order with a running maximum of their times, so a query walks
 back only over entries that finish later than what the instruction already waits for. A write that
@@ -35,9 +40,9 @@ from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
 from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Instruction, Loop, Trace
+from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline
-from accelopt_core.perfmodel.spill import SbufPressure, sbuf_pressure
 
 ENGINES: tuple[str, ...] = (Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD, Engine.DMA)
 _CODE = {name: code for code, name in enumerate(ENGINES)}
@@ -146,8 +151,8 @@ class _NestInfo:
 class Schedule:
     """Times of every instruction after list scheduling, plus what the report needs."""
 
-    def __init__(self, n: int, pressure: SbufPressure) -> None:
-        self.pressure = pressure
+    def __init__(self, n: int, plan: AllocationPlan) -> None:
+        self.plan = plan
         self.start = [0.0] * n  # engine or queue start
         self.end = [0.0] * n  # engine busy until (DMA: transfer complete)
         self.ready = [0.0] * n  # result usable by dependants
@@ -161,8 +166,9 @@ class Schedule:
         self.dma_data: list[tuple[float, float]] = []
         self.dma_transfers = 0
         self.dma_bytes = 0
-        self.spill_save = 0.0
-        self.spill_reload = 0.0
+        self.spill_save = 0
+        self.spill_reload = 0
+        self.refetch = 0  # bytes of loads re-issued at their uses
         self.latency = 0.0
 
     def add_transfer(self, cost: DmaCost, data_start: float, end: float) -> None:
@@ -176,25 +182,20 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     """Place every instruction of `trace` in time; see the module docstring for the rules."""
     instructions = trace.instructions
     n = len(instructions)
-    first: dict[int, int] = {}
     last: dict[int, int] = {}
     last_write: dict[int, int] = {}
     for i, inst in enumerate(instructions):
         for acc in inst.reads:
-            t = acc.tensor
-            if t not in first:
-                first[t] = i
-            last[t] = i
+            last[acc.tensor] = i
         for acc in inst.writes:
-            t = acc.tensor
-            if t not in first:
-                first[t] = i
-            last[t] = i
-            last_write[t] = i
-    pressure = sbuf_pressure(trace, first, last, hardware.memory.sbuf_usable_bytes_per_partition)
-    fractions = pressure.fractions
+            last[acc.tensor] = i
+            last_write[acc.tensor] = i
+    memory = hardware.memory
+    plan = plan_allocation(trace, memory.sbuf_usable_bytes_per_partition, memory.psum_bytes_per_partition)
+    dropped, same_as, refetch = plan.dropped, plan.same_as, plan.refetch
+    reload_bytes, save_bytes = plan.reload, plan.save
 
-    sched = Schedule(n, pressure)
+    sched = Schedule(n, plan)
     start, end, ready, pred, busy = sched.start, sched.end, sched.ready, sched.pred, sched.busy
     queues = hardware.dma.queues_per_engine
     aggregate = costs.aggregate_dma_rate
@@ -202,6 +203,7 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     timeline = DmaTimeline(queues, aggregate)
     engine_free = [0.0] * len(ENGINES)
     engine_last = [-1] * len(ENGINES)
+    engine_began = [0.0] * len(ENGINES)  # start of each engine's latest instruction
     tails = [costs.tail(name) for name in ENGINES]
     deps: dict[int, _TensorDeps] = {}
     full_region: dict[int, tuple[tuple[int, int], ...] | None] = {}
@@ -242,13 +244,12 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
         # as earlier consumers finish, so on hardware the compute engine sits waiting on the reload
         # semaphore (fact sheet D.1 Opt #4). calibrated: mamba tutorial v2 at seq 8192 (fact sheet
         # D.2: 53.33 ms, VectorE only 58.9% active, against 27.8 ms / 94.9% for the unspilled v3).
-        spill = fractions[i] if fractions is not None and code != _DMA_CODE else 0.0
         # `nl.zeros(..., buffer=nl.psum)` before a `+=` matmul chain is the legacy accumulation idiom:
         # the compiler folds the zeroing into the first matmul's start-of-group flag (a matmul may
         # not accumulate onto PSUM another engine initialised, fact sheet A.3), so a zero memset
         # into PSUM costs no engine time and orders only by data.
-        folded = (inst.op == "memset" and code != 0 and inst.writes
-                  and inst.writes[0].buffer == "psum" and (inst.attrs or {}).get("value") == 0)
+        folded = dropped[i] or (inst.op == "memset" and code != 0 and inst.writes
+                                and inst.writes[0].buffer == "psum" and (inst.attrs or {}).get("value") == 0)
         if folded:
             bound, p = 0.0, -1
         elif code == _DMA_CODE:
@@ -285,20 +286,29 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
                         if d.rmax:
                             bound, p = d.after_reads(_BANK_BOX, bound, p)
 
-        if spill > 0.0:
-            reload = sum(a.nbytes for a in inst.reads if a.buffer == "sbuf")
-            if reload > 0:
-                cost = costs.spill_dma(reload, inst.partitions, spill, _item_size(inst.reads))
-                _, data_start, done = timeline.issue(bound, cost, -1)
-                sched.add_transfer(cost, data_start, done)
-                sched.spill_reload += reload * spill
-                if done > bound:
-                    bound = done
-                    p = last_dma
-                if done > latency:
-                    latency = done
+        if refetch[i]:
+            # A load re-issued at its use is an ordinary load of its own buffer: the compiler prefetches
+            # it one instruction ahead (double buffering), while the engine runs the instruction before.
+            cost = costs.spill_dma(refetch[i], inst.partitions, _item_size(inst.reads))
+            _, data_start, done = timeline.issue(engine_began[code], cost, -1)
+            sched.add_transfer(cost, data_start, done)
+            sched.refetch += refetch[i]
+            if done > bound:
+                bound, p = done, last_dma
+        if reload_bytes[i]:
+            cost = costs.spill_dma(reload_bytes[i], inst.partitions, _item_size(inst.reads))
+            _, data_start, done = timeline.issue(bound, cost, -1)
+            sched.add_transfer(cost, data_start, done)
+            sched.spill_reload += reload_bytes[i]
+            if done > bound:
+                bound, p = done, last_dma
 
-        if code == _DMA_CODE:
+        if folded:
+            s = e = r = bound
+            if same_as[i] >= 0 and ready[same_as[i]] > r:
+                r = ready[same_as[i]]  # a repeated move: its result is the earlier one's
+            busy[i] = 0.0
+        elif code == _DMA_CODE:
             cost = costs.dma(inst)
             s, data_start, e = timeline.issue(bound, cost, i)
             if e > s + cost.standalone * (1.0 + 1e-9) + 1e-15 and last_dma >= 0:
@@ -307,9 +317,6 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             last_dma = i
             r = e
             busy[i] = cost.work_bytes / aggregate + cost.fixed / queues
-        elif folded:
-            s = e = r = bound
-            busy[i] = 0.0
         else:
             if choices:
                 code = _placed(inst, choices, bound, engine_free, costs)
@@ -327,20 +334,20 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             r = e + tails[code]
             engine_free[code] = e
             engine_last[code] = i
+            engine_began[code] = s
             if on_port:
                 port_free, port_last = e, i
         start[i] = s
         end[i] = e
 
-        if spill > 0.0:
-            save = sum(a.nbytes for a in inst.writes if a.buffer == "sbuf")
-            if save > 0:
-                cost = costs.spill_dma(save, inst.partitions, spill, _item_size(inst.writes))
-                _, data_start, done = timeline.issue(e, cost, -1)
-                sched.add_transfer(cost, data_start, done)
-                sched.spill_save += save * spill
-                if done > r:
-                    r = done  # the result is whole again only once the evicted part is saved
+        if save_bytes[i]:
+            # what gave way to this instruction's blocks is saved while it runs
+            cost = costs.spill_dma(save_bytes[i], inst.partitions, _item_size(inst.writes))
+            _, data_start, done = timeline.issue(s, cost, -1)
+            sched.add_transfer(cost, data_start, done)
+            sched.spill_save += save_bytes[i]
+            if done > latency:
+                latency = done
         ready[i] = r
         pred[i] = p
         if r > latency:
