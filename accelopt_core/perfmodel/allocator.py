@@ -49,7 +49,9 @@ class AllocationPlan:
 
     dropped: list[bool]  # not executed: redundant, dead, or a load re-issued at its uses
     same_as: list[int]  # for a redundant instruction, the one whose result it reuses; else -1
+    reuses_buffer_of: list[int]  # the last access to the block whose physical buffer it takes; else -1
     refetch: list[int]  # bytes loaded again from HBM before the instruction (a re-issued load)
+    refetch_line: list[int]  # the load statement those bytes come from (0: none)
     reload: list[int]  # spilled bytes reloaded before the instruction
     save: list[int]  # bytes saved to HBM after the instruction (spill)
     peak_bytes_per_partition: int  # live SBUF blocks at their peak, before anything gives way
@@ -61,17 +63,19 @@ class AllocationPlan:
         return any(self.save) or any(self.reload)
 
 
-def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int) -> AllocationPlan:
+def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffers: int) -> AllocationPlan:
     """The allocation plan of `trace` for an SBUF of `sbuf_capacity` and a PSUM of `psum_capacity`
-    usable bytes per partition."""
+    usable bytes per partition, with `buffers` physical buffers per tile of a loop body."""
     n = len(trace.instructions)
     blocks = _BlockIndex(trace)
     same_as = _reuse(trace, blocks, {"sbuf": sbuf_capacity, "psum": psum_capacity})
     dropped = [j >= 0 for j in same_as]
-    if blocks.reused:
+    if blocks.alias:
         _drop_dead(trace, blocks, dropped)
-    plan = AllocationPlan(dropped, same_as, [0] * n, [0] * n, [0] * n, 0, sbuf_capacity)
-    _allocate(trace, blocks, plan)
+    plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [0] * n, 0, sbuf_capacity)
+    uses = _sbuf_uses(trace, blocks, dropped)
+    _rotate(trace, blocks, uses, buffers, plan.reuses_buffer_of)
+    _allocate(trace, blocks, plan, uses)
     return plan
 
 
@@ -88,7 +92,7 @@ class _BlockIndex:
             for accesses, out in ((inst.reads, self.reads), (inst.writes, self.writes)):
                 out.append([(acc, _own_blocks(acc, axes[acc.tensor])) for acc in accesses
                             if acc.buffer != "hbm" and acc.tensor in axes])
-        self.reused = False
+        self.alias: dict[Block, Block] = {}
 
     def spans(self) -> dict[Block, tuple[int, int]]:
         """First and last access of every block, in program order."""
@@ -102,7 +106,7 @@ class _BlockIndex:
     def reuse(self, alias: dict[Block, Block], spans: dict[Block, tuple[int, int]]) -> None:
         """From now on, accesses to the blocks of `alias` go to the blocks they reuse (only the
         instructions within those blocks' spans can touch them)."""
-        self.reused = True
+        self.alias = alias
         touched = np.zeros(len(self.reads) + 1, dtype=np.int64)
         for b in alias:
             first, last = spans[b]
@@ -338,11 +342,42 @@ def _drop_dead(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan) -> None:
+def rotation_depth(budget: int, tile_bytes: float) -> int:
+    """How many physical buffers a tile statement rotates through: as many tiles as fit in the
+    compiler's per-statement budget of `budget` bytes per partition, at least two (double buffering)."""
+    return max(2, int(budget // max(tile_bytes, 1.0)))
+
+
+def _rotate(trace: Trace, blocks: _BlockIndex, uses: dict[Block, list[int]], budget: int,
+            reuses_buffer_of: list[int]) -> None:
+    """Buffer rotation: the compiler gives the tiles one statement allocates (the blocks of a block
+    tensor, or a tile declared in a loop body, one tensor per iteration) a few physical buffers in
+    turn, so a tile can be written only once the tile `buffers` allocations earlier is dead. That is
+    what stops DMA from running arbitrarily far ahead of compute. A tile whose predecessor is still
+    live in program order is meant to live beside it: it gets a buffer of its own."""
+    tensors = trace.tensors
+    sites: dict[tuple, list[Block]] = {}
+    for b in sorted(uses, key=lambda b: uses[b][0]):
+        info = tensors[b[0]]
+        if info.partition_axis > 0:
+            site: tuple = (b[0],)
+        elif info.loops:  # a tile of a loop body: the same statement's tile of every iteration
+            site = (info.line, info.shape, info.dtype, tuple(loop.line for loop, _ in info.loops))
+        else:
+            continue
+        earlier = sites.setdefault(site, [])
+        buffers = rotation_depth(budget, blocks.size(b))
+        if len(earlier) >= buffers:
+            before = uses[earlier[-buffers]][-1]
+            if before < uses[b][0]:
+                reuses_buffer_of[uses[b][0]] = max(reuses_buffer_of[uses[b][0]], before)
+        earlier.append(b)
+
+
+def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dict[Block, list[int]]) -> None:
     """Walk the executed instructions in program order keeping the live SBUF blocks resident; where
     they overflow, the one next used furthest ahead gives way (a loaded one by re-issuing its load
     statement at every use, a computed one by a spill)."""
-    uses = _sbuf_uses(trace, blocks, plan.dropped)
     if not uses:
         return
     sizes = {b: blocks.size(b) for b in uses}
@@ -386,6 +421,7 @@ class _Allocator:
         self.loaded_by: dict[Block, int] = {}  # block -> line of the load statement that filled it
         self.refetched: set[Block] = set()  # loaded blocks that gave way, to load again at their next use
         self.loads = _load_counts(trace, plan.dropped)  # line -> executed loads into SBUF
+        self.kept = set(blocks.alias.values())  # blocks kept for a repeated move
         self.live = 0.0
         self.heap: list[tuple[int, int, Block]] = []
         self.order = itertools.count()
@@ -426,6 +462,7 @@ class _Allocator:
                 self._admit(b)
             elif self.loaded_by.get(b) in self.plan.streamed_lines and b not in self.computed:
                 self.plan.refetch[i] += share  # a streamed load: fetched into a short-lived buffer
+                self.plan.refetch_line[i] = self.loaded_by[b]
             elif b in self.refetched:
                 self.plan.refetch[i] += self._bytes(b)
                 self.refetched.discard(b)
@@ -492,13 +529,14 @@ class _Allocator:
         line = self.loaded_by.get(b)
         if line is not None and b not in self.computed:
             self._release(b)
-            if self.loads[line] > 1:
+            if self.loads[line] > 1 and b not in self.kept:
                 # a load statement of a loop: re-issued next to every use of its blocks from now on
                 self.plan.streamed_lines.add(line)
                 for other in [r for r in self.resident if self.loaded_by.get(r) == line and r not in self.computed]:
                     self._release(other)
             else:
-                self.refetched.add(b)  # a single load: issued again before its next use
+                # a single load, or a repeat kept instead of reloaded: loaded again before its next use
+                self.refetched.add(b)
             return
         self._release(b)
         self.spilled.add(b)

@@ -55,10 +55,14 @@ class CostModel:
         self._mm_cache: dict[tuple[object, ...], float] = {}
         self._tails: dict[str, float] = {}
         self._clock: dict[str, float] = {Engine.TENSOR: hardware.tensor.clock_hz}
+        self._overhead: dict[str, float] = {}
         for name in (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD):
             spec = hardware.compute_engine(name)
             self._clock[name] = spec.clock_hz
-            self._tails[name] = (spec.static_overhead_cycles + spec.access_start_cycles) / spec.clock_hz
+            # An instruction's static overhead occupies its engine (the profiler counts it as active
+            # time); the SBUF/PSUM access start after it only delays a dependent instruction.
+            self._overhead[name] = spec.static_overhead_cycles
+            self._tails[name] = spec.access_start_cycles / spec.clock_hz
         self._tails[Engine.TENSOR] = hardware.tensor.mm_init_latency_cycles / hardware.tensor.clock_hz
 
     # ----------------------------------------------------------------- compute engines
@@ -79,7 +83,7 @@ class CostModel:
             cycles = self._scalar_cycles(inst, spec)
         else:
             cycles = self._gpsimd_cycles(inst, spec)
-        return cycles / spec.clock_hz
+        return (cycles + self._overhead[engine]) / spec.clock_hz
 
     def _matmul_seconds(self, inst: Instruction) -> float:
         attrs = inst.attrs or {}
@@ -119,7 +123,7 @@ class CostModel:
             fast = _any_in(inst.reads, "psum") or (
                 _all_sixteen_bit(inst) and _all_in(inst.reads, "sbuf")
                 and attrs.get("op") in _FAST_TT_OPS and _contiguous(inst))
-            return max(ii, n if fast else 2 * n)
+            return max(ii, n if fast else spec.tensor_tensor_cycles_per_element * n)
         if op == "memset":
             value = attrs.get("value", None)
             if value == 0 and _all_sixteen_bit(inst):

@@ -40,7 +40,7 @@ from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
 from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Instruction, Loop, Trace
-from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation
+from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation, rotation_depth
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline
 
@@ -191,9 +191,11 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             last[acc.tensor] = i
             last_write[acc.tensor] = i
     memory = hardware.memory
-    plan = plan_allocation(trace, memory.sbuf_usable_bytes_per_partition, memory.psum_bytes_per_partition)
-    dropped, same_as, refetch = plan.dropped, plan.same_as, plan.refetch
-    reload_bytes, save_bytes = plan.reload, plan.save
+    plan = plan_allocation(trace, memory.sbuf_usable_bytes_per_partition, memory.psum_bytes_per_partition,
+                           memory.rotating_buffers)
+    dropped, same_as, refetch, refetch_line = plan.dropped, plan.same_as, plan.refetch, plan.refetch_line
+    reload_bytes, save_bytes, rotation = plan.reload, plan.save, plan.reuses_buffer_of
+    streams: dict[int, list[int]] = {}  # streamed load statement -> the instructions its loads fed
 
     sched = Schedule(n, plan)
     start, end, ready, pred, busy = sched.start, sched.end, sched.ready, sched.pred, sched.busy
@@ -203,7 +205,6 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     timeline = DmaTimeline(queues, aggregate)
     engine_free = [0.0] * len(ENGINES)
     engine_last = [-1] * len(ENGINES)
-    engine_began = [0.0] * len(ENGINES)  # start of each engine's latest instruction
     tails = [costs.tail(name) for name in ENGINES]
     deps: dict[int, _TensorDeps] = {}
     full_region: dict[int, tuple[tuple[int, int], ...] | None] = {}
@@ -286,11 +287,17 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
                         if d.rmax:
                             bound, p = d.after_reads(_BANK_BOX, bound, p)
 
+        if rotation[i] >= 0 and end[rotation[i]] > bound:
+            bound, p = end[rotation[i]], rotation[i]  # its physical buffer frees when the tile before is dead
         if refetch[i]:
-            # A load re-issued at its use is an ordinary load of its own buffer: the compiler prefetches
-            # it one instruction ahead (double buffering), while the engine runs the instruction before.
+            # a load issued again at its use is a load into rotating buffers: it may start once the use
+            # `rotating_buffers` loads earlier has finished with its buffer
+            fed = streams.setdefault(refetch_line[i], [])
+            depth = rotation_depth(memory.rotating_buffers, refetch[i] / max(1, inst.partitions))
+            free_at = end[fed[-depth]] if len(fed) >= depth else 0.0
+            fed.append(i)
             cost = costs.spill_dma(refetch[i], inst.partitions, _item_size(inst.reads))
-            _, data_start, done = timeline.issue(engine_began[code], cost, -1)
+            _, data_start, done = timeline.issue(free_at, cost, -1)
             sched.add_transfer(cost, data_start, done)
             sched.refetch += refetch[i]
             if done > bound:
@@ -334,7 +341,6 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             r = e + tails[code]
             engine_free[code] = e
             engine_last[code] = i
-            engine_began[code] = s
             if on_port:
                 port_free, port_last = e, i
         start[i] = s
