@@ -322,6 +322,9 @@ def assign(dst: Tile, value: Any) -> None:
     """`dst[...] = value`: retarget the instruction that just produced `value`, else copy."""
     if isinstance(value, LoopReduction):
         tensor_tensor(dst, value.tile, value.op, dtype=value.dtype, mask=value.mask, dst=dst)
+        attrs = current().trace.instructions[-1].attrs
+        if attrs is not None:
+            attrs["loop_reduce"] = True  # the compiler may fold it into its operand's producer (perfmodel)
         return
     if not isinstance(value, Tile):
         if isinstance(value, (int, float, np.number)):

@@ -53,6 +53,7 @@ class AllocationPlan:
     refetch: list[int]  # bytes loaded again from HBM before the instruction (a re-issued load)
     refetch_line: list[int]  # the load statement those bytes come from (0: none)
     reload: list[int]  # spilled bytes reloaded before the instruction
+    reload_after: list[int]  # the instruction whose spill save that reload must follow; else -1
     save: list[int]  # bytes saved to HBM after the instruction (spill)
     peak_bytes_per_partition: int  # live SBUF blocks at their peak, before anything gives way
     capacity_bytes_per_partition: int
@@ -72,7 +73,7 @@ def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffer
     dropped = [j >= 0 for j in same_as]
     if blocks.alias:
         _drop_dead(trace, blocks, dropped)
-    plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [0] * n, 0, sbuf_capacity)
+    plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n, 0, sbuf_capacity)
     uses = _sbuf_uses(trace, blocks, dropped)
     _rotate(trace, blocks, uses, buffers, plan.reuses_buffer_of)
     _allocate(trace, blocks, plan, uses)
@@ -416,7 +417,7 @@ class _Allocator:
         self.uses, self.sizes = uses, sizes
         self.cursor = dict.fromkeys(uses, 0)  # index into uses[b] of its next access
         self.resident: set[Block] = set()
-        self.spilled: set[Block] = set()
+        self.spilled: dict[Block, int] = {}  # spilled block -> the instruction after which it was saved
         self.computed: set[Block] = set()  # written by an engine, not only loaded from HBM
         self.loaded_by: dict[Block, int] = {}  # block -> line of the load statement that filled it
         self.refetched: set[Block] = set()  # loaded blocks that gave way, to load again at their next use
@@ -458,7 +459,8 @@ class _Allocator:
                 continue
             if b in self.spilled:
                 self.plan.reload[i] += self._bytes(b)  # a reload brings the block back whole
-                self.spilled.discard(b)
+                self.plan.reload_after[i] = max(self.plan.reload_after[i], self.spilled[b])
+                del self.spilled[b]
                 self._admit(b)
             elif self.loaded_by.get(b) in self.plan.streamed_lines and b not in self.computed:
                 self.plan.refetch[i] += share  # a streamed load: fetched into a short-lived buffer
@@ -479,7 +481,7 @@ class _Allocator:
                 self.loaded_by.setdefault(b, inst.line)
             else:
                 self.computed.add(b)
-            self.spilled.discard(b)
+            self.spilled.pop(b, None)
             self.refetched.discard(b)
             if b not in self.resident:
                 self._admit(b)
@@ -502,7 +504,7 @@ class _Allocator:
         if k >= len(at):
             if b in self.resident:
                 self._release(b)
-            self.spilled.discard(b)
+            self.spilled.pop(b, None)
             self.refetched.discard(b)
         elif b in self.resident:
             heapq.heappush(self.heap, (-at[k], next(self.order), b))
@@ -539,7 +541,7 @@ class _Allocator:
                 self.refetched.add(b)
             return
         self._release(b)
-        self.spilled.add(b)
+        self.spilled[b] = i
         self.plan.save[i] += self._bytes(b)
 
     def _bytes(self, b: Block) -> int:

@@ -83,6 +83,12 @@ class CostModel:
             cycles = self._scalar_cycles(inst, spec)
         else:
             cycles = self._gpsimd_cycles(inst, spec)
+        if inst.attrs and inst.attrs.get("loop_reduce") and inst.op == "tensor_tensor":
+            # nl.loop_reduce accumulates across iterations as the accumulate flag of the reduce that
+            # produced its operand: one pass over its elements, no instruction of its own. Calibration
+            # set (2025 compiler, cases.json): bmm_softmax and gqa_full run 8192 each, and their
+            # VectorE active time (5.6 / 6.0 ms) has no room for 8192 x (MIN_II + overhead) = 1.5 ms more.
+            return inst.free_elements / spec.clock_hz
         return (cycles + self._overhead[engine]) / spec.clock_hz
 
     def _matmul_seconds(self, inst: Instruction) -> float:

@@ -195,7 +195,8 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
                            memory.rotating_buffers)
     dropped, same_as, refetch, refetch_line = plan.dropped, plan.same_as, plan.refetch, plan.refetch_line
     reload_bytes, save_bytes, rotation = plan.reload, plan.save, plan.reuses_buffer_of
-    streams: dict[int, list[int]] = {}  # streamed load statement -> the instructions its loads fed
+    streams: dict[int, list[int]] = {}  # streamed load statement (-1: spill) -> the instructions its loads fed
+    saved_at: dict[int, float] = {}  # instruction -> when the spill saves after it are done
 
     sched = Schedule(n, plan)
     start, end, ready, pred, busy = sched.start, sched.end, sched.ready, sched.pred, sched.busy
@@ -240,11 +241,6 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
 
         # Start from when the engine (or the soonest DMA queue) is free: the start cannot be earlier,
         # and it lets dependency queries skip every entry that finished before that.
-        # Spilled operands are reloaded only once the instruction could otherwise start (its engine
-        # free, its inputs produced), not prefetched: a reloaded tile needs SBUF space that frees only
-        # as earlier consumers finish, so on hardware the compute engine sits waiting on the reload
-        # semaphore (fact sheet D.1 Opt #4). calibrated: mamba tutorial v2 at seq 8192 (fact sheet
-        # D.2: 53.33 ms, VectorE only 58.9% active, against 27.8 ms / 94.9% for the unspilled v3).
         # `nl.zeros(..., buffer=nl.psum)` before a `+=` matmul chain is the legacy accumulation idiom:
         # the compiler folds the zeroing into the first matmul's start-of-group flag (a matmul may
         # not accumulate onto PSUM another engine initialised, fact sheet A.3), so a zero memset
@@ -303,8 +299,17 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             if done > bound:
                 bound, p = done, last_dma
         if reload_bytes[i]:
+            # The 2025 compiler issues its spill reloads ahead, into rotating buffers like any load
+            # (calibration set: bmm_softmax and gqa_full reload 0.76 / 1.13 GB and still run at the
+            # pace of their engines), but not before the data is saved.
+            fed = streams.setdefault(-1, [])
+            depth = rotation_depth(memory.rotating_buffers, reload_bytes[i] / max(1, inst.partitions))
+            free_at = end[fed[-depth]] if len(fed) >= depth else 0.0
+            saved = saved_at.get(plan.reload_after[i], 0.0)
+            free_at = saved if saved > free_at else free_at
+            fed.append(i)
             cost = costs.spill_dma(reload_bytes[i], inst.partitions, _item_size(inst.reads))
-            _, data_start, done = timeline.issue(bound, cost, -1)
+            _, data_start, done = timeline.issue(free_at, cost, -1)
             sched.add_transfer(cost, data_start, done)
             sched.spill_reload += reload_bytes[i]
             if done > bound:
@@ -352,6 +357,7 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             _, data_start, done = timeline.issue(s, cost, -1)
             sched.add_transfer(cost, data_start, done)
             sched.spill_save += save_bytes[i]
+            saved_at[i] = done
             if done > latency:
                 latency = done
         ready[i] = r
