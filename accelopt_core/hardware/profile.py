@@ -37,6 +37,7 @@ class TensorEngineSpec:
     fast_weight_load_free: int
     mm_init_latency_cycles: float
     fp32_transpose_factor: float
+    fp32_counted_flops_factor: float  # neuron-profile's hardware_flops per 2*rows*cols*N of an FP32 matmul
     default_dtype_factor: float
     dtype_factor: tuple[tuple[str, float], ...]
 
@@ -282,6 +283,7 @@ _MUST_BE_POSITIVE = frozenset({
     "hbm_bandwidth",
     "sbuf_partitions", "sbuf_usable_bytes_per_partition", "psum_banks", "psum_bank_bytes", "rotating_buffers",
     "vector_flops", "matmul_flops", "tensor_flops", "default_dtype_factor", "fp32_transpose_factor",
+    "fp32_counted_flops_factor",
 })
 
 

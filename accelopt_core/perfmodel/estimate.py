@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from accelopt_core.hardware import HardwareProfile
-from accelopt_core.nki.trace import Trace
+from accelopt_core.nki.trace import Engine, Trace
 from accelopt_core.perfmodel.costs import CostModel
 from accelopt_core.perfmodel.report import PerfReport
 from accelopt_core.perfmodel.scheduler import ENGINES, Schedule, schedule
@@ -51,8 +51,7 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
     spill_reload = sched.spill_reload
     hbm_read = summary["hbm_read_bytes"] + spill_reload + sched.refetch
     hbm_write = summary["hbm_write_bytes"] + spill_save
-    hw_flops = summary["hardware_flops"]
-    tr_flops = summary["transpose_flops"]
+    hw_flops, tr_flops = _counted_flops(trace, plan.dropped, hardware.tensor.fp32_counted_flops_factor)
     peak = hardware.peak
     critical = _critical_path(sched)
     bottleneck = max(critical, key=lambda name: critical[name]) if latency > 0 else "none"
@@ -132,6 +131,19 @@ def executed_summary(trace: Trace, dropped: list[bool]) -> dict[str, Any]:
     executed = Trace([inst for inst, gone in zip(trace.instructions, dropped, strict=True) if not gone],
                      trace.tensors)
     return executed.summary()
+
+
+def _counted_flops(trace: Trace, dropped: list[bool], fp32_factor: float) -> tuple[float, float]:
+    """hardware_flops and transpose_flops as neuron-profile counts them over the executed matmuls."""
+    total = transpose = 0.0
+    for inst, gone in zip(trace.instructions, dropped, strict=True):
+        if gone or inst.engine != Engine.TENSOR:
+            continue
+        flops = inst.flops * (fp32_factor if inst.dtype == "float32" else 1.0)
+        total += flops
+        if inst.attrs and inst.attrs.get("is_transpose"):
+            transpose += flops
+    return total, transpose
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:
