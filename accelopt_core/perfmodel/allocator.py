@@ -71,8 +71,9 @@ def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffer
     blocks = _BlockIndex(trace)
     same_as = _reuse(trace, blocks, {"sbuf": sbuf_capacity, "psum": psum_capacity})
     dropped = [j >= 0 for j in same_as]
-    if blocks.alias:
-        _drop_dead(trace, blocks, dropped)
+    if any(j >= 0 and any(a.buffer != "hbm" for a in inst.reads)
+           for j, inst in zip(same_as, trace.instructions, strict=True)):
+        _drop_dead(trace, blocks, dropped)  # a repeat of on-chip data may leave its inputs' producers dead
     plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n, 0, sbuf_capacity)
     uses = _sbuf_uses(trace, blocks, dropped)
     _rotate(trace, blocks, uses, buffers, plan.reuses_buffer_of)
@@ -197,6 +198,7 @@ def _repeats(trace: Trace, blocks: _BlockIndex
     """Data movement that repeats an earlier one on the same values: instruction -> (earlier one, the
     block it writes, the block the earlier one wrote); and each one's depth in its chain of moves."""
     tensors = trace.tensors
+    axes = {tid: max(0, info.partition_axis) for tid, info in tensors.items()}
     values: dict[tuple[int, tuple[int, ...]], dict[Region, int]] = {}  # on-chip block -> region -> value
     hbm_version: dict[int, int] = {}
     seen: dict[tuple, tuple[int, int, Block, Region]] = {}
@@ -215,13 +217,16 @@ def _repeats(trace: Trace, blocks: _BlockIndex
             # computed values never repeat here (arithmetic is left as written): forget what was there
             for _, own in blocks.writes[i]:
                 for b in own:
-                    values.pop(b, None)
-                    _note_writer(written_by, conflicted, b, None)
+                    if values:
+                        values.pop(b, None)
+                    if written_by.setdefault(b, None) is not None:
+                        conflicted.add(b)
             continue
         key = _move_key(inst, tensors, values, hbm_version, hbm_values, fresh)
         for acc, own in blocks.writes[i]:
-            inner = _inner(acc, tensors[acc.tensor])
-            earlier = seen.get(key) if key is not None and len(own) == 1 else None
+            inner = acc.region[axes[acc.tensor]:]
+            single = len(own) == 1
+            earlier = seen.get(key) if key is not None and single else None
             if earlier is not None and earlier[3] == inner and earlier[2] != own[0]:
                 j, value, kept_block, _ = earlier
                 candidates[i] = (j, own[0], kept_block)
@@ -229,13 +234,18 @@ def _repeats(trace: Trace, blocks: _BlockIndex
                 _note_writer(written_by, conflicted, own[0], kept_block)
             else:
                 value = next(fresh)
-                if key is not None and len(own) == 1:
+                if key is not None and single:
                     seen[key] = (i, value, own[0], inner)
                     depth_of[value] = 1 + max((depth_of.get(v, 0) for v in key[1]), default=0)
                 for b in own:
-                    _note_writer(written_by, conflicted, b, None)
+                    if written_by.setdefault(b, None) is not None:
+                        conflicted.add(b)
             for b in own:
-                _set_value(values, b, inner, value)
+                regions = values.get(b)
+                if regions is None:
+                    values[b] = {inner: value}
+                else:
+                    _set_value(values, b, inner, value)
     return {i: c for i, c in candidates.items() if c[1] not in conflicted}, depth
 
 
@@ -308,13 +318,13 @@ def _overlap(a: Region, b: Region) -> bool:
 def _fits(kept: dict[Block, tuple[int, int]], blocks: _BlockIndex, capacity: dict[str, int], n: int) -> bool:
     """Whether the kept blocks, live over their extended spans, fit their memories at every point."""
     for buffer, limit in capacity.items():
-        chosen = [(span, blocks.size(b)) for b, span in kept.items() if blocks.buffer(b) == buffer]
+        chosen = [(first, last, blocks.size(b)) for b, (first, last) in kept.items() if blocks.buffer(b) == buffer]
         if not chosen:
             continue
+        first, last, size = (np.asarray(column) for column in zip(*chosen, strict=True))
         delta = np.zeros(n + 1)
-        for (first, last), size in chosen:
-            delta[first] += size
-            delta[last + 1] -= size
+        np.add.at(delta, first, size)
+        np.add.at(delta, last + 1, -size)
         if np.cumsum(delta).max() > limit:
             return False
     return True
@@ -358,6 +368,7 @@ def _rotate(trace: Trace, blocks: _BlockIndex, uses: dict[Block, list[int]], bud
     live in program order is meant to live beside it: it gets a buffer of its own."""
     tensors = trace.tensors
     sites: dict[tuple, list[Block]] = {}
+    depth: dict[int, int] = {}
     for b in sorted(uses, key=lambda b: uses[b][0]):
         info = tensors[b[0]]
         if info.partition_axis > 0:
@@ -367,7 +378,9 @@ def _rotate(trace: Trace, blocks: _BlockIndex, uses: dict[Block, list[int]], bud
         else:
             continue
         earlier = sites.setdefault(site, [])
-        buffers = rotation_depth(budget, blocks.size(b))
+        buffers = depth.get(b[0])
+        if buffers is None:
+            buffers = depth[b[0]] = rotation_depth(budget, blocks.size(b))
         if len(earlier) >= buffers:
             before = uses[earlier[-buffers]][-1]
             if before < uses[b][0]:

@@ -238,6 +238,9 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             nest_cache[nest_key] = info
             sched.nests.append(info)
         nest_of[i] = info.index
+        if dropped[i]:
+            _skip(i, inst, sched, same_as[i], program_floor, deps, last)
+            continue
 
         # Start from when the engine (or the soonest DMA queue) is free: the start cannot be earlier,
         # and it lets dependency queries skip every entry that finished before that.
@@ -245,8 +248,8 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
         # the compiler folds the zeroing into the first matmul's start-of-group flag (a matmul may
         # not accumulate onto PSUM another engine initialised, fact sheet A.3), so a zero memset
         # into PSUM costs no engine time and orders only by data.
-        folded = dropped[i] or (inst.op == "memset" and code != 0 and inst.writes
-                                and inst.writes[0].buffer == "psum" and (inst.attrs or {}).get("value") == 0)
+        folded = (inst.op == "memset" and code != 0 and inst.writes
+                  and inst.writes[0].buffer == "psum" and (inst.attrs or {}).get("value") == 0)
         if folded:
             bound, p = 0.0, -1
         elif code == _DMA_CODE:
@@ -317,8 +320,6 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
 
         if folded:
             s = e = r = bound
-            if same_as[i] >= 0 and ready[same_as[i]] > r:
-                r = ready[same_as[i]]  # a repeated move: its result is the earlier one's
             busy[i] = 0.0
         elif code == _DMA_CODE:
             cost = costs.dma(inst)
@@ -397,6 +398,22 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
 
     sched.latency = latency
     return sched
+
+
+def _skip(i: int, inst: Instruction, sched: Schedule, same_as: int, floor: float, deps: dict[int, _TensorDeps],
+          last: dict[int, int]) -> None:
+    """An instruction the compiler does not execute: no time of its own; a repeated move's result is
+    the earlier one's, so what reads it waits for that."""
+    at = sched.ready[same_as] if same_as >= 0 else floor
+    sched.start[i] = sched.end[i] = sched.ready[i] = at
+    sched.pred[i] = same_as
+    for acc in inst.writes:
+        t = acc.tensor
+        if last[t] > i:
+            d = deps.get(t)
+            if d is None:
+                d = deps[t] = _TensorDeps()
+            d.add_write(acc.region, at, at, False, i, False)
 
 
 def _placed(inst: Instruction, choices: tuple[int, ...], ready: float, engine_free: list[float],
