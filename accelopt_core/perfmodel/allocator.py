@@ -222,7 +222,19 @@ def _repeats(trace: Trace, blocks: _BlockIndex
                     if written_by.setdefault(b, None) is not None:
                         conflicted.add(b)
             continue
-        key = _move_key(inst, tensors, values, hbm_version, hbm_values, fresh)
+        reads = inst.reads
+        if len(reads) == 1 and reads[0].buffer == "hbm" and inst.writes and inst.writes[0].buffer != "hbm" \
+                and not (inst.attrs or {}).get("indirect"):
+            # the common case, a load: its value is the HBM region as last written
+            src, out = reads[0], inst.writes[0]
+            ident = (src.tensor, src.region, hbm_version.get(src.tensor, 0))
+            value = hbm_values.get(ident)
+            if value is None:
+                value = hbm_values[ident] = next(fresh)
+            key: tuple | None = (inst.op, (value,), out.shape, out.dtype, out.nbytes,
+                                 bool((inst.attrs or {}).get("transpose")))
+        else:
+            key = _move_key(inst, tensors, values, hbm_version, hbm_values, fresh)
         for acc, own in blocks.writes[i]:
             inner = acc.region[axes[acc.tensor]:]
             single = len(own) == 1
@@ -369,12 +381,17 @@ def _rotate(trace: Trace, blocks: _BlockIndex, uses: dict[Block, list[int]], bud
     tensors = trace.tensors
     sites: dict[tuple, list[Block]] = {}
     depth: dict[int, int] = {}
+    nests: dict[int, tuple[int, ...]] = {}  # innermost loop execution -> the lines of its nest
     for b in sorted(uses, key=lambda b: uses[b][0]):
         info = tensors[b[0]]
         if info.partition_axis > 0:
             site: tuple = (b[0],)
         elif info.loops:  # a tile of a loop body: the same statement's tile of every iteration
-            site = (info.line, info.shape, info.dtype, tuple(loop.line for loop, _ in info.loops))
+            innermost = info.loops[-1][0]
+            nest = nests.get(id(innermost))
+            if nest is None:
+                nest = nests[id(innermost)] = tuple(loop.line for loop, _ in info.loops)
+            site = (info.line, info.shape, info.dtype, nest)
         else:
             continue
         earlier = sites.setdefault(site, [])
