@@ -126,7 +126,8 @@ class MemorySpec:
     psum_banks: int
     psum_bank_bytes: int
     vector_gpsimd_share_sbuf: bool  # NC-v2: Vector and GpSimd cannot access SBUF at the same time
-    rotating_buffers: int  # SBUF bytes per partition the compiler gives one tile statement's rotating buffers
+    rotating_buffers: int  # physical SBUF buffers the compiler gives one tile statement of a loop body, in turn
+    stream_buffers: int  # buffers of a DMA stream the compiler adds (a load issued again at its uses, spill reloads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +283,7 @@ _MUST_BE_POSITIVE = frozenset({
     "engine_bandwidth", "engine_element_rate", "transpose_efficiency_hbm", "transpose_efficiency_sbuf",
     "hbm_bandwidth",
     "sbuf_partitions", "sbuf_usable_bytes_per_partition", "psum_banks", "psum_bank_bytes", "rotating_buffers",
+    "stream_buffers",
     "vector_flops", "matmul_flops", "tensor_flops", "default_dtype_factor", "fp32_transpose_factor",
     "fp32_counted_flops_factor",
 })

@@ -76,7 +76,7 @@ def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffer
         _drop_dead(trace, blocks, dropped)  # a repeat of on-chip data may leave its inputs' producers dead
     plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n, 0, sbuf_capacity)
     uses = _sbuf_uses(trace, blocks, dropped)
-    _rotate(trace, blocks, uses, buffers, plan.reuses_buffer_of)
+    _rotate(trace, uses, buffers, plan.reuses_buffer_of)
     _allocate(trace, blocks, plan, uses)
     return plan
 
@@ -365,14 +365,7 @@ def _drop_dead(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def rotation_depth(budget: int, tile_bytes: float) -> int:
-    """How many physical buffers a tile statement rotates through: as many tiles as fit in the
-    compiler's per-statement budget of `budget` bytes per partition, at least two (double buffering)."""
-    return max(2, int(budget // max(tile_bytes, 1.0)))
-
-
-def _rotate(trace: Trace, blocks: _BlockIndex, uses: dict[Block, list[int]], budget: int,
-            reuses_buffer_of: list[int]) -> None:
+def _rotate(trace: Trace, uses: dict[Block, list[int]], buffers: int, reuses_buffer_of: list[int]) -> None:
     """Buffer rotation: the compiler gives the tiles one statement allocates (the blocks of a block
     tensor, or a tile declared in a loop body, one tensor per iteration) a few physical buffers in
     turn, so a tile can be written only once the tile `buffers` allocations earlier is dead. That is
@@ -380,7 +373,6 @@ def _rotate(trace: Trace, blocks: _BlockIndex, uses: dict[Block, list[int]], bud
     live in program order is meant to live beside it: it gets a buffer of its own."""
     tensors = trace.tensors
     sites: dict[tuple, list[Block]] = {}
-    depth: dict[int, int] = {}
     nests: dict[int, tuple[int, ...]] = {}  # innermost loop execution -> the lines of its nest
     for b in sorted(uses, key=lambda b: uses[b][0]):
         info = tensors[b[0]]
@@ -395,9 +387,6 @@ def _rotate(trace: Trace, blocks: _BlockIndex, uses: dict[Block, list[int]], bud
         else:
             continue
         earlier = sites.setdefault(site, [])
-        buffers = depth.get(b[0])
-        if buffers is None:
-            buffers = depth[b[0]] = rotation_depth(budget, blocks.size(b))
         if len(earlier) >= buffers:
             before = uses[earlier[-buffers]][-1]
             if before < uses[b][0]:

@@ -40,7 +40,7 @@ from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
 from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Instruction, Loop, Trace
-from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation, rotation_depth
+from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline
 
@@ -196,6 +196,7 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
                            memory.rotating_buffers)
     dropped, same_as, refetch, refetch_line = plan.dropped, plan.same_as, plan.refetch, plan.refetch_line
     reload_bytes, save_bytes, rotation = plan.reload, plan.save, plan.reuses_buffer_of
+    depth = memory.stream_buffers
     streams: dict[int, list[int]] = {}  # streamed load statement (-1: spill) -> the instructions its loads fed
     saved_at: dict[int, float] = {}  # instruction -> when the spill saves after it are done
 
@@ -291,9 +292,8 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             bound, p = end[rotation[i]], rotation[i]  # its physical buffer frees when the tile before is dead
         if refetch[i]:
             # a load issued again at its use is a load into rotating buffers: it may start once the use
-            # `rotating_buffers` loads earlier has finished with its buffer
+            # `stream_buffers` loads earlier has finished with its buffer
             fed = streams.setdefault(refetch_line[i], [])
-            depth = rotation_depth(memory.rotating_buffers, refetch[i] / max(1, inst.partitions))
             free_at = end[fed[-depth]] if len(fed) >= depth else 0.0
             fed.append(i)
             cost = costs.spill_dma(refetch[i], inst.partitions, _item_size(inst.reads))
@@ -307,7 +307,6 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             # (calibration set: bmm_softmax and gqa_full reload 0.76 / 1.13 GB and still run at the
             # pace of their engines), but not before the data is saved.
             fed = streams.setdefault(-1, [])
-            depth = rotation_depth(memory.rotating_buffers, reload_bytes[i] / max(1, inst.partitions))
             free_at = end[fed[-depth]] if len(fed) >= depth else 0.0
             saved = saved_at.get(plan.reload_after[i], 0.0)
             free_at = saved if saved > free_at else free_at
