@@ -71,8 +71,8 @@ def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffer
     blocks = _BlockIndex(trace)
     same_as = _reuse(trace, blocks, {"sbuf": sbuf_capacity, "psum": psum_capacity})
     dropped = [j >= 0 for j in same_as]
-    if any(j >= 0 and any(a.buffer != "hbm" for a in inst.reads)
-           for j, inst in zip(same_as, trace.instructions, strict=True)):
+    instructions = trace.instructions
+    if any(any(a.buffer != "hbm" for a in instructions[i].reads) for i in itertools.compress(range(n), dropped)):
         _drop_dead(trace, blocks, dropped)  # a repeat of on-chip data may leave its inputs' producers dead
     plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n, 0, sbuf_capacity)
     uses = _sbuf_uses(trace, blocks, dropped)
@@ -110,10 +110,9 @@ class _BlockIndex:
         instructions within those blocks' spans can touch them)."""
         self.alias = alias
         touched = np.zeros(len(self.reads) + 1, dtype=np.int64)
-        for b in alias:
-            first, last = spans[b]
-            touched[first] += 1
-            touched[last + 1] -= 1
+        bounds = np.asarray([spans[b] for b in alias], dtype=np.int64)
+        np.add.at(touched, bounds[:, 0], 1)
+        np.add.at(touched, bounds[:, 1] + 1, -1)
         for i in np.flatnonzero(np.cumsum(touched[:-1])).tolist():
             for mine in (self.reads[i], self.writes[i]):
                 for k, (acc, own) in enumerate(mine):
@@ -154,9 +153,10 @@ def _reuse(trace: Trace, blocks: _BlockIndex, capacity: dict[str, int]) -> list[
     statement: the deepest copies first (their inputs may then die), each kept only if the values it
     keeps alive fit beside the ones kept already."""
     same_as = [-1] * len(trace.instructions)
-    if not _may_repeat(trace):
+    repeats, moved = _moved(trace)
+    if not repeats:
         return same_as
-    candidates, depth = _repeats(trace, blocks)
+    candidates, depth = _repeats(trace, blocks, moved)
     if not candidates:
         return same_as
     spans = blocks.spans()
@@ -180,23 +180,32 @@ def _reuse(trace: Trace, blocks: _BlockIndex, capacity: dict[str, int]) -> list[
     return same_as
 
 
-def _may_repeat(trace: Trace) -> bool:
-    """A quick test that lets most kernels skip value numbering: a move can repeat an earlier one
-    only if two moves read the same regions (the values in them may differ; `_repeats` tells)."""
+def _moved(trace: Trace) -> tuple[bool, set[int]]:
+    """A quick look that lets most kernels skip value numbering: whether two moves read the same
+    regions (only then can one repeat another; `_repeats` tells), and the on-chip tensors moves read
+    (the only ones whose values need tracking)."""
     seen: set[tuple] = set()
+    repeats = False
+    read: set[int] = set()
     for inst in trace.instructions:
-        if inst.op in _MOVES:
-            key = (inst.op, *((a.tensor, a.region) for a in inst.reads))
-            if key in seen:
-                return True
+        op = inst.op
+        if op not in _MOVES:
+            continue
+        reads = inst.reads
+        if not repeats:
+            key = (op, *((a.tensor, a.region) for a in reads))
+            repeats = key in seen
             seen.add(key)
-    return False
+        if op != "dma_copy" or reads[0].buffer != "hbm":
+            read.update(a.tensor for a in reads if a.buffer != "hbm")
+    return repeats, read
 
 
-def _repeats(trace: Trace, blocks: _BlockIndex
+def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
              ) -> tuple[dict[int, tuple[int, Block, Block]], dict[int, int]]:
     """Data movement that repeats an earlier one on the same values: instruction -> (earlier one, the
-    block it writes, the block the earlier one wrote); and each one's depth in its chain of moves."""
+    block it writes, the block the earlier one wrote); and each one's depth in its chain of moves.
+    `moved`: the on-chip tensors some move reads (values elsewhere are never looked up)."""
     tensors = trace.tensors
     axes = {tid: max(0, info.partition_axis) for tid, info in tensors.items()}
     values: dict[tuple[int, tuple[int, ...]], dict[Region, int]] = {}  # on-chip block -> region -> value
@@ -215,9 +224,10 @@ def _repeats(trace: Trace, blocks: _BlockIndex
                 hbm_version[acc.tensor] = hbm_version.get(acc.tensor, 0) + 1
         if inst.op not in _MOVES:
             # computed values never repeat here (arithmetic is left as written): forget what was there
-            for _, own in blocks.writes[i]:
+            for acc, own in blocks.writes[i]:
+                tracked = acc.tensor in moved
                 for b in own:
-                    if values:
+                    if tracked:
                         values.pop(b, None)
                     if written_by.setdefault(b, None) is not None:
                         conflicted.add(b)
@@ -233,8 +243,10 @@ def _repeats(trace: Trace, blocks: _BlockIndex
                 value = hbm_values[ident] = next(fresh)
             key: tuple | None = (inst.op, (value,), out.shape, out.dtype, out.nbytes,
                                  bool((inst.attrs or {}).get("transpose")))
+            made = 1
         else:
             key = _move_key(inst, tensors, values, hbm_version, hbm_values, fresh)
+            made = 1 + max((depth_of.get(v, 0) for v in key[1]), default=0) if key is not None else 1
         for acc, own in blocks.writes[i]:
             inner = acc.region[axes[acc.tensor]:]
             single = len(own) == 1
@@ -248,16 +260,17 @@ def _repeats(trace: Trace, blocks: _BlockIndex
                 value = next(fresh)
                 if key is not None and single:
                     seen[key] = (i, value, own[0], inner)
-                    depth_of[value] = 1 + max((depth_of.get(v, 0) for v in key[1]), default=0)
+                    depth_of[value] = made
                 for b in own:
                     if written_by.setdefault(b, None) is not None:
                         conflicted.add(b)
-            for b in own:
-                regions = values.get(b)
-                if regions is None:
-                    values[b] = {inner: value}
-                else:
-                    _set_value(values, b, inner, value)
+            if acc.tensor in moved:
+                for b in own:
+                    regions = values.get(b)
+                    if regions is None:
+                        values[b] = {inner: value}
+                    else:
+                        _set_value(values, b, inner, value)
     return {i: c for i, c in candidates.items() if c[1] not in conflicted}, depth
 
 
