@@ -296,7 +296,7 @@ def _declares_small(reference: str) -> bool:
     """Whether a native reference's VARIANTS dict has a "small" entry, read from its text."""
     try:
         with open(reference, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
+            tree = parse_source(handle.read(), reference)
     except (OSError, SyntaxError, ValueError):
         return False
     for node in tree.body:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,14 +26,19 @@ class KernelLoadError(Exception):
 
 
 TOO_DEEP = "nested too deeply for Python's parser"
+# CPython 3.11 keeps the AST converter's recursion depth in state all threads share (python/cpython#106905):
+# two threads parsing at once (the search's evaluation workers) fail with a spurious SystemError.
+_ONE_PARSE_AT_A_TIME = threading.Lock()
 
 
 def parse_source(source: str, filename: str = "<kernel>") -> ast.Module:
-    """The file's syntax tree. Python's parser gives up on pathological nesting (thousands of unary
-    operators or operands in one expression) with RecursionError or MemoryError; that is a syntax error
-    here too, so every caller reports one kind of bad input (`accelopt profile` exits 2)."""
+    """The file's syntax tree (every syntax tree the engine builds comes from here, one at a time).
+    Python's parser gives up on pathological nesting (thousands of unary operators or operands in one
+    expression) with RecursionError or MemoryError; that is a syntax error here too, so every caller
+    reports one kind of bad input (`accelopt profile` exits 2)."""
     try:
-        return ast.parse(source, filename)
+        with _ONE_PARSE_AT_A_TIME:
+            return ast.parse(source, filename)
     except (RecursionError, MemoryError):
         raise SyntaxError(TOO_DEEP, (filename, None, None, None)) from None
 

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..nki import TensorSpec
+from ..nki.loader import parse_source
 from ..nki.runner import Launch, bind_arguments
 from ..tasks import PeakWork
 from .confine import Confinement, sandbox_environment
@@ -428,7 +429,7 @@ def _install_device_guard(workdir: str, forbidden: Sequence[str], writable: Sequ
 def _sdk_module_name(source: str) -> str:
     """`nki` for kernels written against the newer top-level package, else `neuronxcc.nki`."""
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return "neuronxcc.nki"
     modern = legacy = False

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from ...nki.loader import parse_source
 from ...profiling import ProfileResult
 
 SPLIT = "<!-- user message -->"
@@ -182,7 +183,7 @@ def task_brief(task_key: str) -> str:
     try:
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
-        tree = ast.parse(source)
+        tree = parse_source(source, path)
     except (OSError, SyntaxError):
         return f"{name}: make the kernel faster without changing its results."
     out = [(ast.get_docstring(tree) or name).strip()]
