@@ -29,7 +29,7 @@ from .allocation import Placement
 from .errors import NkiError, replaying
 from .indexing import DynamicIndex, full_subscript, normalize
 from .ops import REPLAYABLE
-from .runner import RunResult, TensorSpec, end_launch, start_program
+from .runner import RunResult, TensorSpec, end_launch, start_program, storage_root
 from .tensor import HBM, PSUM, SBUF, MemoryBudget, Simulation, Storage, Tile, declare, host_fill, pop, push
 from .trace import TapeError, TapeReader, collector_paused, shown_name
 
@@ -284,6 +284,7 @@ class _Replay:
             if not isinstance(tile, Tile) or tile.buffer != HBM:
                 raise TapeError("an output of the kernel is not an HBM tensor")
             outputs.append(np.array(tile.read()) if self.sim.numeric else None)
-        returned_input = any(t.storage.id in self.input_ids for t in tiles)
+        # a reshaped view of an input is that input
+        returned_input = any(storage_root(self.sim.trace, t.storage.id) in self.input_ids for t in tiles)
         self.result = RunResult(outputs, self.sim.trace, [t.shape for t in tiles], returned_input,
                                 set(self.input_ids))

@@ -26,7 +26,7 @@ import numpy as np
 from ..hardware import load_hardware
 from ..nki import RunResult, TensorSpec, Trace
 from ..nki.replay import ReplayLimits, replay
-from ..nki.runner import Launch
+from ..nki.runner import Launch, storage_root
 from ..nki.trace import TapeError, TapeReader
 from ..perfmodel import estimate
 from .measure import Run
@@ -119,27 +119,18 @@ def trace_facts(run: RunResult) -> dict[str, Any]:
     }
 
 
-def _root(trace: Trace, tensor: int) -> int:
-    """The allocation a (possibly reshaped) tensor views."""
-    info = trace.tensors.get(tensor)
-    while info is not None and info.alias_of >= 0:
-        tensor = info.alias_of
-        info = trace.tensors.get(tensor)
-    return tensor
-
-
 def first_uninitialized_read(trace: Trace, input_ids: set[int]) -> int | None:
     """Line of the first read of a kernel-allocated HBM tensor (e.g. its own output) before any write;
     host data (constants, nl.full in HBM) is a write. Reshaped views count as the tensor they view."""
-    written = {_root(trace, tensor) for tensor in trace.host_written}
+    written = {storage_root(trace, tensor) for tensor in trace.host_written}
     for inst in trace.instructions:
         for access in inst.reads:
-            root = _root(trace, access.tensor)
+            root = storage_root(trace, access.tensor)
             if (access.buffer == "hbm" and root not in input_ids and root not in written
                     and root in trace.tensors):
                 return inst.line
         for access in inst.writes:
-            written.add(_root(trace, access.tensor))
+            written.add(storage_root(trace, access.tensor))
     return None
 
 
