@@ -466,7 +466,7 @@ def is_pure(expr: cst.CSTNode, extra_impure: Sequence[str] = ()) -> bool:
     return True
 
 
-_PURE_METHODS = ("reshape", "astype", "broadcast_to")
+_PURE_METHODS = ("reshape", "astype", "broadcast_to", "type")  # `np.dtype(np.float32).type(1e-05)`: a constant
 
 
 def rename(node: NodeT, old: str, new: str) -> NodeT:
