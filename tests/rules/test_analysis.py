@@ -48,24 +48,7 @@ def test_block_tensors_used_within_one_iteration_are_found():
 
 
 def test_a_block_read_by_another_loop_or_shared_between_iterations_is_not_local():
-    across = textwrap.dedent('''
-        import numpy as np
-        import neuronxcc.nki as nki
-        import neuronxcc.nki.language as nl
-
-
-        @nki.jit
-        def kernel(v1):
-            v2 = nl.ndarray((256, 512), dtype=np.float32, buffer=nl.shared_hbm)
-            v3 = nl.ndarray((2, nl.par_dim(128), 512), dtype=np.float32, buffer=nl.sbuf)
-            v4 = nl.ndarray((2, nl.par_dim(128), 512), dtype=np.float32, buffer=nl.sbuf)
-            for i0 in nl.affine_range(2):
-                v3[i0, nl.arange(128)[:, None], nl.arange(512)[None, :]] = nl.load(v1[128 * i0 + nl.arange(128)[:, None], nl.arange(512)[None, :]])
-            for i1 in nl.affine_range(2):
-                v4[0, nl.arange(128)[:, None], nl.arange(512)[None, :]] = nl.exp(v3[i1, nl.arange(128)[:, None], nl.arange(512)[None, :]])
-                nl.store(v2[128 * i1 + nl.arange(128)[:, None], nl.arange(512)[None, :]], value=v4[0, nl.arange(128)[:, None], nl.arange(512)[None, :]])
-            return v2
-    ''')
+    across = source("compiler_two_loops")
     model = model_of(across)
     assert "no loop" in model.iteration_local("v3")  # written by one loop, read by the next
     assert "share a block" in model.iteration_local("v4")  # block 0 in every iteration
@@ -88,21 +71,8 @@ def test_loads_that_repeat_in_a_loop_are_found_in_every_style():
     ''')
     found = [(op.line, loop.var) for op, loop in model_of(tutorial).repeated_loads()]
     assert found == [(11, "r")]
-    compiler = textwrap.dedent('''
-        import numpy as np
-        import neuronxcc.nki as nki
-        import neuronxcc.nki.language as nl
-
-
-        @nki.jit
-        def kernel(v1, v2):
-            v3 = nl.ndarray((2, 4, nl.par_dim(128), 512), dtype=np.float32, buffer=nl.sbuf)
-            for i0 in nl.affine_range(2):
-                for i1 in nl.affine_range(4):
-                    v3[i0, i1, nl.arange(128)[:, None], nl.arange(512)[None, :]] = nl.load(v2[128 * i1 + nl.arange(128)[:, None], nl.arange(512)[None, :]], dtype=np.float32, mask=None)
-            return v1
-    ''')
-    assert [(op.line, loop.var) for op, loop in model_of(compiler).repeated_loads()] == [(12, "i0")]
+    compiler = source("compiler_reload")
+    assert [(op.line, loop.var) for op, loop in model_of(compiler).repeated_loads()] == [(11, "i0")]
     modern = model_of(source("modern_scale"))
     assert [op.line for op, _ in modern.repeated_loads()] == [13]  # the gain tile, also with dma_copy
     assert model_of(source("compiler_swish")).repeated_loads() == []
