@@ -627,10 +627,8 @@ def _injective(key: Sequence[Affine], loops: Sequence[Loop], bounds: Sequence[in
     iteration space when it is small enough, else by a sufficient condition)."""
     vars_ = [lp.var for lp in loops if lp.var]
     trips = [lp.trips for lp in loops if lp.var]
-    if any(t is None for t in trips):
-        return False
     sizes = [int(t) for t in trips if t is not None]
-    if math.prod(sizes) <= _DOMAIN_LIMIT:
+    if len(sizes) == len(trips) and math.prod(sizes) <= _DOMAIN_LIMIT:
         seen: set[tuple[int, ...]] = set()
         for point in itertools.product(*(range(s) for s in sizes)):
             env = dict(zip(vars_, point, strict=True))
@@ -641,8 +639,9 @@ def _injective(key: Sequence[Affine], loops: Sequence[Loop], bounds: Sequence[in
                 return False
             seen.add(block)
         return True
-    # every variable is alone in one key element with coefficient 1
-    single = {e.coeffs[0][0] for e in key if len(e.coeffs) == 1 and e.coeffs[0][1] == 1}
+    # sufficient: every loop variable has a key element of its own (that variable times a nonzero
+    # coefficient plus a constant), so two iterations that differ in it select different blocks
+    single = {e.coeffs[0][0] for e in key if len(e.coeffs) == 1}
     return set(vars_) <= single
 
 
