@@ -21,6 +21,8 @@ SHAPES = {
     "compiler_momentum": [(200, 512), (200, 512)],
     "tutorial_swish": [(256, 1024)],
     "modern_scale": [(256, 512), (128, 512)],
+    "compiler_two_nests": [(256, 1024)],
+    "tutorial_buffered": [(256, 512)],
 }
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_styles import SHAPES, source
 from rule_eval import assert_same, profile
 
 from accelopt_core.agents.rules.base import RuleError
@@ -85,11 +86,52 @@ def test_fuses_the_gate_and_up_loops(tmp_path: Path) -> None:
 
 def test_does_not_fuse_across_a_dependency(tmp_path: Path) -> None:
     rule = FuseLoops()
-    assert rule.plan(SHIFTED, None) == []
-    assert rule.plan(SHIFTED, profile(SHIFTED, [(512, 512)], tmp_path)) == []
+    # the buffer's writer and its shifted reader (lines 12, 14), and `last`'s writer and the reader of
+    # its last value (lines 17, 19), stay apart; the reader of the buffer and the independent loop after
+    # it (lines 14, 17) may fuse once `last = ...` moves in front
+    for prof in (None, profile(SHIFTED, [(512, 512)], tmp_path)):
+        assert [p.line for p in rule.plan(SHIFTED, prof)] == [14]
 
 
 def test_apply_refuses_a_plan_for_another_kernel() -> None:
     rule = FuseLoops()
     with pytest.raises(RuleError):
         rule.apply(SHIFTED, rule.plan(TWO_LOOPS, None)[0])
+
+
+def _loops(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.lstrip().startswith("for "))
+
+
+def test_two_compiler_style_nests_over_the_same_blocks_fuse_down_to_the_block(tmp_path: Path) -> None:
+    """The first nest writes v3[i1, i0] (row block i0, column half i1), the second reads v3[i3, i2]: the
+    outer loops fuse (row block), then the inner ones (column half), and v3 lives one block at a time."""
+    rule = FuseLoops()
+    text = source("compiler_two_nests")
+    shapes = SHAPES["compiler_two_nests"]
+    before = profile(text, shapes, tmp_path)
+    (plan,) = rule.plan(text, before)
+    assert plan.params == {"var": "i0", "iter": "nl.affine_range(2)", "var2": "i2", "nested": 1}
+    assert "`v3` then live one iteration" in plan.description
+    after = rule.apply(text, plan)
+    assert _loops(after) == 2 and "v3[i3, i2" not in after and "v3[i1, i0" in after
+    rng = np.random.default_rng(1)
+    assert_same(text, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+    fused = profile(after, shapes, tmp_path)
+    peak = "sbuf_peak_live_bytes_per_partition"
+    assert fused.profile[peak] < before.profile[peak]  # one block of v3 alive, not four
+
+
+def test_a_tutorial_buffer_filled_by_one_loop_and_read_by_the_next_fuses(tmp_path: Path) -> None:
+    text = source("tutorial_buffered").replace(
+        "        nl.store(out[r * 128:(r + 1) * 128, :], value=nl.exp(buf[r]))\n",
+        "    for j in nl.affine_range(rows // 128):\n"
+        "        nl.store(out[j * 128:(j + 1) * 128, :], value=nl.exp(buf[j]))\n")
+    rule = FuseLoops()
+    (plan,) = rule.plan(text, None)
+    after = rule.apply(text, plan)
+    assert _loops(after) == 1 and "value=nl.exp(buf[r])" in after
+    rng = np.random.default_rng(2)
+    assert_same(text, after, [rng.standard_normal((256, 512), dtype=np.float32)], tmp_path)
+    shifted = text.replace("nl.exp(buf[j])", "nl.exp(buf[rows // 128 - 1 - j])")
+    assert rule.plan(shifted, None) == []  # the reader walks the blocks the other way
