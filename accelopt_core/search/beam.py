@@ -98,12 +98,16 @@ class BeamSearch:
         self._base: Candidate | None = None
         self._deadline: float | None = None
         self._longest_evaluation = 0.0  # seconds: what the next evaluation is expected to take at most
+        self._candidates_started = 0
 
     # --- the time budget ----------------------------------------------------------------------------
     def _out_of_time(self) -> bool:
         """Whether an evaluation started now would end after the budget (the longest one so far is
-        the estimate: the baseline's before any candidate)."""
-        return self._deadline is not None and time.monotonic() + self._longest_evaluation > self._deadline
+        the estimate: the baseline's before any candidate). The first wave of candidates always
+        runs: a search that evaluates nothing is not a search."""
+        if self._deadline is None or self._candidates_started < max(1, self.config.workers):
+            return False
+        return time.monotonic() + self._longest_evaluation > self._deadline
 
     def _timed(self, evaluate: Callable[[], ProfileResult]) -> ProfileResult:
         start = time.monotonic()
@@ -125,8 +129,10 @@ class BeamSearch:
 
         def one(item: tuple[str, Candidate, Proposal]) -> None:
             source, parent, proposal = item
-            if self.cancel.is_set() or self._out_of_time():
-                return  # not evaluated: not a verdict on the kernel either
+            with lock:
+                if self.cancel.is_set() or self._out_of_time():
+                    return  # not evaluated: not a verdict on the kernel either
+                self._candidates_started += 1
             result = self._evaluate(source, task, hardware)
             if self.cancel.is_set() and result.error:
                 return  # killed mid-run: not a verdict on the kernel

@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 class SearchConfig:
     """Beam width B, plans per candidate N, executor samples per plan K, iterations T (paper:
     6, 12, 2, 16), parallel evaluations, when to stop early, how far memory replay may go, and a
-    wall-clock budget: no evaluation starts that would not end within it (None: no limit). Kernels
+    wall-clock budget: after the first wave of candidates, no evaluation starts that would not end
+    within it (None: no limit). Kernels
     whose every check simulates full-size data take minutes per candidate, so the budget, not T,
     decides how much of the search runs; plans go best first, so it is the least promising that
     are left out."""

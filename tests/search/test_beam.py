@@ -213,3 +213,10 @@ def test_every_beam_kernel_gets_its_best_plan_evaluated_before_any_gets_its_seco
     second = [c for c in search.evaluated.values() if c.iteration == 1]
     order = sorted(second, key=lambda c: profiler.asked.index(c.source))
     assert len({c.parent for c in order}) == 2 and order[0].parent != order[1].parent
+
+
+def test_a_budget_smaller_than_the_baseline_still_evaluates_one_wave() -> None:
+    profiler = SlowStubProfiler(0.3)
+    config = replace(CONFIG, plans_per_candidate=8, workers=2, time_budget_s=0.2, replay_steps=0)
+    result = BeamSearch(profiler, [ManyPlansAgent()], config).run("x = 1\n", TASK)
+    assert len(profiler.asked) == 3 and result.best.source.count("# faster") == 1
