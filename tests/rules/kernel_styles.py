@@ -23,6 +23,8 @@ SHAPES = {
     "modern_scale": [(256, 512), (128, 512)],
     "compiler_two_nests": [(256, 1024)],
     "tutorial_buffered": [(256, 512)],
+    "compiler_matmul": [(256, 256), (256, 1024)],
+    "tutorial_matmul": [(256, 256), (256, 1024)],
 }
 
 

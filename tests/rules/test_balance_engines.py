@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from kernel_styles import SHAPES as STYLE_SHAPES
+from kernel_styles import source
 from rule_eval import assert_same, profile
 
 from accelopt_core.agents.rules import RuleError
@@ -116,3 +118,49 @@ def test_a_nearly_as_busy_vector_engine_behind_the_tensor_engine_is_unloaded(tmp
     plans = RULE.plan(VECTOR_BOUND, matmul_bound)
     assert bool(plans) == fires
     assert all("vector is the busiest" in p.description for p in plans)
+
+
+# ---------------------------------------------------------------- read-outs of matmul results
+
+def _instructions_on(result, engine: str) -> int:
+    return int(result.profile[f"{engine}_engine_instruction_count"])
+
+
+@pytest.mark.parametrize("name", ["compiler_matmul", "tutorial_matmul"])
+def test_matmul_read_outs_leave_the_engine_that_prepares_the_operands(tmp_path, name):
+    """Vector prepares the Tensor engine's operands (the transposes' copies, a scaling) and also copies
+    the results out of PSUM: the read-outs move to the Scalar engine; the operand copies stay."""
+    text, shapes = source(name), STYLE_SHAPES[name]
+    before = profile(text, shapes, tmp_path)
+    (plan,) = [p for p in RULE.plan(text, before) if p.params.get("decouple")]
+    assert len(plan.params["decouple"]) == 1 and plan.params["target"] == "scalar"
+    new = RULE.apply(text, plan)
+    assert new.count("engine=nisa.scalar_engine") == 1
+    if name == "compiler_matmul":
+        assert "v9[i1, i2, nl.arange(128)[:, None], nl.arange(128)[None, :]] = nl.copy(v8" in new  # a feeder
+    rng = np.random.default_rng(4)
+    assert_same(text, new, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+    after = profile(new, shapes, tmp_path)
+    moved = _instructions_on(before, "vector") - _instructions_on(after, "vector")
+    assert moved > 0 and _instructions_on(after, "scalar") - _instructions_on(before, "scalar") == moved
+
+
+def test_no_read_out_moves_where_nothing_else_feeds_the_tensor_engine(tmp_path):
+    """Loaded operands go straight to the Tensor engine: the Vector engine only reads results out."""
+    text = textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.isa as nisa
+        import neuronxcc.nki.language as nl
+
+
+        @nki.jit
+        def kernel(a_t, b):
+            out = nl.ndarray((128, 512), dtype=a_t.dtype, buffer=nl.shared_hbm)
+            acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(a_t.shape[0] // 128):
+                acc += nisa.nc_matmul(nl.load(a_t[k * 128:(k + 1) * 128, :]), nl.load(b[k * 128:(k + 1) * 128, :]))
+            nl.store(out, value=nl.copy(acc, dtype=out.dtype))
+            return out
+    ''')
+    shapes = [(256, 128), (256, 512)]
+    assert [p for p in RULE.plan(text, profile(text, shapes, tmp_path)) if p.params.get("decouple")] == []
