@@ -24,7 +24,7 @@ SHAPES = {
     "compiler_two_nests": [(256, 1024)],
     "tutorial_buffered": [(256, 512)],
     "compiler_matmul": [(256, 256), (256, 1024)],
-    "tutorial_matmul": [(256, 256), (256, 1024)],
+    "tutorial_matmul": [(256, 256), (256, 1024)],  # a_t is [K, M]
 }
 
 

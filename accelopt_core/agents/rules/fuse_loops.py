@@ -194,16 +194,10 @@ def fused(first: cst.For, second: cst.For) -> cst.For:
     if body2:
         body2[0] = body2[0].with_changes(leading_lines=[*lead, *body2[0].leading_lines])
     body1 = list(u.block_statements(first))
-    markers = [s for s in body1 if _loop_marker(s)]  # compiler output's `' end loop i0 '` stays last
-    body1 = [s for s in body1 if not _loop_marker(s)]
-    return first.with_changes(body=first.body.with_changes(body=[*body1, *[s for s in body2 if not _loop_marker(s)],
+    markers = [s for s in body1 if u.is_marker(s)]  # compiler output's `' end loop i0 '` stays last
+    body1 = [s for s in body1 if not u.is_marker(s)]
+    return first.with_changes(body=first.body.with_changes(body=[*body1, *[s for s in body2 if not u.is_marker(s)],
                                                                  *markers]))
-
-
-def _loop_marker(stmt: cst.BaseStatement) -> bool:
-    """A bare string statement (compiler output ends every loop body with `' end loop i2 '`)."""
-    node = u.small(stmt)
-    return isinstance(node, cst.Expr) and isinstance(node.value, cst.SimpleString)
 
 
 def _fuse(module: cst.Module, pair: Pair) -> cst.Module:

@@ -12,10 +12,11 @@ from .merge_dma import MergeDma
 from .seq_to_affine import SequentialToAffine
 from .shrink_blocks import ShrinkBlocks
 from .tile_size import RetuneTileSize
+from .unroll_jam import JamMatmulLoops
 
 
 def default_rules() -> list[Rule]:
     """One instance of every rule: data-movement rules first (the baselines are mostly DMA-bound),
     then compute fusion and balancing, then tuning, then footprint."""
     return [HoistInvariant(), InterchangeLoops(), FuseElementwise(), MergeDma(), FuseLoops(),
-            SequentialToAffine(), BalanceEngines(), RetuneTileSize(), ShrinkBlocks()]
+            SequentialToAffine(), BalanceEngines(), JamMatmulLoops(), RetuneTileSize(), ShrinkBlocks()]
