@@ -215,10 +215,11 @@ _BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "shared_hbm": "hbm", "
 class KernelModel:
     """The kernel function of a module as loops, tensors and statements, with the profile's costs."""
 
-    def __init__(self, module: cst.Module, profile: Any = None):
-        fn = u.kernel_function(module)
+    def __init__(self, module: cst.Module, profile: Any = None, function: str | None = None):
+        fn = (next((f for f in u.functions(module) if f.name.value == function), None) if function
+              else u.kernel_function(module))
         if fn is None:
-            raise u.RuleError("no kernel function in the source")
+            raise u.RuleError(f"no kernel function {function or ''} in the source".replace("  ", " "))
         self.module = module
         self.fn = fn
         self.profile = profile
@@ -645,25 +646,25 @@ def _injective(key: Sequence[Affine], loops: Sequence[Loop], bounds: Sequence[in
     return set(vars_) <= single
 
 
-_CACHE: dict[tuple[str, int], KernelModel] = {}
+_CACHE: dict[tuple[str, int], KernelModel] = {}  # a few sources: the rules of one search step share them
 
 
-def model_of(source: str | cst.Module, profile: Any = None) -> KernelModel:
-    """The model of a kernel with this profile, built once and shared by every rule that asks. A
-    source text is parsed once (the model's `module`); a parsed module is modelled as it is, since
-    rules compare nodes by identity."""
+def model_of(source: str | cst.Module, profile: Any = None, function: str | None = None) -> KernelModel:
+    """The model of a kernel (the `function` of that name, else the jit-decorated one) with this
+    profile, built once and shared by every rule that asks. A source text is parsed once (the model's
+    `module`); a parsed module is modelled as it is, since rules compare nodes by identity."""
     if isinstance(source, cst.Module):
-        key = (f"module:{id(source)}", id(profile))
+        key = (f"module:{id(source)}:{function}", id(profile))
         found = _CACHE.get(key)
         if found is not None and found.module is source and found.profile is profile:
             return found
-        model = KernelModel(source, profile)
+        model = KernelModel(source, profile, function)
     else:
-        key = (hashlib.sha256(source.encode()).hexdigest(), id(profile))
+        key = (hashlib.sha256(source.encode()).hexdigest() + f":{function}", id(profile))
         found = _CACHE.get(key)
         if found is not None and found.profile is profile:
             return found
-        model = KernelModel(u.parse(source), profile)
+        model = KernelModel(u.parse(source), profile, function)
     if len(_CACHE) > 16:
         _CACHE.clear()
     _CACHE[key] = model
