@@ -59,3 +59,19 @@ def test_no_jam_when_the_stationary_tile_follows_the_output_loop_or_psum_would_o
     text = source("tutorial_matmul")
     wide = [(256, 256), (256, 4096)]  # 8 output tiles: 8 accumulators would take every PSUM bank
     assert RULE.plan(text, profile(text, wide, tmp_path)) == []
+
+
+def test_the_transpose_nl_matmul_makes_of_an_unchanged_operand_is_made_once_per_step(tmp_path):
+    text, shapes = source("tutorial_rows_matmul"), [(256, 256), (256, 1024)]
+    (plan,) = RULE.plan(text, None)  # two output tiles, written as a number
+    new = RULE.apply(text, plan)
+    assert "stationary_t = nl.copy(nl.transpose(rows[:, k * 128:(k + 1) * 128]))" in new
+    assert "acc[n] += nl.matmul(stationary_t, w, transpose_x=True)" in new
+    rng = np.random.default_rng(8)
+    assert_same(text, new, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+
+    def transposes(t: str) -> int:
+        return sum(1 for i in trace(t, shapes, tmp_path).instructions if i.op == "nc_transpose"
+                   or (i.op == "nc_matmul" and (i.attrs or {}).get("is_transpose")))
+
+    assert transposes(new) == transposes(text) // 2  # once per (m, k) instead of per (m, n, k)

@@ -202,6 +202,11 @@ def jammed(model: KernelModel, jam: _Jam) -> list[cst.BaseStatement]:
     varying = u.dependents(inner, {var}) | {var}
     once = [s for s in inner if not u.names_in(s) & varying]
     each = [s for s in inner if u.names_in(s) & varying]
+    staged = _staged_transpose(model, each, varying)
+    if staged is not None:
+        transpose, old, new = staged
+        once.append(transpose)
+        each = [new if s is old else s for s in each]
     jammed_loop = header.with_changes(body=header.body.with_changes(body=each))
     nest: cst.For = jam.reduction[-1].with_changes(body=jam.reduction[-1].body.with_changes(
         body=[*once, jammed_loop]), leading_lines=[])
@@ -215,6 +220,32 @@ def jammed(model: KernelModel, jam: _Jam) -> list[cst.BaseStatement]:
     out += [nest, readout]
     out[0] = out[0].with_changes(leading_lines=jam.outer.leading_lines)
     return out
+
+
+def _staged_transpose(model: KernelModel, each: list[cst.BaseStatement], varying: set[str]
+                      ) -> tuple[cst.BaseStatement, cst.BaseStatement, cst.BaseStatement] | None:
+    """`nl.matmul(x, y)` transposes x on the Tensor engine for every call: with the output loop inside,
+    the transpose of an `x` it does not change is made once per reduction step instead
+    (`xt = nl.copy(nl.transpose(x))`, then `nl.matmul(xt, y, transpose_x=True)` for every output tile)."""
+    stmt = next((s for s in each if _matmul_call(model, s) is not None), None)
+    call = _matmul_call(model, stmt) if stmt is not None else None
+    if call is None or model.canonical(call) != "nl.matmul":
+        return None
+    flag = u.keyword(call, "transpose_x")
+    if flag is not None and not (isinstance(flag.value, cst.Name) and flag.value.value == "False"):
+        return None
+    x = _stationary(model, call)
+    if x is None or u.names_in(x) & varying or not u.is_pure(x):
+        return None
+    nl = next((k for k, v in model.aliases.items() if v.endswith("language")), "nl")
+    staged = u.fresh_name(model.fn, "stationary_t")
+    first = next(a for a in call.args if a.keyword is None or a.keyword.value == "x")
+    args = [a.with_changes(value=cst.Name(staged)) if a is first else a for a in call.args if a is not flag]
+    args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("transpose_x"),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+    new_stmt = u.replace_nodes(stmt, {id(call): call.with_changes(args=args)})
+    return u.parse_statement(f"{staged} = {nl}.copy({nl}.transpose({u.code_of(x)}))\n"), stmt, new_stmt
 
 
 def _block_allocation(model: KernelModel, jam: _Jam) -> cst.SimpleStatementLine:
