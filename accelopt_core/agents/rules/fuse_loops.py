@@ -261,10 +261,9 @@ class FuseLoops:
             return base
         saved = 0.0
         for name in pair.shared:
-            tensor = model.tensors[name]
-            per_partition = _per_partition_bytes(tensor.shape, tensor.par_axis)
-            if per_partition:
-                saved += per_partition * (1.0 - 1.0 / max(model.trip(first), 1.0))
+            live = _live_bytes(model, name, first)
+            if live:
+                saved += live * (1.0 - 1.0 / max(model.trip(first), 1.0))
         moved = sum(u.profile_value(model.profile, k) or 0.0 for k in ("hbm_read_bytes", "hbm_write_bytes"))
         spill_ms = model.busy().get("dma", 0.0) * spilled / (moved + spilled)  # the spill's share of DMA time
         return min(0.8, base + spill_ms / latency * min(1.0, saved / (peak - usable)))
@@ -281,14 +280,20 @@ class FuseLoops:
         return module.code
 
 
-def _per_partition_bytes(shape: Sequence[int | None], par_axis: int) -> float | None:
-    if any(d is None for d in shape) or not shape:
+def _live_bytes(model: KernelModel, name: str, loop: Loop) -> float | None:
+    """Bytes per partition of `name` alive through one iteration of the loops around `loop`: the
+    block dimensions those loops select count once, the others (and the tile) in full."""
+    tensor = model.tensors[name]
+    if any(d is None for d in tensor.shape) or not tensor.shape:
         return None
-    dims = [int(d) for d in shape if d is not None]
-    free = dims[:par_axis] + dims[par_axis + 1:]
+    around = {lp.var for lp in loop.chain[:-1] if lp.var}
+    writes = [r for op in model.ops_in(loop) for r in op.writes if r.name == name]
+    key = model.block_key(writes[0]) if writes else None
     size = 4.0
-    for d in free:
-        size *= d
+    for dim, extent in enumerate(tensor.shape):
+        fixed = key is not None and dim < len(key) and key[dim].vars and key[dim].vars <= around
+        if dim != tensor.par_axis and not fixed:
+            size *= int(extent)  # type: ignore[arg-type]
     return size
 
 
