@@ -794,7 +794,7 @@ class _Matcher:
     def _step(n: _Node) -> tuple[_Node, str, _Node, bool] | None:
         """`x op c` with c a scalar or a column: (x, op, c, reversed)."""
         if n.op == "negative" and _data(n.args[0]):
-            return n.args[0], "multiply", _Node(None, [], cst.Float("-1.0"), SCALAR, value=-1.0), False
+            return n.args[0], "multiply", _Node(None, [], cst.parse_expression("-1.0"), SCALAR, value=-1.0), False
         if n.op == "reciprocal" and _data(n.args[0]):
             return n.args[0], "divide", _Node(None, [], cst.Float("1.0"), SCALAR, value=1.0), True
         if n.op in _BINARY:
