@@ -135,3 +135,24 @@ def test_a_tutorial_buffer_filled_by_one_loop_and_read_by_the_next_fuses(tmp_pat
     assert_same(text, after, [rng.standard_normal((256, 512), dtype=np.float32)], tmp_path)
     shifted = text.replace("nl.exp(buf[j])", "nl.exp(buf[rows // 128 - 1 - j])")
     assert rule.plan(shifted, None) == []  # the reader walks the blocks the other way
+
+
+def test_a_loop_that_recomputes_an_earlier_one_goes_and_its_readers_read_the_first(tmp_path: Path) -> None:
+    """Compiler output loads and exponentiates x twice (two nests needed it): the second loop goes, the
+    product reads the first copy, and a loop of other work in between does not stop it."""
+    rule = FuseLoops()
+    text = source("compiler_twice")
+    shapes = [(256, 512), (256, 512)]
+    before = profile(text, shapes, tmp_path)
+    (drop,) = [p for p in rule.plan(text, before) if "drop" in p.params]
+    assert drop.params == {"drop": "i2", "keep": "i0", "iter": "nl.affine_range(2)"}
+    after = rule.apply(text, drop)
+    assert "for i2 in" not in after and "v6 = nl.ndarray" not in after and "v7 = nl.ndarray" not in after
+    assert "nl.multiply(v5[i3, nl.arange(128)[:, None], nl.arange(512)[None, :]], v5[i3," in after
+    rng = np.random.default_rng(9)
+    assert_same(text, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+    dropped = profile(after, shapes, tmp_path)
+    assert dropped.profile["instruction_count"] == before.profile["instruction_count"] - 4
+    assert dropped.profile["hbm_read_bytes"] < before.profile["hbm_read_bytes"]
+    changed = text.replace("nl.load(v1[128 * i2 +", "nl.load(v2[128 * i2 +")  # not the same data any more
+    assert [p for p in rule.plan(changed, None) if "drop" in p.params] == []

@@ -176,6 +176,112 @@ def pairs(model: KernelModel) -> list[Pair]:
     return found
 
 
+@dataclass(frozen=True)
+class Duplicate:
+    """A loop that recomputes, into tensors of its own, what an earlier loop of the same block computed:
+    `tensors` maps each of its tensors to the earlier loop's."""
+
+    first: cst.For
+    second: cst.For
+    tensors: tuple[tuple[str, str], ...]
+
+
+def duplicates(model: KernelModel) -> list[Duplicate]:
+    """Loops of one block whose body is an earlier sibling's, up to the loop variables and the tensors
+    they write (compiler output of two nests that both load and transpose the same operand: once the
+    nests are fused, the second copy can read the first's)."""
+    found = []
+    owners: list[cst.CSTNode] = [model.fn, *(lp.node for lp in model.loops)]
+    for owner in owners:
+        body = u.code_statements(owner)
+        for i, a in enumerate(body):
+            for j in range(i + 1, len(body)):
+                b = body[j]
+                if isinstance(a, cst.For) and isinstance(b, cst.For):
+                    mapping = _same_work(model, a, b, body[i + 1:j])
+                    if mapping:
+                        found.append(Duplicate(a, b, tuple(sorted(mapping.items()))))
+    return found
+
+
+def _loop_vars(loop: cst.For) -> list[str]:
+    return [u.loop_var(n) or "" for n in u.walk(loop) if isinstance(n, cst.For)]
+
+
+def _same_work(model: KernelModel, first: cst.For, second: cst.For,
+               between: Sequence[cst.BaseStatement]) -> dict[str, str] | None:
+    """{tensor of `second`: tensor of `first`} when `second` computes exactly what `first` did."""
+    if u.flat(u.code_of(first.iter)) != u.flat(u.code_of(second.iter)) or u.loop_kind(first) != "affine":
+        return None
+    vars1, vars2 = _loop_vars(first), _loop_vars(second)
+    if len(vars1) != len(vars2) or set(vars1) & set(vars2) or "" in vars1 + vars2:
+        return None
+    written1 = {r.name for op in model.ops_in(model.loop(first)) for r in op.writes}
+    written2 = {r.name for op in model.ops_in(model.loop(second)) for r in op.writes}
+    if len(written1) != len(written2) or not written2 or written1 & written2:
+        return None
+    mapping: dict[str, str] = {}
+    for w1, w2 in zip(_write_order(model, first), _write_order(model, second), strict=False):
+        mapping.setdefault(w2, w1)
+    if len(mapping) != len(written2) or set(mapping.values()) != written1:
+        return None
+    renamed = second
+    for old, new in [*zip(vars2, vars1, strict=True), *mapping.items()]:
+        renamed = u.rename(renamed, old, new)
+    if _work_text(first) != _work_text(renamed):
+        return None
+    for mine, theirs in mapping.items():
+        a, b = model.tensors.get(theirs), model.tensors.get(mine)
+        if a is None or b is None or a.decl is None or b.decl is None or a.shape != b.shape or a.buffer != b.buffer:
+            return None
+        if _declared_type(a.decl.stmt) != _declared_type(b.decl.stmt):
+            return None
+        if any(not u.contains(first, op.stmt) for op, ref in model.refs(theirs) if ref.kind != "read"
+               and op is not a.decl):
+            return None  # the first loop's result is changed elsewhere: the copy may differ
+    read1 = {r.name for op in model.ops_in(model.loop(first)) for r in op.reads}
+    if any(u.names_written(s) & read1 for s in between):
+        return None  # an input changes between the two loops
+    return mapping
+
+
+def _work_text(loop: cst.For) -> str:
+    """A loop's body as text without comments, blank lines and compiler markers."""
+
+    class _Strip(cst.CSTTransformer):
+        def leave_IndentedBlock(  # noqa: N802
+                self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+            return updated.with_changes(body=[s for s in updated.body if not u.is_marker(s)])
+
+    return u.flat(u.code_of(loop.body.visit(_Strip())))
+
+
+def _write_order(model: KernelModel, loop: cst.For) -> list[str]:
+    return [r.name for op in model.ops_in(model.loop(loop)) for r in op.writes]
+
+
+def _declared_type(stmt: cst.BaseStatement) -> str:
+    node = u.small(stmt)
+    call = node.value if isinstance(node, cst.Assign) else None
+    dtype = u.keyword(call, "dtype") if isinstance(call, cst.Call) else None
+    return u.flat(u.code_of(dtype.value)) if dtype is not None else ""
+
+
+def dropped(model: KernelModel, dup: Duplicate) -> cst.Module:
+    """The kernel without the second loop and its tensors' declarations, their readers reading the
+    first loop's tensors."""
+    mapping = dict(dup.tensors)
+    edits: dict[int, list[cst.BaseStatement]] = {id(dup.second): []}
+    edits.update({id(model.tensors[mine].decl.stmt): [] for mine in mapping})  # type: ignore[union-attr]
+    module = u.rewrite(model.module, edits)
+    fn = u.kernel_function(module)
+    assert fn is not None
+    new_fn = fn
+    for mine, theirs in mapping.items():
+        new_fn = u.rename(new_fn, mine, theirs)
+    return u.rewrite(module, {id(fn): [new_fn]})
+
+
 def _shared(model: KernelModel, first: cst.For, second: cst.For) -> tuple[str, ...]:
     """Tensors the first loop writes and the second reads: what fusing keeps per iteration."""
     written = {r.name for op in model.ops_in(model.loop(first)) for r in op.writes if model.is_tensor(r.name)}
@@ -233,7 +339,8 @@ class FuseLoops:
                 else ""
             keeps = (f"; `{'`, `'.join(pair.shared)}` then live one iteration instead of the whole loop"
                      if pair.shared else "")
-            inner = f", then {nested} pair(s) of inner loops that walk the same blocks" if nested else ""
+            inner = (f", then {nested} step(s) inside it (inner loops that walk the same blocks fuse, a loop that "
+                     "recomputes an earlier one's result goes)") if nested else ""
             params = {"var": first.var, "iter": u.flat(u.code_of(pair.first.iter)), "var2": second.var}
             if nested:
                 params["nested"] = nested
@@ -242,8 +349,29 @@ class FuseLoops:
                 f"Fuse `for {first.var}` (line {first.line}) with `for {second.var}` (line {second.line}) over the "
                 f"same range{moved}{inner}: their bodies then interleave in one loop{keeps}.",
                 params, priority))
+        for dup in duplicates(model):
+            first, second = model.loop(dup.first), model.loop(dup.second)
+            again = ", ".join(f"`{b}` (reads `{a}` instead)" for b, a in dup.tensors)
+            plans.append(Plan(
+                self.name, second.line,
+                f"Drop `for {second.var}` (line {second.line}): it recomputes what `for {first.var}` (line "
+                f"{first.line}) computed, into {again}: fewer loads and instructions.",
+                {"drop": second.var, "keep": first.var, "iter": u.flat(u.code_of(dup.second.iter))},
+                self._work_share(model, dup.second, latency)))
         plans.sort(key=lambda p: -p.priority)
         return plans
+
+    @staticmethod
+    def _work_share(model: KernelModel, loop: cst.For, latency: float | None) -> float:
+        """The share of the busiest engine's time the loop's statements take (what dropping it saves
+        at most)."""
+        busy = max(model.busy().values(), default=0.0) * 1e3
+        if not latency or not busy:
+            return 0.05
+        spent: dict[str, float] = {}
+        for op in model.ops_in(model.loop(loop)):
+            u.add_times(spent, model.cost(op))
+        return min(0.5, max(spent.values(), default=0.0) / busy * (busy / latency))
 
     @staticmethod
     def _priority(model: KernelModel, pair: Pair, spans: dict[int, float], latency: float | None) -> float:
@@ -271,6 +399,12 @@ class FuseLoops:
     def apply(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         params = plan.params
+        if "drop" in params:
+            found = [d for d in duplicates(model) if (u.loop_var(d.second), u.loop_var(d.first), u.flat(
+                u.code_of(d.second.iter))) == (params["drop"], params["keep"], params["iter"])]
+            if not found:
+                raise RuleError(f"`for {params['drop']}` no longer recomputes what `for {params['keep']}` does")
+            return dropped(model, found[0]).code
         matches = [p for p in pairs(model) if _key(p) == (params["var"], params["iter"], params["var2"])]
         first = u.locate([p.first for p in matches], model.pos, plan.line, "the pair of loops to fuse")
         pair = next(p for p in matches if p.first is first)
@@ -315,26 +449,36 @@ def _fused_loop(model: KernelModel, var: str) -> cst.For | None:
         (x.depth for x in model.loops if x.var == var), default=0)), None)
 
 
+def _inner_step(module: cst.Module, var: str) -> cst.Module | None:
+    """One step inside the fused loop `var`: a loop that recomputes what an earlier one did goes
+    (its readers read the earlier one's tensors), else a pair of inner loops that walk the same blocks
+    fuses; None when neither is left."""
+    model = model_of(module)
+    outer = _fused_loop(model, var)
+    if outer is None:
+        return None
+    dup = next((d for d in duplicates(model) if u.contains(outer, d.first) and d.first is not outer), None)
+    if dup is not None:
+        return dropped(model, dup)
+    inner = _inner_pairs(model, outer)
+    return _fuse(model.module, inner[0]) if inner else None
+
+
 def _count_inner(module: cst.Module, var: str) -> int:
     count = 0
     for _ in range(_MAX_NESTED):
-        model = model_of(module)
-        outer = _fused_loop(model, var)
-        inner = _inner_pairs(model, outer) if outer is not None else []
-        if not inner:
+        stepped = _inner_step(module, var)
+        if stepped is None:
             break
-        module = _fuse(model.module, inner[0])
-        count += 1
+        module, count = stepped, count + 1
     return count
 
 
 def _fuse_inner(module: cst.Module, var: str, count: int) -> cst.Module:
-    """The inner pairs fused one after another, as `_count_inner` found them."""
+    """The inner steps done one after another, as `_count_inner` found them."""
     for _ in range(count):
-        model = model_of(module)
-        outer = _fused_loop(model, var)
-        inner = _inner_pairs(model, outer) if outer is not None else []
-        if not inner:
+        stepped = _inner_step(module, var)
+        if stepped is None:
             raise RuleError("the inner loops can no longer be fused")
-        module = _fuse(model.module, inner[0])
+        module = stepped
     return module
