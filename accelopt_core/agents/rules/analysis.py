@@ -20,8 +20,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import libcst as cst
@@ -68,13 +68,6 @@ class Affine:
     def times(self, k: int) -> Affine:
         return Affine.of(self.const * k, {v: c * k for v, c in self.coeffs}, ((c * k, n) for c, n in self.ranges))
 
-    def renamed(self, mapping: Mapping[str, str]) -> Affine:
-        coeffs: dict[str, int] = {}
-        for v, c in self.coeffs:
-            name = mapping.get(v, v)
-            coeffs[name] = coeffs.get(name, 0) + c
-        return Affine.of(self.const, coeffs, self.ranges)
-
     def spread(self) -> tuple[int, int]:
         """(lowest, highest) offset the element ranges add to the rest."""
         lo = sum(min(0, c * (n - 1)) for c, n in self.ranges)
@@ -89,15 +82,8 @@ class Span:
     start: Affine
     size: int | None
 
-    def renamed(self, mapping: Mapping[str, str]) -> Span:
-        return Span(self.start.renamed(mapping), self.size)
-
 
 Element = Affine | Span | None  # None: an index the analysis does not understand
-
-
-def renamed(element: Element, mapping: Mapping[str, str]) -> Element:
-    return element.renamed(mapping) if element is not None else None
 
 
 # ---------------------------------------------------------------- what the kernel is made of
@@ -105,12 +91,12 @@ def renamed(element: Element, mapping: Mapping[str, str]) -> Element:
 
 @dataclass(eq=False)
 class Loop:
-    node: cst.For
+    node: cst.For = field(repr=False)
     var: str | None
     kind: str | None  # affine / sequential / static / range, None for other iterables
     trips: int | None  # static trip count
     line: int
-    parent: Loop | None
+    parent: Loop | None = field(repr=False)
     depth: int
 
     @property
@@ -133,7 +119,7 @@ class Ref:
     name: str
     kind: str
     index: tuple[Element, ...] | None
-    node: cst.CSTNode
+    node: cst.CSTNode = field(repr=False)
     text: str | None = None  # the subscript, without spaces
 
 
@@ -142,9 +128,9 @@ class Op:
     """One simple statement of the kernel."""
 
     order: int
-    stmt: cst.SimpleStatementLine
+    stmt: cst.SimpleStatementLine = field(repr=False)
     line: int
-    loops: tuple[Loop, ...]
+    loops: tuple[Loop, ...] = field(repr=False)
     call: str | None  # canonical callee: `nl.load`, `nisa.tensor_scalar`, `range`, ...
     engine: str | None  # dma, tensor, vector, scalar, gpsimd, or None (no instruction)
     refs: tuple[Ref, ...]
@@ -163,9 +149,9 @@ class Op:
 
     @property
     def value(self) -> cst.BaseExpression | None:
+        """The expression the statement computes (the right-hand side, or the call of a bare call)."""
         node = u.small(self.stmt)
-        return node.value if isinstance(node, cst.Assign | cst.AugAssign) else node.value if isinstance(
-            node, cst.Expr) else None
+        return node.value if isinstance(node, cst.Assign | cst.AugAssign | cst.Expr) else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,7 +173,7 @@ class Tensor:
     buffer: str  # hbm, sbuf, psum
     shape: tuple[int | None, ...]
     par_axis: int
-    decl: Op | None  # the allocating statement (None: a kernel parameter)
+    decl: Op | None = field(repr=False)  # the allocating statement (None: a kernel parameter)
 
     @property
     def block_shape(self) -> tuple[int | None, ...]:
@@ -279,6 +265,8 @@ class KernelModel:
         value = node.value if isinstance(node, cst.Assign | cst.AugAssign | cst.Expr) else None
         call = self.canonical(value) if isinstance(value, cst.Call) else None
         refs = tuple(self._ref(a) for a in u.accesses(stmt))
+        if call == "nl.loop_reduce":  # `dst[...] = nl.loop_reduce(x, ...)` is dst = op(dst, x)
+            refs = tuple(Ref(r.name, "accumulate", r.index, r.node, r.text) if r.kind == "write" else r for r in refs)
         op = Op(len(self.ops), stmt, u.line_of(stmt, self.pos), chain, call,
                 self._engine(value) if isinstance(value, cst.Call) else None, refs)
         self.ops.append(op)
@@ -551,8 +539,6 @@ class KernelModel:
             return "two iterations share a block"
         return Locality(loop, tuple(outer), key)
 
-    def fingerprint(self) -> str:
-        return hashlib.sha256(self.module.code.encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- helpers
@@ -669,10 +655,3 @@ def model_of(source: str | cst.Module, profile: Any = None, function: str | None
         _CACHE.clear()
     _CACHE[key] = model
     return model
-
-
-def walk_ops(model: KernelModel, loop: Loop | None) -> Iterator[Op]:
-    """The statements directly or indirectly inside `loop` (all of them for None), in order."""
-    for op in model.ops:
-        if loop is None or loop in op.loops:
-            yield op
