@@ -59,10 +59,9 @@ class ShrinkBlocks:
     def plan(self, source: str, profile: Any) -> list[Plan]:
         model = model_of(source, profile)
         found = shrinkable(model)
-        plans = [self._plan(model, [s]) for s in found]
-        if len(found) >= 2:
-            plans.insert(0, self._plan(model, found))
-        return plans
+        # every tensor at once: shrinking one changes nothing the others depend on, and one plan is
+        # one evaluation, where a search on a kernel of many intermediates spends its time
+        return [self._plan(model, found)] if found else []
 
     def _plan(self, model: KernelModel, shrinks: Sequence[_Shrink]) -> Plan:
         names = sorted(s.tensor.name for s in shrinks)
