@@ -12,7 +12,8 @@ from .blas import single_threaded_blas
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
 from .nki.loader import check_source, read_source
-from .profiling import Profiler, ProfileResult, RemoteProfiler, SimulatorProfiler, TaskRef
+from .profiling import Profiler, ProfileResult, RemoteProfiler, SandboxLimits, SimulatorProfiler, TaskRef
+from .profiling.confine import INSTALL_HINT, isolation_problem, unconfined_allowed
 from .report import render
 from .service.cli import add_serve_arguments, run_serve
 from .tasks import TaskError
@@ -71,7 +72,8 @@ def _profiler(args: argparse.Namespace) -> Profiler:
             raise CliError("--backend remote needs --service-url and --token-file")
         token = read_source(args.token_file).strip()
         return RemoteProfiler(args.service_url, token)
-    return SimulatorProfiler(seeds=args.seeds or 5, rtol=args.rtol)
+    # the user's own file, named on the command line: where bubblewrap cannot run it still runs, with a warning
+    return SimulatorProfiler(seeds=args.seeds or 5, rtol=args.rtol, limits=SandboxLimits(allow_unconfined=True))
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -94,6 +96,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     source = read_source(files.kernel)
     with open(kernel_path, "w", encoding="utf-8") as handle:
         handle.write(source)
+    require_isolation("simulator")
     options = argparse.Namespace(kernel=kernel_path, hardware=args.hardware, preset=args.preset, iterations=None,
                                  beam_width=None, workers=None, replay_steps=None, time_budget=None, planner="rules",
                                  llm=False,
@@ -109,7 +112,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     source = _read_kernel(args.kernel, None)
     if args.backend == "remote" and not (args.service_url and args.token_file):
         raise CliError("--backend remote needs --service-url and --token-file")
+    require_isolation(args.backend)
     return run_optimize(args, source, task)
+
+
+def require_isolation(backend: str) -> None:
+    """A search runs kernels a model or a rule wrote: only under the OS sandbox, unless the user opted in."""
+    problem = isolation_problem() if backend == "simulator" else None
+    if problem is not None and not unconfined_allowed():
+        raise CliError(f"kernels cannot be isolated here: {problem}; {INSTALL_HINT}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

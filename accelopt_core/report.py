@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import linecache
 
-from .profiling import ProfileResult
+from .profiling import ProfileResult, as_percent
 
 ENGINES = (("tensor", "tensor_engine_active_time_percent"), ("vector", "vector_engine_active_time_percent"),
            ("scalar", "scalar_engine_active_time_percent"), ("gpsimd", "gpsimd_engine_active_time_percent"),
@@ -43,7 +43,7 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
         out.append(f"check     WRONG RESULTS: {result.check_message}")
     if result.latency_ms is not None:
         peak = f"{result.peak_percent:.1f}% of peak" if result.peak_percent is not None else "no peak formula"
-        bound = f" (the task is {result.bound}-bound at peak)" if result.bound else ""
+        bound = f" ({result.bound_text()})" if result.bound else ""
         out.append(f"latency   {result.latency_ms:.4g} ms    {peak}    bottleneck: {result.bottleneck}{bound}")
         spmd = p.get("spmd")
         if spmd:
@@ -51,7 +51,7 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
             out.append(f"spmd      grid {grids}: {spmd['schedule']}")
         out.append("engines")
         for name, key in ENGINES:
-            value = p.get(key)
+            value = as_percent(p.get(key))
             if value is not None:
                 out.append(f"  {name:<7} {_bar(value)} {value:5.1f}%")
         out.append(f"memory    HBM read {_bytes(p.get('hbm_read_bytes'))}, write {_bytes(p.get('hbm_write_bytes'))}"

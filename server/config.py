@@ -7,6 +7,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
@@ -162,3 +163,26 @@ def profiling_changed(old: Settings, new: Settings) -> bool:
     """Whether open kernels must be profiled again after a settings change."""
     keys = ("hardware", "backend", "memory_db", "check_seeds", "sandbox_seconds", "sandbox_memory_mb")
     return any(getattr(old, k) != getattr(new, k) for k in keys)
+
+
+SECRET_LABELS = {"service_token": "profiling service token", "llm_api_key": "LLM API key"}
+
+
+def origin(url: str) -> str | None:
+    """`scheme://host:port` of a URL (lower case, the default port filled in), or None if it has no host."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    if not parts.hostname or port is None:
+        return None
+    return f"{parts.scheme.lower()}://{parts.hostname.lower()}:{port}"
+
+
+def secret_destinations(settings: Settings) -> dict[str, str]:
+    """Where each secret goes under these settings: the service token to the backend's origin, the LLM key
+    to the endpoint's. A secret without a destination is not sent at all."""
+    places = {"service_token": settings.backend if settings.backend != "simulator" else None,
+              "llm_api_key": settings.llm_endpoint}
+    return {name: where for name, url in places.items() if url and (where := origin(url)) is not None}

@@ -9,7 +9,7 @@ from typing import Any
 from accelopt_core.profiling import ProfileResult
 
 from .findings import line_share, trip_counts
-from .format import flops, ms, nbytes, percent
+from .format import flops, fraction, ms, nbytes, percent
 from .kernels import KernelFile, Loop, analyze
 from .state import KernelDocument
 
@@ -97,7 +97,7 @@ def line_markdown(doc: KernelDocument, line: int) -> str | None:
     parts: list[str] = []
     if entry is not None:
         share = line_share(result).get(old, 0.0)
-        parts.append(f"**{ms(entry['time_ms'])}** · {percent(100 * share)} of the kernel's busy time "
+        parts.append(f"**{ms(entry['time_ms'])}** · {fraction(share)} of the kernel's busy time "
                      f"({result.hardware}, simulated)")
         engines = sorted((entry.get("engines") or {}).items(), key=lambda item: -item[1])
         detail = ", ".join(f"{name} {ms(t)}" for name, t in engines)
@@ -127,14 +127,14 @@ def summary_markdown(doc: KernelDocument) -> str | None:
         where = f" (line {result.error_line})" if result.error_line else ""
         return f"{title}\n\nthe kernel fails{where}: {result.error}"
     p = result.profile
-    bound = f" (the task is {result.bound}-bound at peak)" if result.bound else ""
+    bound = f" ({result.bound_text()})" if result.bound else ""
     rows = [
         ("latency", ms(result.latency_ms)),
         ("% of peak", percent(result.peak_percent, 1) + bound),
         ("bottleneck", str(p.get("bottleneck_summary") or result.bottleneck)),
         ("check", check_text(doc)),
-        ("engines active", " · ".join(f"{label} {percent(p.get(f'{key}_engine_active_time_percent'))}"
-                                      if key != "dma" else f"{label} {percent(p.get('dma_active_time_percent'))}"
+        ("engines active", " · ".join(f"{label} {fraction(p.get(f'{key}_engine_active_time_percent'))}"
+                                      if key != "dma" else f"{label} {fraction(p.get('dma_active_time_percent'))}"
                                       for label, key in ENGINES)),
         ("HBM", f"read {nbytes(p.get('hbm_read_bytes'))} · write {nbytes(p.get('hbm_write_bytes'))}"),
         ("SBUF", f"read {nbytes(p.get('sbuf_read_bytes'))} · write {nbytes(p.get('sbuf_write_bytes'))}"),

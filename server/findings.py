@@ -9,7 +9,7 @@ from typing import Any
 
 from accelopt_core.profiling import ProfileResult
 
-from .format import ms, nbytes, percent
+from .format import fraction, ms, nbytes
 from .kernels import KernelFile, TaskLink
 
 ERROR, WARNING, INFO, HINT = "error", "warning", "information", "hint"
@@ -151,7 +151,7 @@ def bottlenecks(kernel: KernelFile, source: str, result: ProfileResult) -> list[
         times = f"{count}×" if count else "on every iteration"
         variables = " or ".join(f"`{v}`" for v in load.loop_vars) or "its variable"
         spent = share.get(load.line, 0.0)
-        cost = f"; this line is {percent(100 * spent)} of busy time" if spent else ""
+        cost = f"; this line is {fraction(spent)} of busy time" if spent else ""
         loop = loops.get(load.loop_line)
         out.append(Finding(load.line, INFO, "repeated-load",
                            f"this load does not depend on {variables} but runs in every iteration of the loop "
@@ -164,19 +164,19 @@ def bottlenecks(kernel: KernelFile, source: str, result: ProfileResult) -> list[
         engines = ", ".join(f"{name} {ms(t)}" for name, t in sorted(entry.get("engines", {}).items(),
                                                                      key=lambda item: -item[1]))
         out.append(Finding(entry["line"], INFO, "hot-line",
-                           f"hot spot: {percent(100 * share[entry['line']])} of the kernel's busy time, mostly "
+                           f"hot spot: {fraction(share[entry['line']])} of the kernel's busy time, mostly "
                            f"on the {entry['engine']} engine ({engines}; "
                            f"{_plural(entry['instructions'], 'instruction')})",
                            priority=share[entry["line"]]))
     profile = result.profile
     tensor_active = profile.get("tensor_engine_active_time_percent")
-    if result.bound == "matmul" and tensor_active is not None and tensor_active < 50:
+    if result.bound == "matmul" and tensor_active is not None and tensor_active < 0.5:
         target = next((e["line"] for e in result.lines if e["engine"] != "tensor"), kernel.def_line or 1)
         if not profile.get("hardware_flops"):
             message = ("the Tensor engine is never used, yet this task is matmul-bound at peak: its "
                        "matrix products belong on nisa.nc_matmul")
         else:
-            message = (f"the Tensor engine is idle {percent(100 - tensor_active)} of the time in a matmul-bound "
+            message = (f"the Tensor engine is idle {fraction(1 - tensor_active)} of the time in a matmul-bound "
                        f"task; it waits on the {result.bottleneck} engine")
         line = target if target in by_line else kernel.def_line or 1
         out.append(Finding(line, INFO, "idle-tensor-engine", message, priority=0.5))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from accelopt_core.profiling import ProfileResult
+from accelopt_core.profiling import ProfileResult, as_percent
 
 
 def ms(value: float | None) -> str:
@@ -19,7 +19,13 @@ def ms(value: float | None) -> str:
 
 
 def percent(value: float | None, digits: int = 0) -> str:
+    """A value already in percent (`peak_percent`): `41%`."""
     return "-" if value is None else f"{value:.{digits}f}%"
+
+
+def fraction(value: float | None, digits: int = 0) -> str:
+    """A fraction (a profile's `*_percent` field, as neuron-profile writes it, or a share of time): `74%`."""
+    return percent(as_percent(value), digits)
 
 
 def nbytes(value: float | None) -> str:

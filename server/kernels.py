@@ -10,7 +10,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from accelopt_core.nki.loader import KernelLoadError, check_source
+from accelopt_core.nki.loader import KernelLoadError, check_source, parse_source
 from accelopt_core.profiling import TaskRef
 from accelopt_core.tasks.registry import TaskFiles
 from accelopt_core.tasks.registry import all_task_files as _all_task_files
@@ -140,7 +140,7 @@ def analyze(source: str, filename: str = "kernel.py") -> KernelFile:
     """Recognise a kernel by content: an import of `nki` / `neuronxcc.nki`, or an `@...jit` function."""
     directive = parse_directive(source)
     try:
-        tree = ast.parse(source, filename)
+        tree = parse_source(source, filename)
     except SyntaxError as exc:
         if not (_NKI_IMPORT.search(source) or _JIT.search(source) or directive):
             return KernelFile(False)
@@ -296,7 +296,7 @@ def _declares_small(reference: str) -> bool:
     """Whether a native reference's VARIANTS dict has a "small" entry, read from its text."""
     try:
         with open(reference, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
+            tree = parse_source(handle.read(), reference)
     except (OSError, SyntaxError, ValueError):
         return False
     for node in tree.body:

@@ -37,7 +37,7 @@ def memory_markdown(memory: Any, task: str, hardware: str, path: str) -> str:
             mark = " (pinned)" if exp.pinned else ""
             lesson = exp.summary or exp.plan or "(no summary)"
             out.append(f"| {exp.speedup:.2f}x{mark} | {_cell(exp.task, 30)} | {_cell(lesson)} | "
-                       f"{_cell(exp.origin, 30)} |")
+                       f"{_cell(exp.label, 30)} |")
     else:
         out.append("No experiences yet: Optimize records what worked (and what did not) here.")
     out += ["", f"## Recent searches of {task} ({len(searches)})", ""]

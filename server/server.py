@@ -10,8 +10,10 @@ from functools import partial
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import JsonRPCProtocol, LanguageServerProtocol
+from pygls.protocol.json_rpc import JsonRPCResponseMessage
 
 from . import __version__
 from .session import Session
@@ -49,11 +51,35 @@ class ClientSupport:
         )
 
 
+ANSWERED = object()  # a request answered while it was read (see AccelOptProtocol.structure_message)
+
+
 class AccelOptProtocol(LanguageServerProtocol):
     """pygls 2.1 keeps the future of every notification handled by a generator (didOpen, didChange,
     didSave, didClose: the built-in handlers) in its table of pending requests and never removes it:
     half a kilobyte per keystroke. Futures stored under ids pygls made up itself (anything but a
-    client request, whose entry pygls removes when it answers) are dropped once they are done."""
+    client request, whose entry pygls removes when it answers) are dropped once they are done.
+
+    A request whose parameters do not fit the protocol's types (a negative line or character, a missing
+    field) is answered too, where pygls would only log it and leave the client waiting: a document
+    request with "nothing here" (null, which every textDocument/ result allows), any other with the
+    JSON-RPC error InvalidParams."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if "id" not in data or not isinstance(data.get("method"), str):
+                raise
+            if data["method"].startswith("textDocument/"):
+                self._send_data(JsonRPCResponseMessage(id=data["id"], result=None, jsonrpc=JsonRPCProtocol.VERSION))
+            else:
+                self._send_response(data["id"], error=exc.to_response_error())
+            return ANSWERED
+
+    def handle_message(self, message: Any) -> None:
+        if message is not ANSWERED:
+            super().handle_message(message)
 
     def _execute_handler(self, msg_id: Any, handler: Any, callback: Any, args: Any = None,
                          kwargs: Any = None) -> None:

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from accelopt_core.profiling.profiler import kernel_hash
 from accelopt_core.profiling.sandbox import CANCELLED
 
 from .cache import DigestedCache, profile_key
-from .config import Settings, profiling_changed
+from .config import SECRET_LABELS, Settings, profiling_changed, secret_destinations
 from .kernels import Digests, TaskLink, check_variant
 from .state import KernelDocument, Rewrite, SearchRun
 from .workers import Lane
@@ -46,6 +46,11 @@ class Snapshot:
 
 class OptimizeError(Exception):
     """Optimize cannot run on this file (no task, kernel fails, already running...)."""
+
+
+UNTRUSTED = ("this workspace is not trusted: AccelOpt does not run its kernels (trust the workspace to profile "
+             "and optimize them)")
+SEND, WITHHOLD = "Send", "Don't send"
 
 
 def server_rss_mb() -> float:
@@ -78,6 +83,13 @@ class Session:
         # llm_api_key, service_token from initializationOptions; kept out of Settings (which is logged
         # and compared) and only handed to the worker processes in job payloads.
         self.secrets: dict[str, Secret] = {}
+        self.trusted = True  # the client's workspace trust; False: no kernel of the workspace runs
+        # origins (scheme://host:port) a secret may go to: those of the settings the server was launched
+        # with, and those the user confirmed when workspace settings named a new one
+        self.approved_origins: set[str] = set()
+        self.ask: Callable[[str, list[str]], Awaitable[str | None]] | None = None
+        self._asked: set[tuple[str, str]] = set()
+        self._questions: set[asyncio.Future[None]] = set()
 
     # --- plumbing ---------------------------------------------------------------------------------
     def changed(self, doc: KernelDocument, what: set[str] | None = None) -> None:
@@ -95,11 +107,47 @@ class Session:
         for notify in self.notices:
             notify(level, message)
 
+    def approve_current_destinations(self) -> None:
+        """Whoever launched the server chose the current settings: their hosts may receive the secrets."""
+        self.approved_origins.update(secret_destinations(self.settings).values())
+
+    def destination_approved(self, name: str) -> bool:
+        """Whether secret `name` may go where the settings send it (True when it goes nowhere); asks the user
+        once per host when workspace settings named a host not approved yet."""
+        where = secret_destinations(self.settings).get(name)
+        if where is None or where in self.approved_origins:
+            return True
+        if (name, where) not in self._asked:
+            self._asked.add((name, where))
+            question = asyncio.ensure_future(self._ask_approval(name, where))
+            self._questions.add(question)
+            question.add_done_callback(self._questions.discard)
+        return False
+
     def secret(self, name: str) -> str | None:
         """A secret's value for a worker's job payload (a Secret refuses to be pickled; the worker reads
-        it from the payload and never logs it)."""
+        it from the payload and never logs it): only when the settings send it somewhere approved."""
         value = self.secrets.get(name)
-        return value.reveal() if value is not None else None
+        if value is None or name not in secret_destinations(self.settings) or not self.destination_approved(name):
+            return None
+        return value.reveal()
+
+    async def _ask_approval(self, name: str, where: str) -> None:
+        question = (f"The workspace settings send your {SECRET_LABELS[name]} to {where}, which AccelOpt has not "
+                    "sent it to before. Send it there?")
+        answer = None
+        if self.ask is not None:
+            try:
+                answer = await self.ask(question, [SEND, WITHHOLD])
+            except Exception as exc:  # a client that cannot ask: the secret stays here
+                log.info("could not ask about %s: %s", where, exc)
+        if answer != SEND:
+            self.notice("warning", f"AccelOpt: your {SECRET_LABELS[name]} is not sent to {where} "
+                        "(named by workspace settings, not approved)", once=True)
+            return
+        self.approved_origins.add(where)
+        for doc in list(self.documents.values()):
+            self.schedule(doc, delay=0.0)
 
     @property
     def memory_path(self) -> str:
@@ -205,7 +253,9 @@ class Session:
         request cancels an older one, including its job running in a worker."""
         self._cancel_task(doc.uri)
         doc.request_id += 1
-        if not doc.profilable:
+        if not doc.profilable or not self.trusted:
+            if doc.profilable:
+                self.notice("warning", f"AccelOpt: {UNTRUSTED}", once=True)
             doc.phase = "idle"
             self.changed(doc)
             return
@@ -235,6 +285,15 @@ class Session:
                 # the file's path: the simulator imports helper modules beside it; messages show its name
                 "label": doc.path or "kernel.py", "kernel_name": snap.function,
                 "backend": self.settings.backend, "service_token": self.secret("service_token")}
+
+    def _llm_payload(self) -> dict[str, Any] | None:
+        """The LLM planner's settings for a search; None (no planner) while the endpoint the workspace
+        settings name waits for approval: no key, from the editor, the environment or the config file,
+        goes to a host the user did not choose."""
+        if not self.destination_approved("llm_api_key"):
+            return None
+        return {"endpoint": self.settings.llm_endpoint, "model": self.settings.llm_model,
+                "api_key": self.secret("llm_api_key"), "budget_usd": self.settings.search_budget}
 
     def _cached(self, digest: str, key: tuple[Any, ...]) -> ProfileResult | None:
         memory = self.memory()
@@ -391,6 +450,8 @@ class Session:
                                 "link a task first (`# accelopt: task=NAME`)")
         if doc.search is not None:
             raise OptimizeError("an Optimize is already running on this file")
+        if not self.trusted:
+            raise OptimizeError(UNTRUSTED)
         source, hardware = doc.source, doc.hardware(self.settings.hardware)
         digest = self.digests.of(doc.link.reference_path)
         memory = self.memory()
@@ -400,9 +461,7 @@ class Session:
                    "limits": (self.settings.sandbox_seconds, self.settings.sandbox_memory_mb),
                    "memory_db": self.memory_path if memory is not None else None, "digest": digest,
                    "agents": list(self.settings.optimizer_agents), "backend": self.settings.backend,
-                   "service_token": self.secret("service_token"),
-                   "llm": {"endpoint": self.settings.llm_endpoint, "model": self.settings.llm_model,
-                           "api_key": self.secret("llm_api_key"), "budget_usd": self.settings.search_budget}}
+                   "service_token": self.secret("service_token"), "llm": self._llm_payload()}
 
         def event(value: Any) -> None:
             if doc.search is not None:

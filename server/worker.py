@@ -9,6 +9,7 @@ event, which kills its sandboxed child within a quarter of a second.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import pickle
@@ -20,7 +21,6 @@ from collections.abc import Callable
 from typing import IO, Any
 
 HEADER = 4
-TOKEN_VARIABLE = "ACCELOPT_SERVICE_TOKEN"  # the profiling service's bearer token, for a remote backend
 
 
 def read_frame(stream: IO[bytes]) -> Any | None:
@@ -110,8 +110,8 @@ def make_profiler(payload: dict[str, Any], seeds: int) -> Any:
     if backend != "simulator":
         from accelopt_core.profiling.remote import RemoteProfiler
 
-        # The token the editor handed over (initializationOptions.secrets.serviceToken) comes first.
-        token = payload.get("service_token") or os.environ.get(TOKEN_VARIABLE, "")
+        # the session's token (the editor's secret or its environment's), present only for an approved host
+        token = payload.get("service_token") or ""
         remote = RemoteProfiler(backend, token, check_variant=payload.get("check_variant"))
         return CachingProfiler(remote, _cache(payload), payload.get("check_variant"))
     return SimulatorProfiler(seeds=seeds, check_variant=payload.get("check_variant"),
@@ -119,9 +119,11 @@ def make_profiler(payload: dict[str, Any], seeds: int) -> Any:
 
 
 def _profiler(payload: dict[str, Any]) -> Any:
-    """Profilers remember input shapes per task, so one is kept per task, reference digest and settings."""
+    """Profilers remember input shapes per task, so one is kept per task, reference digest and settings (and
+    service token: a token approved later must not meet a profiler made without it)."""
+    token = hashlib.sha256((payload.get("service_token") or "").encode()).hexdigest()
     key = (payload.get("memory_db"), payload["seeds"], payload.get("check_variant"), tuple(payload["limits"]),
-           payload.get("digest"), payload["task"].key, payload.get("backend"))
+           payload.get("digest"), payload["task"].key, payload.get("backend"), token)
     if key not in _profilers:
         if len(_profilers) >= 16:
             _profilers.clear()

@@ -37,6 +37,7 @@ class TensorEngineSpec:
     fast_weight_load_free: int
     mm_init_latency_cycles: float
     fp32_transpose_factor: float
+    fp32_counted_flops_factor: float  # neuron-profile's hardware_flops per 2*rows*cols*N of an FP32 matmul
     default_dtype_factor: float
     dtype_factor: tuple[tuple[str, float], ...]
 
@@ -64,6 +65,7 @@ class ComputeEngineSpec:
     perf_mode_copy_speedup: float
     perf_mode_other_speedup: float
     reciprocal_cycles_per_element: float  # VectorE reciprocal: cycles per element per partition
+    tensor_tensor_cycles_per_element: float  # VectorE tensor_tensor outside the fast cases (two SBUF inputs)
 
     def rate(self, item_size: int) -> float:
         """Elements per partition per cycle for data of `item_size` bytes."""
@@ -124,6 +126,8 @@ class MemorySpec:
     psum_banks: int
     psum_bank_bytes: int
     vector_gpsimd_share_sbuf: bool  # NC-v2: Vector and GpSimd cannot access SBUF at the same time
+    rotating_buffers: int  # physical SBUF buffers the compiler gives one tile statement of a loop body, in turn
+    stream_buffers: int  # buffers of a DMA stream the compiler adds (a load issued again at its uses, spill reloads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +282,10 @@ _MUST_BE_POSITIVE = frozenset({
     "perf_mode_other_speedup", "engines", "queues_per_engine", "partitions_per_engine",
     "engine_bandwidth", "engine_element_rate", "transpose_efficiency_hbm", "transpose_efficiency_sbuf",
     "hbm_bandwidth",
-    "sbuf_partitions", "sbuf_usable_bytes_per_partition", "psum_banks", "psum_bank_bytes",
+    "sbuf_partitions", "sbuf_usable_bytes_per_partition", "psum_banks", "psum_bank_bytes", "rotating_buffers",
+    "stream_buffers",
     "vector_flops", "matmul_flops", "tensor_flops", "default_dtype_factor", "fp32_transpose_factor",
+    "fp32_counted_flops_factor",
 })
 
 

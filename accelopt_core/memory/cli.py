@@ -75,7 +75,7 @@ def first_line(text: str, width: int = SUMMARY_WIDTH) -> str:
 
 def experience_row(exp: Experience) -> list[str]:
     return [str(exp.id), "*" if exp.pinned else "", "+" if exp.positive else "-", f"{exp.speedup:.2f}x",
-            exp.task, exp.task_family, exp.hardware, exp.origin, first_line(exp.summary)]
+            exp.task, exp.task_family, exp.hardware, exp.label, first_line(exp.summary)]
 
 
 def cmd_list(memory: Memory, args: argparse.Namespace) -> int:
@@ -109,7 +109,8 @@ def describe(exp: Experience, diff: str) -> str:
     kind = "positive" if exp.positive else "negative (a warning)"
     head = [f"experience {exp.id}: {exp.speedup:.3f}x, {kind}{', pinned' if exp.pinned else ''}",
             f"task:     {exp.task} (family {exp.task_family}) on {exp.hardware}, {exp.backend}",
-            f"origin:   {exp.origin or '-'}   search: {exp.search_id if exp.search_id is not None else '-'}",
+            f"origin:   {exp.label or '-'}   search: {exp.search_id if exp.search_id is not None else '-'}",
+            *(["imported: from a shared file; its speedup was measured elsewhere, not here"] if exp.imported else []),
             f"kernels:  {exp.slow_hash[:12]} -> {exp.fast_hash[:12]}",
             f"created:  {exp.created}", "", "plan:", exp.plan or "-", "", "summary:", exp.summary or "-"]
     return "\n".join(head + (["", diff.rstrip("\n")] if diff else []))
@@ -132,8 +133,11 @@ def cmd_export(memory: Memory, args: argparse.Namespace) -> int:
 
 
 def cmd_import(memory: Memory, args: argparse.Namespace) -> int:
-    count = memory.import_jsonl(args.file)
-    print(f"imported {count} new record{'s' * (count != 1)} from {args.file}")
+    notes: list[str] = []
+    count = memory.import_jsonl(args.file, notes)
+    print(f"imported {count} new record{'s' * (count != 1)} from {args.file} (lessons marked as imported)")
+    for note in notes:
+        print(note)
     return 0
 
 

@@ -35,6 +35,7 @@ class Experience:
     pinned: bool = False
     id: int | None = None
     created: str | None = None
+    imported: bool = False  # from a shared file (`accelopt memory import`): its speedup was not measured here
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -45,7 +46,13 @@ class Experience:
         fields = {k: row[k] for k in Experience.__dataclass_fields__ if k in row}
         fields["positive"] = bool(fields.get("positive", True))
         fields["pinned"] = bool(fields.get("pinned", False))
+        fields["imported"] = bool(fields.get("imported", False))
         return Experience(**fields)
+
+    @property
+    def label(self) -> str:
+        """Where the lesson came from, as lists show it: the agent or rule, marked when imported."""
+        return f"{self.origin or '-'} (imported)" if self.imported else self.origin
 
 
 def classify(speedup: float) -> bool | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..profiling.result import ProfileResult
+from ..profiling.result import RESULT_FORMAT, ProfileResult
 
 if TYPE_CHECKING:
     from .store import Memory
@@ -34,12 +34,19 @@ class ProfileCache:
     def __init__(self, memory: Memory):
         self.memory = memory
 
-    def get(self, key: ProfilerKey, default: Any = None) -> ProfileResult | Any:
+    def _current(self, key: ProfilerKey) -> dict[str, Any] | None:
+        """The stored result when this version wrote it. One of an older result format (percent where the
+        fields are now fractions) counts as absent: the kernel is profiled again and the entry replaced,
+        rather than served in a unit nobody reads it in any more."""
         data = self.memory.get_profile(*memory_key(key))
+        return data if data is not None and data.get("result_format") == RESULT_FORMAT else None
+
+    def get(self, key: ProfilerKey, default: Any = None) -> ProfileResult | Any:
+        data = self._current(key)
         return default if data is None else ProfileResult.from_dict(data)
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, tuple) and len(key) == 6 and self.memory.get_profile(*memory_key(key)) is not None
+        return isinstance(key, tuple) and len(key) == 6 and self._current(key) is not None
 
     def __getitem__(self, key: ProfilerKey) -> ProfileResult:
         result = self.get(key)

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: experiences.imported (a lesson from a shared file, not measured here)
 
 
 class SchemaError(Exception):
@@ -36,7 +36,7 @@ TABLES: dict[str, tuple[dict[str, Any], str | tuple[str, ...], set[str], list[tu
     "experiences": (
         {"id": int, "task": str, "task_family": str, "hardware": str, "slow_hash": str, "fast_hash": str,
          "speedup": float, "plan": str, "summary": str, "origin": str, "backend": str, "search_id": int,
-         "positive": int, "pinned": int, "created": str},
+         "positive": int, "pinned": int, "created": str, "imported": int},
         "id", {"task", "task_family", "hardware", "slow_hash", "fast_hash", "speedup", "positive", "pinned"},
         [("search_id", "searches", "id")]),
 }
@@ -66,6 +66,16 @@ def create_tables(db: Database) -> None:
         db.table(table).create_index(columns, unique=unique, if_not_exists=True)
 
 
+def add_missing_columns(db: Database) -> None:
+    """Columns a newer schema added to tables an older version created; integers start at 0 (a lesson of
+    an older database was learnt here, not imported)."""
+    for name, (columns, _, _, _) in TABLES.items():
+        existing = db.table(name).columns_dict
+        for column, kind in columns.items():
+            if column not in existing:
+                db.table(name).add_column(column, kind, not_null_default=0 if kind is int else None)
+
+
 def ensure_schema(db: Database, now: str) -> None:
     """Bring a database up to SCHEMA_VERSION; the caller holds a write transaction."""
     version = stored_version(db)
@@ -73,5 +83,6 @@ def ensure_schema(db: Database, now: str) -> None:
         raise SchemaError(f"memory database has schema version {version}; this accelopt understands "
                           f"up to {SCHEMA_VERSION} (upgrade accelopt)")
     create_tables(db)
+    add_missing_columns(db)
     if version < SCHEMA_VERSION:
         db.table("schema_version").insert({"version": SCHEMA_VERSION, "applied": now}, ignore=True)

@@ -217,7 +217,7 @@ class Memory:
     def add_experience(self, task: str, task_family: str, hardware: str, slow_hash: str, fast_hash: str,
                        speedup: float, plan: str = "", summary: str = "", origin: str = "",
                        backend: str = "simulator", search_id: int | None = None, pinned: bool = False,
-                       created: str | None = None) -> Experience | None:
+                       created: str | None = None, imported: bool = False) -> Experience | None:
         """Keep a lesson if it is clearly positive or negative (None for the neutral band). A pair already
         known for the task and hardware is returned unchanged. Over the bound, the least useful unpinned
         lesson of its kind is dropped, which may be this one (then None)."""
@@ -229,7 +229,7 @@ class Memory:
             if known is not None:
                 return known
             exp = Experience(task, task_family, hardware, slow_hash, fast_hash, float(speedup), plan, summary,
-                             origin, backend, search_id, positive, pinned, None, created or utc_now())
+                             origin, backend, search_id, positive, pinned, None, created or utc_now(), imported)
             exp.id = int(db.table("experiences").insert(exp.to_dict()).last_pk)
             self._enforce_bound(task_family, hardware, positive)
             return self.get_experience(exp.id)
@@ -304,6 +304,7 @@ class Memory:
         """Write a self-contained JSON-lines file for a teammate; returns the number of lines."""
         return transfer.export_jsonl(self, target, what)
 
-    def import_jsonl(self, source: str | Path | IO[str]) -> int:
-        """Merge an exported file, all or nothing; returns how many new records were added."""
-        return transfer.import_jsonl(self, source)
+    def import_jsonl(self, source: str | Path | IO[str], notes: list[str] | None = None) -> int:
+        """Merge an exported file, all or nothing; returns how many new records were added (`notes` gets
+        what was left out, and why)."""
+        return transfer.import_jsonl(self, source, notes)

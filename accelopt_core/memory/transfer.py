@@ -1,5 +1,10 @@
 """Sharing lessons within a team: a JSON-lines file, one record per line, that stands alone (experiences
-carry the sources of their slow and fast kernels) and merges into any memory without duplicates."""
+carry the sources of their slow and fast kernels) and merges into any memory without duplicates.
+
+An imported lesson is marked `imported`: its speedup is the other memory's claim (the search measures
+any rewrite it replays again). Cached profiles are not imported at all: a profile is a verdict (correct,
+how fast) that the editor and the search trust without running the kernel, so only this installation's
+own runs may fill that cache."""
 
 from __future__ import annotations
 
@@ -87,7 +92,7 @@ def import_experience(memory: Memory, record: dict[str, Any]) -> int:
         record["fast_hash"], float(record["speedup"]), plan=record.get("plan") or "",
         summary=record.get("summary") or "", origin=record.get("origin") or "",
         backend=record.get("backend") or "simulator", pinned=bool(record.get("pinned")),
-        created=record.get("created"))
+        created=record.get("created"), imported=True)
     return int(added is not None)
 
 
@@ -97,17 +102,10 @@ def import_kernel(memory: Memory, record: dict[str, Any]) -> int:
     return int(not known)
 
 
-def import_profile(memory: Memory, record: dict[str, Any]) -> int:
-    """A profile already cached here wins: it was measured by this installation."""
-    key = [record[k] for k in PROFILE_KEY]
-    if memory.get_profile(*key) is not None:
-        return 0
-    memory.put_profile(*key, record["result"])
-    return 1
-
-
 IMPORTERS: dict[str, Callable[[Memory, dict[str, Any]], int]] = {
-    "experience": import_experience, "kernel": import_kernel, "profile": import_profile}
+    "experience": import_experience, "kernel": import_kernel}
+NOT_IMPORTED = {"profile": "cached profiles are verdicts this installation did not measure; the kernels are "
+                           "profiled again here when they are needed"}
 
 
 def parse_line(number: int, line: str) -> dict[str, Any]:
@@ -120,17 +118,22 @@ def parse_line(number: int, line: str) -> dict[str, Any]:
     return record
 
 
-def import_jsonl(memory: Memory, source: str | Path | IO[str]) -> int:
+def import_jsonl(memory: Memory, source: str | Path | IO[str], notes: list[str] | None = None) -> int:
     """Merge a file in one transaction, so a bad line leaves the memory as it was. Kinds this version
-    does not know are skipped, so files from a newer accelopt still load. Returns new records added."""
+    does not know are skipped, so files from a newer accelopt still load; kinds it refuses (profiles) are
+    counted in `notes`. Returns new records added."""
     added = 0
+    refused: dict[str, int] = {}
     with opened(source, "r") as handle, memory.transaction():
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             record = parse_line(number, line)
-            importer = IMPORTERS.get(record.get("kind", ""))
+            kind = record.get("kind", "")
+            importer = IMPORTERS.get(kind)
             if importer is None:
+                if kind in NOT_IMPORTED:
+                    refused[kind] = refused.get(kind, 0) + 1
                 continue
             try:
                 added += importer(memory, record)
@@ -138,4 +141,7 @@ def import_jsonl(memory: Memory, source: str | Path | IO[str]) -> int:
                 raise ImportFormatError(f"line {number}: missing field {exc.args[0]!r}") from None
             except ImportFormatError as exc:
                 raise ImportFormatError(f"line {number}: {exc}") from None
+    if notes is not None:
+        notes.extend(f"{count} {kind} record{'s' * (count != 1)} not imported: {NOT_IMPORTED[kind]}"
+                     for kind, count in refused.items())
     return added

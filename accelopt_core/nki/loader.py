@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,31 @@ class KernelLoadError(Exception):
     """The file is not a loadable kernel module (syntax error, import failure, no kernel)."""
 
 
+TOO_DEEP = "nested too deeply for Python's parser"
+# CPython 3.11 keeps the AST converter's recursion depth in state all threads share (python/cpython#106905):
+# two threads parsing at once (the search's evaluation workers) fail with a spurious SystemError.
+_ONE_PARSE_AT_A_TIME = threading.Lock()
+
+
+def parse_source(source: str, filename: str = "<kernel>") -> ast.Module:
+    """The file's syntax tree (every syntax tree the engine builds comes from here, one at a time).
+    Python's parser gives up on pathological nesting (thousands of unary operators or operands in one
+    expression) with RecursionError or MemoryError; that is a syntax error here too, so every caller
+    reports one kind of bad input (`accelopt profile` exits 2)."""
+    try:
+        with _ONE_PARSE_AT_A_TIME:
+            return ast.parse(source, filename)
+    except (RecursionError, MemoryError):
+        raise SyntaxError(TOO_DEEP, (filename, None, None, None)) from None
+
+
+def syntax_message(filename: str, exc: BaseException) -> str:
+    """`file:line: syntax error: what`, the line left out when the parser could not say."""
+    line = getattr(exc, "lineno", None)
+    what = getattr(exc, "msg", None) or TOO_DEEP
+    return f"{os.path.basename(filename)}{f':{line}' if line else ''}: syntax error: {what}"
+
+
 def load_module(source: str, filename: str, name: str | None = None, folder: str | None = None) -> types.ModuleType:
     """Execute kernel source as Python would import the file: compiled without this module's compiler
     flags, registered in sys.modules under its own name while it runs (dataclasses and typing look
@@ -33,9 +59,9 @@ def load_module(source: str, filename: str, name: str | None = None, folder: str
     Nothing stays behind in sys.modules or sys.path."""
     try:
         code = compile(source, filename, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        raise KernelLoadError(f"{os.path.basename(filename)}:{exc.lineno}: syntax error: {exc.msg}") from None
-    tree = ast.parse(source)
+        tree = parse_source(source, filename)
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise KernelLoadError(syntax_message(filename, exc)) from None
     folder = folder or (os.path.dirname(filename) if os.path.isabs(filename) else None)
     module_name, package, root = _import_identity(tree, filename, folder, name)
     module = types.ModuleType(module_name)
@@ -49,6 +75,17 @@ def load_module(source: str, filename: str, name: str | None = None, folder: str
     with nki_imports(), host_package_placeholders(filename), _importable(module, root):
         exec(code, module.__dict__)  # kernels run in sandboxed workers, never in the server
     return module
+
+
+def import_root(source: str, filename: str, folder: str | None = None) -> str | None:
+    """The folder `load_module` puts on sys.path for this kernel (its own, or the root of the package its
+    relative imports name), or None; the sandbox shows the kernel that folder and nothing else of the disk."""
+    folder = folder or (os.path.dirname(filename) if os.path.isabs(filename) else None)
+    try:
+        tree = parse_source(source, filename)
+    except SyntaxError:
+        return folder
+    return _import_identity(tree, filename, folder, None)[2]
 
 
 def _import_identity(tree: ast.Module, filename: str, folder: str | None, name: str | None
@@ -166,9 +203,9 @@ def check_source(source: str, filename: str, name: str | None = None) -> str:
     """Without running anything: the kernel function's name, or KernelLoadError (syntax error,
     no recognisable kernel). Lets a caller reject bad input before starting a sandboxed run."""
     try:
-        tree = ast.parse(source, filename)
+        tree = parse_source(source, filename)
     except SyntaxError as exc:
-        raise KernelLoadError(f"{os.path.basename(filename)}:{exc.lineno}: syntax error: {exc.msg}") from None
+        raise KernelLoadError(syntax_message(filename, exc)) from None
     functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
     names = [f.name for f in functions]
     if name:

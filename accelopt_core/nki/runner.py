@@ -224,6 +224,15 @@ def run_programs(sim: Simulation, grid: tuple[int, ...], call: Callable[[], Any]
     return returned
 
 
+def storage_root(trace: Trace, tensor: int) -> int:
+    """The allocation a (possibly reshaped, possibly many times) tensor views."""
+    info = trace.tensors.get(tensor)
+    while info is not None and info.alias_of >= 0:
+        tensor = info.alias_of
+        info = trace.tensors.get(tensor)
+    return tensor
+
+
 def _collect(sim: Simulation, returned: Any, inputs: list[Any]) -> RunResult:
     items = returned if isinstance(returned, (tuple, list)) else ([] if returned is None else [returned])
     outputs: list[np.ndarray | None] = []
@@ -238,7 +247,8 @@ def _collect(sim: Simulation, returned: Any, inputs: list[Any]) -> RunResult:
             raise KernelUsageError(f"kernel returned {item.name}, a {item.buffer.upper()} tile; outputs must "
                                    "be HBM tensors (buffer=nl.shared_hbm) written with nl.store",
                                    sim.trace.kernel_file, 0)
-        returned_input = returned_input or item.storage.id in input_ids
+        # a reshaped view of an input is that input
+        returned_input = returned_input or storage_root(sim.trace, item.storage.id) in input_ids
         shapes.append(item.shape)
         outputs.append(np.array(item.read()) if sim.numeric else None)
     return RunResult(outputs, sim.trace, shapes, returned_input, input_ids)

@@ -55,10 +55,14 @@ class CostModel:
         self._mm_cache: dict[tuple[object, ...], float] = {}
         self._tails: dict[str, float] = {}
         self._clock: dict[str, float] = {Engine.TENSOR: hardware.tensor.clock_hz}
+        self._overhead: dict[str, float] = {}
         for name in (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD):
             spec = hardware.compute_engine(name)
             self._clock[name] = spec.clock_hz
-            self._tails[name] = (spec.static_overhead_cycles + spec.access_start_cycles) / spec.clock_hz
+            # An instruction's static overhead occupies its engine (the profiler counts it as active
+            # time); the SBUF/PSUM access start after it only delays a dependent instruction.
+            self._overhead[name] = spec.static_overhead_cycles
+            self._tails[name] = spec.access_start_cycles / spec.clock_hz
         self._tails[Engine.TENSOR] = hardware.tensor.mm_init_latency_cycles / hardware.tensor.clock_hz
 
     # ----------------------------------------------------------------- compute engines
@@ -79,7 +83,13 @@ class CostModel:
             cycles = self._scalar_cycles(inst, spec)
         else:
             cycles = self._gpsimd_cycles(inst, spec)
-        return cycles / spec.clock_hz
+        if inst.attrs and inst.attrs.get("loop_reduce") and inst.op == "tensor_tensor":
+            # nl.loop_reduce accumulates across iterations as the accumulate flag of the reduce that
+            # produced its operand: one pass over its elements, no instruction of its own. Calibration
+            # set (2025 compiler, cases.json): bmm_softmax and gqa_full run 8192 each, and their
+            # VectorE active time (5.6 / 6.0 ms) has no room for 8192 x (MIN_II + overhead) = 1.5 ms more.
+            return inst.free_elements / spec.clock_hz
+        return (cycles + self._overhead[engine]) / spec.clock_hz
 
     def _matmul_seconds(self, inst: Instruction) -> float:
         attrs = inst.attrs or {}
@@ -119,7 +129,7 @@ class CostModel:
             fast = _any_in(inst.reads, "psum") or (
                 _all_sixteen_bit(inst) and _all_in(inst.reads, "sbuf")
                 and attrs.get("op") in _FAST_TT_OPS and _contiguous(inst))
-            return max(ii, n if fast else 2 * n)
+            return max(ii, n if fast else spec.tensor_tensor_cycles_per_element * n)
         if op == "memset":
             value = attrs.get("value", None)
             if value == 0 and _all_sixteen_bit(inst):
@@ -210,17 +220,12 @@ class CostModel:
             self._dma_cache[key] = cost
         return cost
 
-    def spill_dma(self, payload: int, partitions: int, fraction: float, item_size: int = 4) -> DmaCost:
-        """Expected cost of spilling (or reloading) `fraction` of an access of `payload` bytes.
-
-        The compiler moves whole tiles, so efficiency is that of the full access; only the given
-        share of its bytes and of the fixed cost is charged (an expected value, see spill.py).
-        """
+    def spill_dma(self, payload: int, partitions: int, item_size: int = 4) -> DmaCost:
+        """Cost of a transfer the compiler adds between HBM and SBUF (a spill, its reload, or a load
+        issued again at a use) of `payload` bytes over `partitions` partitions."""
         partitions = max(1, min(partitions, self.hw.memory.sbuf_partitions))
-        full = self._dma_cost(max(1, payload), max(1, payload // partitions), partitions, False,
+        return self._dma_cost(max(1, payload), max(1, payload // partitions), partitions, False,
                               hbm=True, hbm_only=False, item_size=item_size)
-        return DmaCost(fixed=full.fixed * fraction, work_bytes=full.work_bytes * fraction, rate=full.rate,
-                       engines=full.engines, payload=max(1, round(payload * fraction)))
 
     def _dma_cost(self, payload: int, contiguous: int, partitions: int, transpose: bool,
                   hbm: bool, hbm_only: bool, item_size: int = 4) -> DmaCost:

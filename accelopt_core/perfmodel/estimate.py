@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from accelopt_core.hardware import HardwareProfile
-from accelopt_core.nki.trace import Trace
+from accelopt_core.nki.trace import Engine, Trace
 from accelopt_core.perfmodel.costs import CostModel
 from accelopt_core.perfmodel.report import PerfReport
 from accelopt_core.perfmodel.scheduler import ENGINES, Schedule, schedule
@@ -31,9 +31,9 @@ def estimate(trace: Trace, hardware: HardwareProfile) -> PerfReport:
 
 def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Schedule) -> PerfReport:
     n = len(trace.instructions)
-    pressure = sched.pressure
+    plan = sched.plan
     latency = sched.latency
-    summary = trace.summary()
+    summary = executed_summary(trace, plan.dropped)
     codes = np.asarray(sched.engine, dtype=np.int64)
     start = np.asarray(sched.start, dtype=np.float64)
     end = np.asarray(sched.end, dtype=np.float64)
@@ -44,30 +44,31 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
     busy = {name: float(busy_by_code[c]) for c, name in enumerate(ENGINES)}
     busy["dma"] = _union_length(sched.dma_data)
 
-    def percent(value: float) -> float:
-        return 100.0 * value / latency if latency > 0 else 0.0
+    def fraction(value: float) -> float:
+        """A time as a share of the latency: the `*_percent` fields are fractions, as neuron-profile writes them."""
+        return value / latency if latency > 0 else 0.0
 
-    spill_save = round(sched.spill_save)
-    spill_reload = round(sched.spill_reload)
-    hbm_read = summary["hbm_read_bytes"] + spill_reload
+    spill_save = sched.spill_save
+    spill_reload = sched.spill_reload
+    hbm_read = summary["hbm_read_bytes"] + spill_reload + sched.refetch
     hbm_write = summary["hbm_write_bytes"] + spill_save
-    hw_flops = summary["hardware_flops"]
-    tr_flops = summary["transpose_flops"]
+    hw_flops, tr_flops = _counted_flops(trace, plan.dropped, hardware.tensor.fp32_counted_flops_factor)
     peak = hardware.peak
     critical = _critical_path(sched)
     bottleneck = max(critical, key=lambda name: critical[name]) if latency > 0 else "none"
     if bottleneck != "none" and critical[bottleneck] <= 0:
         bottleneck = "none"
-    idle = {name: max(0.0, 100.0 - percent(busy[name])) for name in ENGINES}
+    idle = {name: max(0.0, 1.0 - fraction(busy[name])) for name in ENGINES}
 
     notes: list[str] = []
     for (engine, op), count in sorted(costs.unknown_ops.items()):
         notes.append(f"{count} '{op}' instruction(s) on {engine} have no documented cost;"
                      " priced as max(MIN_II, N)")
-    if pressure.fractions is not None:
+    if plan.peak_bytes_per_partition > plan.capacity_bytes_per_partition:
         notes.append(
-            f"live SBUF peaks at {pressure.peak_bytes_per_partition} B/partition, above the usable"
-            f" {pressure.capacity_bytes_per_partition} B: the overflow is priced as spill traffic")
+            f"live SBUF peaks at {plan.peak_bytes_per_partition} B/partition, above the usable"
+            f" {plan.capacity_bytes_per_partition} B: loaded blocks that do not fit are loaded again at each"
+            " use, computed ones are spilled")
 
     return PerfReport(
         hardware=hardware.name,
@@ -81,11 +82,11 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         scalar_engine_active_time=busy["scalar"],
         gpsimd_engine_active_time=busy["gpsimd"],
         dma_active_time=busy["dma"],
-        tensor_engine_active_time_percent=percent(busy["tensor"]),
-        vector_engine_active_time_percent=percent(busy["vector"]),
-        scalar_engine_active_time_percent=percent(busy["scalar"]),
-        gpsimd_engine_active_time_percent=percent(busy["gpsimd"]),
-        dma_active_time_percent=percent(busy["dma"]),
+        tensor_engine_active_time_percent=fraction(busy["tensor"]),
+        vector_engine_active_time_percent=fraction(busy["vector"]),
+        scalar_engine_active_time_percent=fraction(busy["scalar"]),
+        gpsimd_engine_active_time_percent=fraction(busy["gpsimd"]),
+        dma_active_time_percent=fraction(busy["dma"]),
         tensor_engine_instruction_count=int(counts[0]),
         vector_engine_instruction_count=int(counts[1]),
         scalar_engine_instruction_count=int(counts[2]),
@@ -95,20 +96,20 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         hbm_read_bytes=int(hbm_read),
         hbm_write_bytes=int(hbm_write),
         sbuf_read_bytes=int(summary["sbuf_read_bytes"] + spill_save),
-        sbuf_write_bytes=int(summary["sbuf_write_bytes"] + spill_reload),
+        sbuf_write_bytes=int(summary["sbuf_write_bytes"] + spill_reload + sched.refetch),
         psum_read_bytes=int(summary["psum_read_bytes"]),
         psum_write_bytes=int(summary["psum_write_bytes"]),
         spill_save_bytes=spill_save,
         spill_reload_bytes=spill_reload,
-        sbuf_peak_live_bytes_per_partition=pressure.peak_bytes_per_partition,
-        sbuf_usable_bytes_per_partition=pressure.capacity_bytes_per_partition,
+        sbuf_peak_live_bytes_per_partition=plan.peak_bytes_per_partition,
+        sbuf_usable_bytes_per_partition=plan.capacity_bytes_per_partition,
         hardware_flops=int(hw_flops),
         transpose_flops=int(tr_flops),
-        hfu_estimated_percent=percent(hw_flops / peak.tensor_flops),
-        mfu_inst_estimated_percent=percent((hw_flops - tr_flops) / peak.tensor_flops),
+        hfu_estimated_percent=fraction(hw_flops / peak.tensor_flops),
+        mfu_inst_estimated_percent=fraction((hw_flops - tr_flops) / peak.tensor_flops),
         mm_arithmetic_intensity=((hw_flops - tr_flops) / (hbm_read + hbm_write)
                                  if hbm_read + hbm_write else 0.0),
-        mbu_estimated_percent=percent((hbm_read + hbm_write) / peak.hbm_bandwidth),
+        mbu_estimated_percent=fraction((hbm_read + hbm_write) / peak.hbm_bandwidth),
         dma_transfer_count=sched.dma_transfers,
         dma_transfer_total_bytes=sched.dma_bytes,
         dma_transfer_average_bytes=(sched.dma_bytes / sched.dma_transfers
@@ -122,6 +123,28 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         loops=_loops(sched, start, end, busy_time),
         notes=notes,
     )
+
+
+def executed_summary(trace: Trace, dropped: list[bool]) -> dict[str, Any]:
+    """`Trace.summary` over the instructions the hardware executes (the compiler's plan drops some)."""
+    if not any(dropped):
+        return trace.summary()
+    executed = Trace([inst for inst, gone in zip(trace.instructions, dropped, strict=True) if not gone],
+                     trace.tensors)
+    return executed.summary()
+
+
+def _counted_flops(trace: Trace, dropped: list[bool], fp32_factor: float) -> tuple[float, float]:
+    """hardware_flops and transpose_flops as neuron-profile counts them over the executed matmuls."""
+    total = transpose = 0.0
+    for inst, gone in zip(trace.instructions, dropped, strict=True):
+        if gone or inst.engine != Engine.TENSOR:
+            continue
+        flops = inst.flops * (fp32_factor if inst.dtype == "float32" else 1.0)
+        total += flops
+        if inst.attrs and inst.attrs.get("is_transpose"):
+            transpose += flops
+    return total, transpose
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:
@@ -172,7 +195,7 @@ def _bottleneck_summary(bottleneck: str, critical: dict[str, float],
         return "empty trace"
     total = sum(critical.values()) or 1.0
     share = 100.0 * critical[bottleneck] / total
-    others = ", ".join(f"{name} {idle[name]:.0f}%" for name in ENGINES if name != bottleneck)
+    others = ", ".join(f"{name} {100 * idle[name]:.0f}%" for name in ENGINES if name != bottleneck)
     return (f"{bottleneck}-bound: {share:.0f}% of the critical path's busy time is on {bottleneck};"
             f" idle: {others}")
 

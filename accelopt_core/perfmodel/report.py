@@ -2,7 +2,8 @@
 
 Field names follow the neuron-profile summary JSON (fact sheet C) so a planner prompt, the editor
 and the benchmark runner read the same keys whether the numbers came from this model or from a
-profile of real hardware.
+profile of real hardware. Units are neuron-profile's too: every `*_percent` field is a fraction of the
+latency (0.739 means 73.9 %), `idle_percent` included; `peak_percent()` (the NKIBench metric) is percent.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class PerfReport:
     bottleneck_summary: str
     critical_path_time: dict[str, float] = field(default_factory=dict)  # seconds per engine
     engine_busy_time: dict[str, float] = field(default_factory=dict)  # seconds per engine
-    idle_percent: dict[str, float] = field(default_factory=dict)
+    idle_percent: dict[str, float] = field(default_factory=dict)  # fraction of the latency per engine
     lines: list[dict[str, Any]] = field(default_factory=list)
     loops: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -23,6 +23,11 @@ already records every such dependency (the SBUF accumulator read and rewritten e
 scan carry, a reused buffer): the RAW/WAR/WAW rules enforce exactly those and nothing more. The
 engines run their own instruction streams in order, so nothing overtakes on one engine either.
 
+What the compiler changes before anything runs comes from `allocator.plan_allocation`: repeated data
+movement it does once (those instructions cost nothing and their results are the earlier ones'), loads
+it issues again at their uses, and spills. Their transfers are booked on the DMA queues around the
+instructions that need them.
+
 Dependencies are found per tensor: for each one the model keeps the writes and reads that may
 still constrain someone, in program order with a running maximum of their times, so a query walks
 back only over entries that finish later than what the instruction already waits for. A write that
@@ -35,13 +40,14 @@ from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
 from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Instruction, Loop, Trace
+from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline
-from accelopt_core.perfmodel.spill import SbufPressure, sbuf_pressure
 
 ENGINES: tuple[str, ...] = (Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD, Engine.DMA)
 _CODE = {name: code for code, name in enumerate(ENGINES)}
 _DMA_CODE = _CODE[Engine.DMA]
+_GPSIMD_CODE = _CODE[Engine.GPSIMD]
 _BANK_BOX = ((0, 1),)  # every PSUM access covers its whole bank pseudo-tensor
 
 
@@ -146,8 +152,8 @@ class _NestInfo:
 class Schedule:
     """Times of every instruction after list scheduling, plus what the report needs."""
 
-    def __init__(self, n: int, pressure: SbufPressure) -> None:
-        self.pressure = pressure
+    def __init__(self, n: int, plan: AllocationPlan) -> None:
+        self.plan = plan
         self.start = [0.0] * n  # engine or queue start
         self.end = [0.0] * n  # engine busy until (DMA: transfer complete)
         self.ready = [0.0] * n  # result usable by dependants
@@ -161,8 +167,9 @@ class Schedule:
         self.dma_data: list[tuple[float, float]] = []
         self.dma_transfers = 0
         self.dma_bytes = 0
-        self.spill_save = 0.0
-        self.spill_reload = 0.0
+        self.spill_save = 0
+        self.spill_reload = 0
+        self.refetch = 0  # bytes of loads re-issued at their uses
         self.latency = 0.0
 
     def add_transfer(self, cost: DmaCost, data_start: float, end: float) -> None:
@@ -176,32 +183,31 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     """Place every instruction of `trace` in time; see the module docstring for the rules."""
     instructions = trace.instructions
     n = len(instructions)
-    first: dict[int, int] = {}
     last: dict[int, int] = {}
     last_write: dict[int, int] = {}
     for i, inst in enumerate(instructions):
         for acc in inst.reads:
-            t = acc.tensor
-            if t not in first:
-                first[t] = i
-            last[t] = i
+            last[acc.tensor] = i
         for acc in inst.writes:
-            t = acc.tensor
-            if t not in first:
-                first[t] = i
-            last[t] = i
-            last_write[t] = i
-    pressure = sbuf_pressure(trace, first, last, hardware.memory.sbuf_usable_bytes_per_partition)
-    fractions = pressure.fractions
+            last[acc.tensor] = i
+            last_write[acc.tensor] = i
+    memory = hardware.memory
+    plan = plan_allocation(trace, memory.sbuf_usable_bytes_per_partition, memory.psum_bytes_per_partition,
+                           memory.rotating_buffers)
+    dropped, same_as, refetch, refetch_line = plan.dropped, plan.same_as, plan.refetch, plan.refetch_line
+    reload_bytes, save_bytes, rotation = plan.reload, plan.save, plan.reuses_buffer_of
+    depth = memory.stream_buffers
+    streams: dict[int, list[int]] = {}  # streamed load statement (-1: spill) -> the instructions its loads fed
+    saved_at: dict[int, float] = {}  # instruction -> when the spill saves after it are done
 
-    sched = Schedule(n, pressure)
+    sched = Schedule(n, plan)
     start, end, ready, pred, busy = sched.start, sched.end, sched.ready, sched.pred, sched.busy
     queues = hardware.dma.queues_per_engine
     aggregate = costs.aggregate_dma_rate
     engine_codes, nest_of = sched.engine, sched.nest
     timeline = DmaTimeline(queues, aggregate)
-    engine_free = [0.0] * len(ENGINES)
-    engine_last = [-1] * len(ENGINES)
+    lanes = [_Lane() for _ in ENGINES]
+    port_shared = False  # GpSimd has used the SBUF port Vector shares with it
     tails = [costs.tail(name) for name in ENGINES]
     deps: dict[int, _TensorDeps] = {}
     full_region: dict[int, tuple[tuple[int, int], ...] | None] = {}
@@ -225,7 +231,7 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             raise ValueError(f"instruction {i} runs on unknown engine {inst.engine!r}")
         choices = tuple(_CODE[name] for name in inst.attrs["engines"]) if inst.attrs and "engines" in inst.attrs else ()
         if choices:
-            code = min(choices, key=engine_free.__getitem__)  # the dependency queries start from the sooner
+            code = min(choices, key=lambda c: lanes[c].floor())  # the dependency queries start from the sooner
         engine_codes[i] = code
         nest_key = id(inst.loops)
         info = nest_cache.get(nest_key)
@@ -234,15 +240,12 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             nest_cache[nest_key] = info
             sched.nests.append(info)
         nest_of[i] = info.index
+        if dropped[i]:
+            _skip(i, inst, sched, same_as[i], program_floor, deps, last)
+            continue
 
         # Start from when the engine (or the soonest DMA queue) is free: the start cannot be earlier,
         # and it lets dependency queries skip every entry that finished before that.
-        # Spilled operands are reloaded only once the instruction could otherwise start (its engine
-        # free, its inputs produced), not prefetched: a reloaded tile needs SBUF space that frees only
-        # as earlier consumers finish, so on hardware the compute engine sits waiting on the reload
-        # semaphore (fact sheet D.1 Opt #4). calibrated: mamba tutorial v2 at seq 8192 (fact sheet
-        # D.2: 53.33 ms, VectorE only 58.9% active, against 27.8 ms / 94.9% for the unspilled v3).
-        spill = fractions[i] if fractions is not None and code != _DMA_CODE else 0.0
         # `nl.zeros(..., buffer=nl.psum)` before a `+=` matmul chain is the legacy accumulation idiom:
         # the compiler folds the zeroing into the first matmul's start-of-group flag (a matmul may
         # not accumulate onto PSUM another engine initialised, fact sheet A.3), so a zero memset
@@ -254,8 +257,8 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
         elif code == _DMA_CODE:
             bound, p = timeline.earliest()
         else:
-            bound = engine_free[code]
-            p = engine_last[code]
+            bound = lanes[code].floor()
+            p = -1
         if i in program_starts:
             program_floor, floor_pred = latency, i - 1
         if program_floor > bound:
@@ -285,20 +288,40 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
                         if d.rmax:
                             bound, p = d.after_reads(_BANK_BOX, bound, p)
 
-        if spill > 0.0:
-            reload = sum(a.nbytes for a in inst.reads if a.buffer == "sbuf")
-            if reload > 0:
-                cost = costs.spill_dma(reload, inst.partitions, spill, _item_size(inst.reads))
-                _, data_start, done = timeline.issue(bound, cost, -1)
-                sched.add_transfer(cost, data_start, done)
-                sched.spill_reload += reload * spill
-                if done > bound:
-                    bound = done
-                    p = last_dma
-                if done > latency:
-                    latency = done
+        if rotation[i] >= 0 and end[rotation[i]] > bound:
+            bound, p = end[rotation[i]], rotation[i]  # its physical buffer frees when the tile before is dead
+        if refetch[i]:
+            # a load issued again at its use is a load into rotating buffers: it may start once the use
+            # `stream_buffers` loads earlier has finished with its buffer
+            fed = streams.setdefault(refetch_line[i], [])
+            free_at = end[fed[-depth]] if len(fed) >= depth else 0.0
+            fed.append(i)
+            cost = costs.spill_dma(refetch[i], inst.partitions, _item_size(inst.reads))
+            _, data_start, done = timeline.issue(free_at, cost, -1)
+            sched.add_transfer(cost, data_start, done)
+            sched.refetch += refetch[i]
+            if done > bound:
+                bound, p = done, last_dma
+        if reload_bytes[i]:
+            # The 2025 compiler issues its spill reloads ahead, into rotating buffers like any load
+            # (calibration set: bmm_softmax and gqa_full reload 0.76 / 1.13 GB and still run at the
+            # pace of their engines), but not before the data is saved.
+            fed = streams.setdefault(-1, [])
+            free_at = end[fed[-depth]] if len(fed) >= depth else 0.0
+            saved = saved_at.get(plan.reload_after[i], 0.0)
+            free_at = saved if saved > free_at else free_at
+            fed.append(i)
+            cost = costs.spill_dma(reload_bytes[i], inst.partitions, _item_size(inst.reads))
+            _, data_start, done = timeline.issue(free_at, cost, -1)
+            sched.add_transfer(cost, data_start, done)
+            sched.spill_reload += reload_bytes[i]
+            if done > bound:
+                bound, p = done, last_dma
 
-        if code == _DMA_CODE:
+        if folded:
+            s = e = r = bound
+            busy[i] = 0.0
+        elif code == _DMA_CODE:
             cost = costs.dma(inst)
             s, data_start, e = timeline.issue(bound, cost, i)
             if e > s + cost.standalone * (1.0 + 1e-9) + 1e-15 and last_dma >= 0:
@@ -307,40 +330,44 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
             last_dma = i
             r = e
             busy[i] = cost.work_bytes / aggregate + cost.fixed / queues
-        elif folded:
-            s = e = r = bound
-            busy[i] = 0.0
         else:
             if choices:
-                code = _placed(inst, choices, bound, engine_free, costs)
+                code = _placed(inst, choices, bound, lanes, costs)
                 engine_codes[i] = code
-            if engine_free[code] > bound:
-                bound = engine_free[code]
-                p = engine_last[code]
+            lane = lanes[code]
             on_port = code in shared_port and _touches_sbuf(inst)
-            if on_port and port_free > bound:
-                bound, p = port_free, port_last
-            s = bound
+            if code == _GPSIMD_CODE and on_port:
+                port_shared = True
             occupancy = costs.occupancy(inst, ENGINES[code])
+            if on_port and port_shared:
+                # Vector and GpSimd both on the SBUF port: each in its program order, taking turns
+                if lane.free > bound:
+                    bound, p = lane.free, lane.last
+                if port_free > bound:
+                    bound, p = port_free, port_last
+                s = lane.append(bound, occupancy, i)
+                port_free, port_last = s + occupancy, i
+            else:
+                s, waited = lane.place(bound, occupancy, i)
+                if waited >= 0:
+                    p = waited
+                if on_port and s + occupancy > port_free:
+                    port_free, port_last = s + occupancy, i
             busy[i] = occupancy
             e = s + occupancy
             r = e + tails[code]
-            engine_free[code] = e
-            engine_last[code] = i
-            if on_port:
-                port_free, port_last = e, i
         start[i] = s
         end[i] = e
 
-        if spill > 0.0:
-            save = sum(a.nbytes for a in inst.writes if a.buffer == "sbuf")
-            if save > 0:
-                cost = costs.spill_dma(save, inst.partitions, spill, _item_size(inst.writes))
-                _, data_start, done = timeline.issue(e, cost, -1)
-                sched.add_transfer(cost, data_start, done)
-                sched.spill_save += save * spill
-                if done > r:
-                    r = done  # the result is whole again only once the evicted part is saved
+        if save_bytes[i]:
+            # what gave way to this instruction's blocks is saved while it runs
+            cost = costs.spill_dma(save_bytes[i], inst.partitions, _item_size(inst.writes))
+            _, data_start, done = timeline.issue(s, cost, -1)
+            sched.add_transfer(cost, data_start, done)
+            sched.spill_save += save_bytes[i]
+            saved_at[i] = done
+            if done > latency:
+                latency = done
         ready[i] = r
         pred[i] = p
         if r > latency:
@@ -380,13 +407,95 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
     return sched
 
 
-def _placed(inst: Instruction, choices: tuple[int, ...], ready: float, engine_free: list[float],
+def _skip(i: int, inst: Instruction, sched: Schedule, same_as: int, floor: float, deps: dict[int, _TensorDeps],
+          last: dict[int, int]) -> None:
+    """An instruction the compiler does not execute: no time of its own; a repeated move's result is
+    the earlier one's, so what reads it waits for that."""
+    at = sched.ready[same_as] if same_as >= 0 else floor
+    sched.start[i] = sched.end[i] = sched.ready[i] = at
+    sched.pred[i] = same_as
+    for acc in inst.writes:
+        t = acc.tensor
+        if last[t] > i:
+            d = deps.get(t)
+            if d is None:
+                d = deps[t] = _TensorDeps()
+            d.add_write(acc.region, at, at, False, i, False)
+
+
+class _Lane:
+    """One compute engine's timeline: busy until `free`, with the idle gaps it left behind.
+
+    The compiler schedules each engine's instruction stream itself (by readiness, within the freedom
+    its dependencies leave), not in the kernel's program order: an instruction whose inputs are ready
+    runs in an earlier idle gap of its engine if it fits there. Calibration set (2025 compiler,
+    cases.json): adamw's Vector and Scalar chains interleave across iterations (2.00 ms, Vector 90 %
+    active), add_rmsnorm_matmul's Tensor engine transposes the next tile while the copy of the last
+    one drains (1.22 ms against 0.98 ms of Tensor work). Only the latest gaps are kept (a finite window).
+    """
+
+    __slots__ = ("free", "gaps", "last")
+    WINDOW = 8  # gaps kept: the compiler reorders within a window, not the whole kernel
+    SHORTEST = 1e-7  # shorter idle stretches hold no instruction (MIN_II plus overhead is ~0.15 us)
+
+    def __init__(self) -> None:
+        self.free = 0.0
+        self.last = -1
+        self.gaps: list[list[float]] = []  # [start, end] of idle stretches before `free`
+
+    def floor(self) -> float:
+        """The earliest time an instruction could start here."""
+        return self.gaps[0][0] if self.gaps else self.free
+
+    def finish(self, ready: float, occupancy: float) -> float:
+        for gap in self.gaps:
+            start = gap[0] if gap[0] > ready else ready
+            if start + occupancy <= gap[1]:
+                return start + occupancy
+        return (self.free if self.free > ready else ready) + occupancy
+
+    def place(self, ready: float, occupancy: float, index: int) -> tuple[float, int]:
+        """Start time of an instruction ready at `ready`, and the instruction it waited for (-1: none)."""
+        gaps = self.gaps
+        for k, gap in enumerate(gaps):
+            start = gap[0] if gap[0] > ready else ready
+            end = start + occupancy
+            if end <= gap[1]:
+                before, after = start - gap[0] > self.SHORTEST, gap[1] - end > self.SHORTEST
+                if before and after:
+                    gaps.insert(k + 1, [end, gap[1]])
+                    gap[1] = start
+                    if len(gaps) > self.WINDOW:
+                        del gaps[0]
+                elif before:
+                    gap[1] = start
+                elif after:
+                    gap[0] = end
+                else:
+                    del gaps[k]
+                return start, -1
+        waited = self.last if self.free > ready else -1
+        return self.append(ready, occupancy, index), waited
+
+    def append(self, ready: float, occupancy: float, index: int) -> float:
+        """Run after everything placed so far (program order)."""
+        start = self.free if self.free > ready else ready
+        if start > self.free + self.SHORTEST:
+            self.gaps.append([self.free, start])
+            if len(self.gaps) > self.WINDOW:
+                del self.gaps[0]
+        self.free = start + occupancy
+        self.last = index
+        return start
+
+
+def _placed(inst: Instruction, choices: tuple[int, ...], ready: float, lanes: list[_Lane],
             costs: CostModel) -> int:
     """The engine the compiler gives an instruction it may place on several: the one on which it would
     finish first, its inputs being ready at `ready` (list scheduling's earliest finish time; over a
     long program it balances the engines' loads). Calibration set: silu and adamw's engine active
     times on trn1 (cases.json)."""
-    return min(choices, key=lambda code: max(ready, engine_free[code]) + costs.occupancy(inst, ENGINES[code]))
+    return min(choices, key=lambda code: lanes[code].finish(ready, costs.occupancy(inst, ENGINES[code])))
 
 
 def _item_size(accesses: tuple[Any, ...]) -> int:

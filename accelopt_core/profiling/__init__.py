@@ -2,7 +2,7 @@
 
 from .profiler import Profiler, SimulatorProfiler, TaskRef
 from .remote import RemoteProfiler
-from .result import ProfileResult
+from .result import ProfileResult, as_percent
 from .sandbox import SandboxLimits
 
-__all__ = ["ProfileResult", "Profiler", "RemoteProfiler", "SandboxLimits", "SimulatorProfiler", "TaskRef"]
+__all__ = ["ProfileResult", "Profiler", "RemoteProfiler", "SandboxLimits", "SimulatorProfiler", "TaskRef", "as_percent"]

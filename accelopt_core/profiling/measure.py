@@ -11,7 +11,7 @@ import numpy as np
 
 from ..hardware import load_hardware
 from ..nki import Kernel, NkiError, RunResult, TensorSpec, Trace, run_kernel
-from ..nki.runner import Launch
+from ..nki.runner import Launch, storage_root
 from ..perfmodel import estimate
 from .errors import describe_kernel_exception
 from .handback import OPTIONAL_INT, OPTIONAL_TEXT, MalformedResultError, save_array, typed
@@ -61,28 +61,19 @@ def trace_facts(run: RunResult) -> dict[str, Any]:
     }
 
 
-def _root(trace: Trace, tensor: int) -> int:
-    """The allocation a (possibly reshaped) tensor views."""
-    info = trace.tensors.get(tensor)
-    while info is not None and info.alias_of >= 0:
-        tensor = info.alias_of
-        info = trace.tensors.get(tensor)
-    return tensor
-
-
 def first_uninitialized_read(trace: Trace, input_ids: set[int]) -> int | None:
     """Line of the first read of a kernel-allocated HBM tensor (e.g. its own output) before any write.
     Reshaped views count as the tensor they view."""
     written: set[int] = set()
     for inst in trace.instructions:
         for access in inst.reads:
-            root = _root(trace, access.tensor)
+            root = storage_root(trace, access.tensor)
             if access.buffer == "hbm" and root not in input_ids and root not in written:
                 info = trace.tensors.get(root)
                 if info is not None and info.name != "constant":
                     return inst.line
         for access in inst.writes:
-            written.add(_root(trace, access.tensor))
+            written.add(storage_root(trace, access.tensor))
     return None
 
 

@@ -11,11 +11,13 @@ The kernel runs in a child process with the real `neuronxcc.nki` (never the simu
   summary (`{"summary": [{...}]}`) into the same `ProfileResult` fields the simulator fills, and
   `--output-format json` for per-line time (`nki_source_location`).
 
-The child gets the sandbox's wall-clock limit, a secret-free environment, `NEURON_RT_VISIBLE_CORES`
-for the core it owns, and an audit hook that refuses reading the reference and other forbidden
-files, writing outside its folder and /dev, inet sockets, and programs other than the Neuron tools.
-The SDK itself needs native libraries (ctypes) and its own tools, so that hook is weaker than the
-simulator sandbox's: on a shared host, isolate the service with the operating system (docs/deploy.md).
+The child runs under bubblewrap like a simulated kernel (confine.py), with what the SDK needs on top:
+the NeuronCore devices (/dev/neuron*), /sys and the SDK's /opt/aws/neuron read-only, the programs on
+PATH, and the right to start processes (its compiler and tools). It gets the sandbox's limits, an
+environment from the allow-list plus `NEURON_RT_VISIBLE_CORES` for the core it owns, and an audit hook
+that refuses reading the reference and other forbidden files, writing outside its folder and /dev, inet
+sockets, and programs other than the Neuron tools. That device profile is exercised here with stand-ins
+of the SDK, not on a Trainium host.
 """
 
 from __future__ import annotations
@@ -39,18 +41,18 @@ from typing import Any
 
 import numpy as np
 
-from ..hardware import load_hardware
 from ..nki import TensorSpec
+from ..nki.loader import parse_source
 from ..nki.runner import Launch, bind_arguments
-from ..perfmodel import peak_percent
 from ..tasks import PeakWork
+from .confine import Confinement, sandbox_environment
 from .errors import describe_kernel_exception
 from .guards import guard_violation
 from .handback import OPTIONAL_INT, OPTIONAL_NUMBER, OPTIONAL_TEXT, MalformedResultError, typed, write_result
 from .measure import spill
-from .profiler import CheckingProfiler, TaskRef, input_shapes, zero_arrays
+from .profiler import CheckingProfiler, TaskRef, fill_peak, input_shapes, task_work
 from .result import ProfileResult
-from .sandbox import SandboxLimits, clean_environment, open_guard, plain_result, run_worker
+from .sandbox import SandboxLimits, apply_limits, open_guard, plain_result, run_worker, worker_arguments
 
 # programs the SDK may start from inside the child (compiler, benchmark and profiler tools)
 NEURON_TOOLS = ("neuronx-cc", "neuron-bench", "neuron-profile", "neuron-explorer", "neuron-ls")
@@ -66,6 +68,8 @@ _ENGINES = {"tensor": "tensor_engine_active_time_percent", "vector": "vector_eng
             "scalar": "scalar_engine_active_time_percent", "gpsimd": "gpsimd_engine_active_time_percent",
             "dma": "dma_active_time_percent"}
 PROFILE_DIR = "profile"
+NEURON_SDK = "/opt/aws/neuron"  # the runtime's libraries and tools (neuron-profile, neuron-ls)
+NEURON_PROCESSES = 256  # the compiler and the runtime start processes and threads of their own
 
 
 @dataclass
@@ -137,7 +141,8 @@ def parse_summary(text: str) -> dict[str, Any]:
     """The summary object from `neuron-profile view --output-format summary-json` (or `json`) output.
 
     The documented shape is `{"summary": [{...}]}`; objects keyed by a profile name
-    (`{"<name>": {...}}`) and log lines before the JSON are accepted too."""
+    (`{"<name>": {...}}`) and log lines before the JSON are accepted too. Values are kept as written:
+    its `*_percent` fields are fractions, the scale of every ProfileResult (result.RESULT_FORMAT)."""
     start = text.find("{")
     if start < 0:
         raise ValueError("no JSON object in neuron-profile's output")
@@ -226,12 +231,10 @@ class NeuronProfiler(CheckingProfiler):
         return shutil.which("neuron-profile") or "/opt/aws/neuron/bin/neuron-profile"
 
     def _environment(self, workdir: str) -> dict[str, str]:
-        env = clean_environment(dict(os.environ))
-        env.update(self.extra_env)
-        env["TMPDIR"] = workdir  # the SDK's scratch files stay in the child's folder
+        extra = {**self.extra_env, "TMPDIR": workdir, "HOME": workdir}  # the SDK's scratch stays in the job folder
         if self.visible_cores is not None:
-            env["NEURON_RT_VISIBLE_CORES"] = str(self.visible_cores)
-        return env
+            extra["NEURON_RT_VISIBLE_CORES"] = str(self.visible_cores)
+        return sandbox_environment(dict(os.environ), extra)
 
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
@@ -251,7 +254,7 @@ class NeuronProfiler(CheckingProfiler):
                         self._forbidden(timing_task), self.writable_paths, self.allowed_programs, self.warmup,
                         self.iters, self.max_timing_runs, self.agreement, check_launch=check_task.launch,
                         timing_launch=timing_task.launch)
-        workdir = tempfile.mkdtemp(prefix="accelopt-neuron-")
+        workdir = os.path.realpath(tempfile.mkdtemp(prefix="accelopt-neuron-"))
         try:
             measured = run_device_child(job, workdir, self.limits, self._environment(workdir), cancel)
             if measured.error:
@@ -262,7 +265,7 @@ class NeuronProfiler(CheckingProfiler):
             summary, lines, problem = self._read_profile(workdir, measured, job.kernel_filename)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        work = timing_task.peak_work(zero_arrays(specs)) if timing_task.peak_work else None
+        work = task_work(timing_task, specs, cases)
         if check:
             self._judge(result, cases, measured.outputs, check_task.rtol if self.rtol is None else self.rtol)
             if result.error:
@@ -324,7 +327,8 @@ class NeuronProfiler(CheckingProfiler):
               lines: list[dict[str, Any]], problem: str | None, work: PeakWork | None, hardware: str) -> None:
         result.latency_ms = measured.latency_us / 1000.0 if measured.latency_us is not None else None
         runs = measured.latencies_us
-        spread = 100.0 * (max(runs) - min(runs)) / min(runs) if len(runs) > 1 and min(runs) > 0 else 0.0
+        # a fraction like every `*_percent` field of the summary it sits beside (0.01 is a 1 % spread)
+        spread = (max(runs) - min(runs)) / min(runs) if len(runs) > 1 and min(runs) > 0 else 0.0
         result.profile = {**{name: None for name in SUMMARY_FIELDS}, **summary,
                           "benchmark_p50_us_runs": runs, "benchmark_spread_percent": spread,
                           "timing_stable": measured.stable, "neuron_core": self.visible_cores}
@@ -334,13 +338,7 @@ class NeuronProfiler(CheckingProfiler):
         active = {engine: summary.get(name) for engine, name in _ENGINES.items()
                   if isinstance(summary.get(name), (int, float))}
         result.bottleneck = max(active, key=lambda e: active[e]) if active and max(active.values()) > 0 else None
-        if work is not None and result.latency_ms:
-            hw = load_hardware(hardware)
-            result.peak_percent = peak_percent(result.latency_ms / 1000.0, work.mm_flops, work.vec_flops,
-                                               work.hbm_bytes, hw)
-            times = {"matmul": work.mm_flops / hw.peak.matmul_flops, "vector": work.vec_flops / hw.peak.vector_flops,
-                     "memory": work.hbm_bytes / hw.peak.hbm_bandwidth}
-            result.bound = max(times, key=lambda k: times[k])
+        fill_peak(result, work, hardware)
 
 
 def _file_name(label: str) -> str:
@@ -378,9 +376,22 @@ def _saved_summary(folder: str) -> dict[str, Any]:
 
 def run_device_child(job: NeuronJob, workdir: str, limits: SandboxLimits, env: dict[str, str],
                      cancel: threading.Event | None = None) -> DeviceMeasurement:
-    """Run `job` in a fresh child (its own session, killed on timeout or cancel) inside `workdir`."""
-    run = run_worker("accelopt_core.profiling.neuron", job, workdir, env, limits, cancel)
+    """Run `job` in a fresh confined child (killed on timeout or cancel) inside `workdir`."""
+    run = run_worker("accelopt_core.profiling.neuron", job, workdir, env, limits, device_confinement(job, workdir),
+                     cancel)
     return plain_result(run, DeviceMeasurement.from_plain, DeviceMeasurement)
+
+
+def device_confinement(job: NeuronJob, workdir: str) -> Confinement:
+    """What the SDK needs beyond a simulated kernel's sandbox: the NeuronCores, /sys to find them, the
+    SDK's folder, its tools, the configured writable paths (a missing one is created as an empty file, so
+    that it can be bound), and processes of its own."""
+    for path in job.writable_paths:
+        if not os.path.exists(path):
+            open(path, "a").close()
+    return Confinement(workdir=workdir, writable=tuple(job.writable_paths), hidden=tuple(job.forbidden_paths),
+                       devices=tuple(sorted(glob.glob("/dev/neuron*"))), processes=True,
+                       extra_system=tuple(p for p in (NEURON_SDK, "/sys") if os.path.isdir(p)))
 
 
 def _install_device_guard(workdir: str, forbidden: Sequence[str], writable: Sequence[str],
@@ -418,7 +429,7 @@ def _install_device_guard(workdir: str, forbidden: Sequence[str], writable: Sequ
 def _sdk_module_name(source: str) -> str:
     """`nki` for kernels written against the newer top-level package, else `neuronxcc.nki`."""
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return "neuronxcc.nki"
     modern = legacy = False
@@ -532,13 +543,9 @@ def measure_on_device(job: NeuronJob, workdir: str) -> DeviceMeasurement:
 
 
 def device_main() -> None:
-    """Body of `python -m accelopt_core.profiling.neuron WORKDIR MEMORY_MB` (0: no memory limit)."""
-    import resource
-
-    workdir, memory_mb = sys.argv[1], int(sys.argv[2])
-    if memory_mb > 0:
-        limit = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    """Body of `python -m accelopt_core.profiling.neuron WORKDIR LIMITS_JSON` (memory 0: no memory limit)."""
+    workdir, limits, confined = worker_arguments()
+    apply_limits(limits, NEURON_PROCESSES if confined else None)
     os.chdir(workdir)
     with open(os.path.join(workdir, "job.pkl"), "rb") as handle:
         job: NeuronJob = pickle.load(handle)

@@ -15,7 +15,7 @@ import os
 import shutil
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -88,6 +88,29 @@ def kernel_hash(source: str) -> str:
 def zero_arrays(specs: Sequence[TensorSpec]) -> list[np.ndarray]:
     """Stand-ins of the right shapes that allocate nothing (for formulas that only read shapes)."""
     return [np.broadcast_to(np.zeros((), dtype=s.dtype), s.shape) for s in specs]
+
+
+def task_work(task: Task, specs: Sequence[TensorSpec], cases: Sequence[Any]) -> PeakWork | None:
+    """The work "% of peak" divides by, at the timed size: the reference's declared peak_work, else its own
+    NumPy work, counted (on a checked case of the timed size when there is one: the check runs its
+    reference anyway, so counting costs no extra run)."""
+    if task.peak_work is not None:
+        return task.peak_work(zero_arrays(specs))
+    timed = [tuple(s.shape) for s in specs]
+    case = next((c for c in cases if c is not None and [np.shape(a) for a in c.inputs] == timed), None)
+    return task.counted_work(case)
+
+
+def fill_peak(result: ProfileResult, work: PeakWork | None, hardware: str) -> None:
+    """% of peak, the side that bounds the task at peak, and the work both came from."""
+    if work is None or not result.latency_ms:
+        return
+    hw = load_hardware(hardware)
+    result.peak_percent = peak_percent(result.latency_ms / 1000.0, work.mm_flops, work.vec_flops, work.hbm_bytes, hw)
+    times = {"matmul": work.mm_flops / hw.peak.matmul_flops, "vector": work.vec_flops / hw.peak.vector_flops,
+             "memory": work.hbm_bytes / hw.peak.hbm_bandwidth}
+    result.bound = max(times, key=lambda k: times[k])
+    result.peak_work = asdict(work)
 
 
 def input_shapes(timed: Sequence[TensorSpec], cases: Sequence[Any]) -> dict[str, list[list[int]]]:
@@ -209,7 +232,7 @@ class SimulatorProfiler(CheckingProfiler):
             if measured.error_line is not None and cache_key is not None:  # deterministic kernel error, not a limit
                 self.cache[cache_key] = result
             return result
-        work = timing_task.peak_work(zero_arrays(specs)) if timing_task.peak_work else None
+        work = task_work(timing_task, specs, cases)
         if measured.report is None:
             result.error = f"{MALFORMED}: no performance report"
             return result
@@ -234,10 +257,4 @@ def _fill_timing(result: ProfileResult, report: dict[str, Any], work: PeakWork |
     result.bottleneck = data.pop("bottleneck", None)
     result.lines = data.pop("lines", [])
     result.profile = data
-    if work is not None and result.latency_ms:
-        hw = load_hardware(hardware)
-        result.peak_percent = peak_percent(result.latency_ms / 1000.0, work.mm_flops, work.vec_flops,
-                                           work.hbm_bytes, hw)
-        times = {"matmul": work.mm_flops / hw.peak.matmul_flops, "vector": work.vec_flops / hw.peak.vector_flops,
-                 "memory": work.hbm_bytes / hw.peak.hbm_bandwidth}
-        result.bound = max(times, key=lambda k: times[k])
+    fill_peak(result, work, hardware)

@@ -6,6 +6,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The version of the dict `to_dict` writes. 2: every `*_percent` field of `profile` is a fraction (0.739 means
+# 73.9 %), the scale of neuron-profile's summary, whichever backend measured. Dicts without it are version 1,
+# where the simulator wrote those fields in percent and the Neuron backend its `benchmark_spread_percent`.
+# `peak_percent` (our own field, the NKIBench metric) is in percent in both.
+RESULT_FORMAT = 2
+PERCENT_SUFFIX = "_percent"
+
+
+def as_percent(fraction: float | None) -> float | None:
+    """A `*_percent` field (a fraction) in percent, for text people read."""
+    return None if fraction is None else 100.0 * fraction
+
+
+def _fractions_from_format_1(profile: dict[str, Any], backend: str | None) -> dict[str, Any]:
+    """A version-1 profile with its percent-scaled `*_percent` fields brought to fractions."""
+    def scaled(name: str) -> bool:
+        return name.endswith(PERCENT_SUFFIX) and (backend == "simulator" or name == "benchmark_spread_percent")
+
+    def fraction(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: fraction(v) for k, v in value.items()}
+        return value / 100.0 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+    return {name: fraction(value) if scaled(name) else value for name, value in profile.items()}
+
 
 @dataclass
 class ProfileResult:
@@ -21,6 +46,9 @@ class ProfileResult:
     peak_percent: float | None = None
     bottleneck: str | None = None
     bound: str | None = None  # what limits the task at peak: "matmul", "vector" or "memory"
+    # the work the peak is computed from: {mm_flops, vec_flops, hbm_bytes, counted}, counted when it is the
+    # reference's own NumPy work rather than a peak_work it declares
+    peak_work: dict[str, Any] | None = None
     rel_l2_error: float | None = None
     max_abs_error: float | None = None
     seeds: list[int] = field(default_factory=list)
@@ -36,9 +64,22 @@ class ProfileResult:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def peak_counted(self) -> bool:
+        """The peak comes from the reference's own NumPy work, counted while it ran (no declared peak_work)."""
+        return bool(self.peak_work and self.peak_work.get("counted"))
+
+    def bound_text(self) -> str:
+        """`the task is matmul-bound at peak`, and where its work came from when it was counted; for people."""
+        if not self.bound:
+            return ""
+        counted = ", its work counted from the reference's NumPy" if self.peak_counted else ""
+        return f"the task is {self.bound}-bound at peak{counted}"
+
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON object: our fields, then the neuron-profile summary fields, then `lines`."""
         head = {
+            "result_format": RESULT_FORMAT,
             "kernel": self.kernel,
             "task": self.task,
             "hardware": self.hardware,
@@ -48,6 +89,7 @@ class ProfileResult:
             "peak_percent": self.peak_percent,
             "bottleneck": self.bottleneck,
             "bound": self.bound,
+            "peak_work": self.peak_work,
             "rel_l2_error": self.rel_l2_error,
             "max_abs_error": self.max_abs_error,
             "seeds": self.seeds,
@@ -61,9 +103,13 @@ class ProfileResult:
     @staticmethod
     def from_dict(data: dict[str, Any]) -> ProfileResult:
         own = {k: data.get(k) for k in ("kernel", "task", "hardware", "backend", "latency_ms", "correct",
-                                         "peak_percent", "bottleneck", "bound", "rel_l2_error", "max_abs_error",
+                                         "peak_percent", "bottleneck", "bound", "peak_work", "rel_l2_error",
+                                         "max_abs_error",
                                          "check_message", "error", "error_line")}
-        skip = set(own) | {"seeds", "lines", "input_shapes"}
+        skip = set(own) | {"seeds", "lines", "input_shapes", "result_format"}
+        profile = {k: v for k, v in data.items() if k not in skip}
+        version = data.get("result_format")
+        if not isinstance(version, int) or version < 2:
+            profile = _fractions_from_format_1(profile, own["backend"])
         return ProfileResult(**own, seeds=list(data.get("seeds") or []), lines=list(data.get("lines") or []),
-                             input_shapes=dict(data.get("input_shapes") or {}),
-                             profile={k: v for k, v in data.items() if k not in skip})
+                             input_shapes=dict(data.get("input_shapes") or {}), profile=profile)

@@ -2,19 +2,24 @@
 
 Each evaluation gets a fresh Python process (no state leaks between candidates, and nothing it
 does can reach the caller's process) with:
-- a wall-clock limit (the parent kills it) and an address-space limit (RLIMIT_AS);
-- a fresh temporary working directory, the only place it may write;
-- an environment with secrets (API keys, tokens) removed;
-- an audit hook that refuses writes outside its directory, reads of the task's reference files and
-  of the optimization memory, subprocesses, sockets, SQLite and ctypes.
+- the operating system's confinement (confine.py: bubblewrap namespaces, a read-only view of only what
+  Python needs, a seccomp filter against new processes), unless the caller or the user allowed running
+  without it where bubblewrap cannot run;
+- a wall-clock limit (the parent kills the whole sandbox) and rlimits for address space, CPU time,
+  file size and processes; a bounded job folder on disk, the only place it may write;
+- an environment built from an allow-list (no API keys, tokens or passwords);
+- stderr read into a bounded tail (a flood costs the parent no memory);
+- an audit hook, a second layer, that refuses writes outside its directory, reads of the task's
+  reference files and of the optimization memory, subprocesses, sockets, SQLite and ctypes.
 A candidate that hangs, exhausts memory, exits early or crashes costs one failed evaluation.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import pickle
-import re
 import signal
 import subprocess
 import sys
@@ -28,11 +33,22 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..nki import TensorSpec
+from ..nki.loader import import_root
 from ..nki.runner import Launch
+from .confine import (
+    INSTALL_HINT,
+    SOURCE_ROOT,
+    Confinement,
+    IsolationUnavailableError,
+    isolation_problem,
+    sandbox_environment,
+    spawn_confined,
+    unconfined_allowed,
+    warn_unconfined,
+)
 from .handback import MalformedResultError, read_result, write_result
 from .measure import Measurement
 
-SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
 _BLOCKED_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                    "os.forkpty", "socket.connect", "socket.bind", "sqlite3.connect", "ctypes.dlopen",
                    "ctypes.dlsym", "os.kill", "os.killpg", "os.remove", "os.unlink", "os.rename", "os.rmdir",
@@ -41,10 +57,17 @@ _BLOCKED_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Resource limits for one evaluation."""
+    """Resource limits for one evaluation. `memory_mb` 0 means no address-space limit (the Neuron runtime
+    maps device memory). `allow_unconfined` lets this launch run without the OS sandbox where bubblewrap
+    cannot run (a user's own file in `accelopt profile`, with a warning); kernels from a model or a
+    client never get it."""
 
     seconds: float = 300.0
     memory_mb: int = 8192
+    # what the job folder may hold: the outputs of every checked case (a five-seed check of the largest
+    # NKIBench task at full size, bmm, writes 5 x 1 GiB)
+    disk_mb: int = 16384
+    allow_unconfined: bool = False
 
 
 @dataclass
@@ -61,11 +84,6 @@ class SandboxJob:
     check_launch: Launch = field(default_factory=Launch)  # Python arguments and grid of the checked size
     timing_launch: Launch = field(default_factory=Launch)  # and of the timed size
     kernel_folder: str | None = None  # where the kernel file lives: its sibling modules are importable
-
-
-def clean_environment(environ: dict[str, str]) -> dict[str, str]:
-    """The environment without anything that looks like a credential."""
-    return {k: v for k, v in environ.items() if not SECRET_PATTERN.search(k)}
 
 
 def open_guard(writable: Sequence[str], forbidden: Sequence[str]) -> Callable[[tuple[Any, ...]], None]:
@@ -119,21 +137,55 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def worker_main() -> None:
-    """Body of `python -m accelopt_core.profiling.sandbox WORKDIR MEMORY_MB`: read the job, apply the
-    limits and the guard, measure, and leave the result in WORKDIR as plain data (handback.py)."""
+def worker_arguments() -> tuple[str, SandboxLimits, bool]:
+    """WORKDIR, the limits and whether the OS confines this process, from a worker's command line
+    (`python -m MODULE WORKDIR LIMITS_JSON`, see run_worker)."""
+    workdir, settings = sys.argv[1], json.loads(sys.argv[2])
+    limits = SandboxLimits(seconds=float(settings["seconds"]), memory_mb=int(settings["memory_mb"]),
+                           disk_mb=int(settings["disk_mb"]))
+    return workdir, limits, bool(settings["confined"])
+
+
+def apply_limits(limits: SandboxLimits, processes: int | None) -> None:
+    """The worker's rlimits, soft and hard (the kernel cannot raise them again), set before any kernel
+    code runs: address space, file size (no file beyond what fits in memory or the job folder), CPU time
+    (a second past the wall-clock limit, then SIGKILL), no core files, and at most `processes` processes
+    and threads (None: unchanged; RLIMIT_NPROC counts all of a user's processes outside a user namespace)."""
     import resource
 
+    def cap(kind: int, value: int, hard: int | None = None) -> None:
+        _, current = resource.getrlimit(kind)
+        top = value if hard is None else hard
+        if current != resource.RLIM_INFINITY:
+            value, top = min(value, current), min(top, current)
+        resource.setrlimit(kind, (value, top))
+
+    mib = 1024 * 1024
+    if limits.memory_mb > 0:
+        cap(resource.RLIMIT_AS, limits.memory_mb * mib)
+    cap(resource.RLIMIT_FSIZE, min(limits.memory_mb or limits.disk_mb, limits.disk_mb) * mib)
+    cpu = math.ceil(limits.seconds) + 1
+    cap(resource.RLIMIT_CPU, cpu, cpu + 1)
+    cap(resource.RLIMIT_CORE, 0)
+    if processes is not None:
+        cap(resource.RLIMIT_NPROC, processes)
+
+
+WORKER_THREADS = 16  # a simulated kernel's worker: Python's own threads and a kernel's, no processes
+
+
+def worker_main() -> None:
+    """Body of `python -m accelopt_core.profiling.sandbox WORKDIR LIMITS_JSON`: read the job, apply the
+    limits and the guard, measure, and leave the result in WORKDIR as plain data (handback.py)."""
     from ..blas import single_threaded_blas
     from ..nki import load_module
     from ..nki.loader import KernelLoadError, find_kernel
     from .measure import measure
 
-    workdir, memory_mb = sys.argv[1], int(sys.argv[2])
+    workdir, limits, confined = worker_arguments()
     _die_with_parent()
     single_threaded_blas()
-    limit = memory_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    apply_limits(limits, WORKER_THREADS if confined else None)
     os.chdir(workdir)
     with open(os.path.join(workdir, "job.pkl"), "rb") as handle:
         job: SandboxJob = pickle.load(handle)
@@ -153,10 +205,6 @@ def worker_main() -> None:
     write_result(workdir, result.plain())
 
 
-def _scratch_root() -> str | None:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-
-
 CANCELLED = "evaluation cancelled"
 MALFORMED = "the kernel's worker process left a malformed result"
 T = TypeVar("T")
@@ -171,9 +219,6 @@ class WorkerRun:
     error: str | None = None
 
 
-SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
 def importable_environment(env: dict[str, str]) -> dict[str, str]:
     """`env` with this checkout first on PYTHONPATH: a child process must run the same code as its
     parent, installed or not."""
@@ -181,42 +226,146 @@ def importable_environment(env: dict[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
 
-def run_worker(module: str, job: Any, workdir: str, env: dict[str, str], limits: SandboxLimits,
-               cancel: threading.Event | None = None) -> WorkerRun:
-    """Run `python -m MODULE WORKDIR MEMORY_MB` on `job` (pickled into WORKDIR) in its own session;
-    killed on timeout or cancellation; its result is the plain data it left in WORKDIR, checked here
-    (nothing the child wrote is unpickled or executed)."""
-    with open(os.path.join(workdir, "job.pkl"), "wb") as handle:
-        pickle.dump(job, handle, protocol=pickle.HIGHEST_PROTOCOL)
+class StreamTail:
+    """The last bytes a child writes to a pipe, read on a thread as they come: a child that floods its
+    stderr costs the parent a few kilobytes, and the pipe never fills up and stalls it."""
+
+    def __init__(self, stream: Any, keep: int = 64 * 1024):
+        self.keep = keep
+        self.data = bytearray()
+        self._stream = stream
+        self._thread = threading.Thread(target=self._read, daemon=True, name="sandbox-stderr")
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while chunk := self._stream.read1(1 << 16):
+                self.data += chunk
+                if len(self.data) > 2 * self.keep:
+                    del self.data[:-self.keep]
+        except (OSError, ValueError):  # the pipe was closed under us: a writer outlived the wait
+            return
+
+    def last_line(self, wait: float = 1.0) -> str | None:
+        """The last line written, once the writers have gone (or after `wait` seconds)."""
+        self._thread.join(wait)
+        lines = bytes(self.data[-self.keep:]).decode("utf-8", "replace").strip().splitlines()
+        return lines[-1] if lines else None
+
+
+MAX_JOB_FILES = 10000
+
+
+def folder_bytes(folder: str, limit: int) -> int | None:
+    """Bytes stored below `folder` (allocated blocks, so sparse files count what they use), or None once
+    there are more than `limit` entries."""
+    total, seen, pending = 0, 0, [folder]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > limit:
+                return None
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += info.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+    return total
+
+
+def _over_budget(workdir: str, limits: SandboxLimits) -> str | None:
+    used = folder_bytes(workdir, MAX_JOB_FILES)
+    if used is None:
+        return f"the kernel created more than {MAX_JOB_FILES} files in its job folder (sandbox limit)"
+    if used > limits.disk_mb * 1024 * 1024:
+        return f"the kernel wrote more than {limits.disk_mb} MB into its job folder (sandbox limit)"
+    return None
+
+
+def launch(module: str, workdir: str, env: dict[str, str], limits: SandboxLimits,
+           confinement: Confinement) -> tuple[subprocess.Popen[bytes], bool]:
+    """Start `python -m MODULE WORKDIR LIMITS` confined by the OS, or unconfined where bubblewrap cannot run
+    and that is allowed (with a warning); IsolationUnavailableError otherwise. Says whether it is confined."""
+    problem = isolation_problem()
+    if problem is not None and not (limits.allow_unconfined or unconfined_allowed()):
+        raise IsolationUnavailableError(f"kernels cannot be isolated here: {problem}; {INSTALL_HINT}")
+    settings = {"seconds": limits.seconds, "memory_mb": limits.memory_mb, "disk_mb": limits.disk_mb,
+                "confined": problem is None}
     # runpy warns that the package already imported the module it runs; harmless, and it would pose as the
     # reason of every failure (the last line of stderr)
-    command = [sys.executable, "-W", "ignore::RuntimeWarning:runpy", "-m", module, workdir, str(limits.memory_mb)]
-    with subprocess.Popen(command, cwd=workdir, env=importable_environment(env), stdin=subprocess.DEVNULL,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as child:
-        deadline = time.monotonic() + limits.seconds
-        while True:
-            try:
-                _, stderr = child.communicate(timeout=max(0.0, min(0.25, deadline - time.monotonic())))
-                break
-            except subprocess.TimeoutExpired:
-                stopped = cancel is not None and cancel.is_set()
-                if stopped or time.monotonic() >= deadline:
-                    os.killpg(child.pid, signal.SIGKILL)
-                    child.communicate()
-                    return WorkerRun(error=CANCELLED if stopped else
-                                     f"the kernel did not finish within {limits.seconds:g} s (sandbox limit)")
+    command = [sys.executable, "-W", "ignore::RuntimeWarning:runpy", "-m", module, workdir, json.dumps(settings)]
+    streams: dict[str, Any] = {"cwd": workdir, "stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+                               "stderr": subprocess.PIPE}
+    if problem is None:
+        return spawn_confined(confinement, command, importable_environment(env), **streams), True
+    warn_unconfined(problem)
+    return subprocess.Popen(command, env=importable_environment(env), start_new_session=True, **streams), False
+
+
+def run_worker(module: str, job: Any, workdir: str, env: dict[str, str], limits: SandboxLimits,
+               confinement: Confinement, cancel: threading.Event | None = None) -> WorkerRun:
+    """Run `python -m MODULE WORKDIR LIMITS` on `job` (pickled into WORKDIR) inside `confinement`; the whole
+    sandbox is killed on timeout, cancellation or a job folder over its budget; its result is the plain
+    data it left in WORKDIR, checked here (nothing the child wrote is unpickled or executed)."""
+    with open(os.path.join(workdir, "job.pkl"), "wb") as handle:
+        pickle.dump(job, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        child, confined = launch(module, workdir, env, limits, confinement)
+    except (IsolationUnavailableError, OSError) as exc:
+        return WorkerRun(error=str(exc))
+    with child:
+        stderr = StreamTail(child.stderr)
+        stopped = _supervise(child, workdir, limits, cancel)
+        if stopped is not None:
+            os.killpg(child.pid, signal.SIGKILL)  # bwrap: its PID namespace, every process in it, dies too
+            child.wait()
+            stderr.last_line()  # let the reader finish before the pipe closes
+            return WorkerRun(error=stopped)
+        detail = stderr.last_line()
     if child.returncode == 0:
         try:
             return WorkerRun(result=read_result(workdir))
         except MalformedResultError as exc:
             return WorkerRun(error=f"{MALFORMED}: {exc}")
-    detail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] if stderr else []
-    return WorkerRun(error=_exit_reason(child.returncode) + (f": {detail[0]}" if detail else ""))
+    return WorkerRun(error=_exit_reason(child.returncode, confined) + (f": {detail}" if detail else ""))
+
+
+def _supervise(child: subprocess.Popen[bytes], workdir: str, limits: SandboxLimits,
+               cancel: threading.Event | None) -> str | None:
+    """Wait for the child; why it must be stopped (cancelled, out of time, job folder too large), or None
+    once it exited by itself. Checks four times a second, and exactly at the deadline."""
+    deadline = time.monotonic() + limits.seconds
+    while True:
+        try:
+            child.wait(timeout=max(0.0, min(0.25, deadline - time.monotonic())))
+            return None
+        except subprocess.TimeoutExpired:
+            if cancel is not None and cancel.is_set():
+                return CANCELLED
+            if time.monotonic() >= deadline:
+                return f"the kernel did not finish within {limits.seconds:g} s (sandbox limit)"
+            problem = _over_budget(workdir, limits)
+            if problem is not None:
+                return problem
 
 
 def sandbox_workdir() -> str:
-    """A fresh private folder for one evaluation (in memory-backed /dev/shm when there is one)."""
-    return tempfile.mkdtemp(prefix="accelopt-eval-", dir=_scratch_root())
+    """A fresh private folder for one evaluation, on disk in the system's temporary folder (not /dev/shm:
+    what a kernel stores there would sit in memory outside its address-space limit)."""
+    return os.path.realpath(tempfile.mkdtemp(prefix="accelopt-eval-"))
+
+
+def kernel_confinement(job: SandboxJob, workdir: str) -> Confinement:
+    """What a simulated kernel sees besides the system and Python: its import folder, read-only, with the
+    reference and other forbidden files covered."""
+    root = import_root(job.kernel_source, job.kernel_filename, job.kernel_folder)
+    return Confinement(workdir=workdir, read_only=(root,) if root else (), hidden=tuple(job.forbidden_paths))
 
 
 def run_sandboxed(job: SandboxJob, workdir: str, limits: SandboxLimits = SandboxLimits(),
@@ -224,8 +373,9 @@ def run_sandboxed(job: SandboxJob, workdir: str, limits: SandboxLimits = Sandbox
     """Measure a kernel in a fresh child process working in `workdir` (the caller removes it once it
     has read the outputs left there); failures of any kind come back as an error. Setting `cancel`
     kills the child within a quarter of a second."""
-    run = run_worker("accelopt_core.profiling.sandbox", job, workdir, clean_environment(dict(os.environ)),
-                     limits, cancel)
+    env = sandbox_environment(dict(os.environ), {"TMPDIR": workdir, "HOME": workdir})
+    run = run_worker("accelopt_core.profiling.sandbox", job, workdir, env, limits, kernel_confinement(job, workdir),
+                     cancel)
     return plain_result(run, Measurement.from_plain, Measurement)
 
 
@@ -239,9 +389,12 @@ def plain_result(run: WorkerRun, build: Callable[[dict[str, Any]], T], failed: C
         return failed(error=f"{MALFORMED}: {exc}")
 
 
-def _exit_reason(code: int | None) -> str:
+def _exit_reason(code: int | None, confined: bool) -> str:
+    """Why the worker ended without a result. bwrap passes on a signal's death as status 128 + signal."""
     if code is None:
         return "the kernel's worker process did not report a result"
+    if confined and 128 < code < 128 + signal.NSIG:
+        code = 128 - code
     if code < 0:
         try:
             name = signal.Signals(-code).name

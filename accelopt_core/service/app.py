@@ -16,12 +16,15 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl, urlencode
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Response, Security
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response, Security
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -178,10 +181,50 @@ class BodySizeLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"detail": f"request body larger than {self.limit} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await answer_json(send, 413, f"request body larger than {self.limit} bytes")
+
+
+async def answer_json(send: Send, status: int, detail: str) -> None:
+    """A complete `{"detail": ...}` response, sent from an ASGI middleware."""
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+CREDENTIAL_PARAMETER = re.compile(r"(token|key|secret|passw|auth|bearer|credential)", re.IGNORECASE)
+
+
+class NoCredentialsInQuery:
+    """A credential belongs in the Authorization header: a query parameter named like one (`?token=`) is
+    refused with 400, and removed from the request first, so that nothing that records URLs (uvicorn's
+    access log reads this same scope when it logs the response) ever writes it down."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("query_string"):
+            pairs = parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+            kept = [(name, value) for name, value in pairs if not CREDENTIAL_PARAMETER.search(name)]
+            if len(kept) != len(pairs):
+                scope["query_string"] = urlencode(kept).encode("latin-1")
+                await answer_json(send, 400, "credentials go in the Authorization header, never in the URL")
+                return
+        await self.app(scope, receive, send)
+
+
+def readable(text: Any) -> str:
+    """Text that can be encoded and logged whatever a client sent (lone surrogates become '?')."""
+    return str(text).encode("utf-8", "replace").decode("utf-8")
+
+
+def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 saying where and what is wrong, never echoing the value: it may be a whole kernel, and one with
+    a lone surrogate cannot even be encoded (FastAPI's own handler failed with a 500 that logged it)."""
+    errors = [{"loc": [readable(part) for part in error.get("loc", ())], "msg": readable(error.get("msg", ""))[:500],
+               "type": readable(error.get("type", ""))} for error in exc.errors()]
+    return JSONResponse(status_code=422, content={"detail": errors})
 
 
 BEARER = HTTPBearer(auto_error=False, description="the service's token (see docs/deploy.md)")
@@ -254,6 +297,8 @@ def create_app(backend: str = "simulator", workers: int = 2, token: str = "", *,
                   description="Checks and profiles NKI kernels on a Trainium host (Neuron SDK) or the "
                               "built-in simulator. Every call but /v1/health needs a bearer token.")
     app.add_middleware(BodySizeLimit, limit=max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(NoCredentialsInQuery)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
     auth = [Depends(authorize)]
 
     @app.get("/v1/health", response_model=Health, tags=["service"])

@@ -8,6 +8,7 @@ import os
 import stat
 from typing import Any
 
+from ..profiling.confine import INSTALL_HINT, OPT_IN_VARIABLE, isolation_problem, unconfined_allowed
 from ..profiling.sandbox import SandboxLimits
 
 log = logging.getLogger("accelopt.service")
@@ -58,6 +59,17 @@ def check_bind(host: str, tls: bool, allow_insecure_bind: bool) -> None:
     log.warning("%s", message)
 
 
+def check_isolation() -> None:
+    """Kernels from clients run only under the OS sandbox, unless the operator opted in to running them
+    with the in-process guard alone (then a warning says so)."""
+    problem = isolation_problem()
+    if problem is None:
+        return
+    if not unconfined_allowed():
+        raise ServiceConfigError(f"kernels cannot be isolated here: {problem}; {INSTALL_HINT}")
+    log.warning("kernels from clients run without OS isolation (%s) because %s is set", problem, OPT_IN_VARIABLE)
+
+
 def serve(host: str = "127.0.0.1", port: int = 8765, backend: str = "simulator", workers: int | None = 2,
           token_file: str | None = None, ray_address: str | None = None, allow_insecure_bind: bool = False,
           *, tls_cert: str | None = None, tls_key: str | None = None, queue_limit: int | None = None,
@@ -82,6 +94,7 @@ def serve(host: str = "127.0.0.1", port: int = 8765, backend: str = "simulator",
         workers = 2
     token = read_token(token_file)
     check_bind(host, tls_cert is not None, allow_insecure_bind)
+    check_isolation()
     if ray_address:
         from .ray_backend import _ray
 

@@ -7,7 +7,6 @@ plain data so it pickles into worker processes and Ray tasks without FastAPI ins
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -16,7 +15,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..nki.loader import check_source
+from ..nki.loader import check_source, parse_source
 from ..profiling.sandbox import SandboxLimits
 
 HARDWARE = ("trn1", "trn2")
@@ -82,7 +81,7 @@ def validate_spec(spec: JobSpec) -> None:
         raise SpecError(f"kernel: {exc}") from None
     if spec.reference is not None:
         try:
-            ast.parse(spec.reference, spec.reference_name or "reference.py")
+            parse_source(spec.reference, spec.reference_name or "reference.py")
         except SyntaxError as exc:
             raise SpecError(f"reference:{exc.lineno}: syntax error: {exc.msg}") from None
         except Exception as exc:

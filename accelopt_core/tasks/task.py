@@ -8,6 +8,9 @@ Two file formats are read:
   `reference(*inputs) -> array or tuple of arrays`, optionally `RTOL` and
   `peak_work(*inputs) -> PeakWork`.
 
+"% of peak" needs the task's work: a reference's `peak_work` when it declares one, else the NumPy work
+of the reference itself, counted while it runs (work.py) — any NumPy reference of either form.
+
 Either form may say how the kernel is launched beyond its array inputs: `KERNEL_ARGS`, the kernel
 parameters that take Python values (`{"pool_size": 2, "eps": 1e-6}`), and `GRID`, the SPMD launch
 grid (`(2, 2)`). Each is a constant or, in the native form, a function of the size variant's sizes
@@ -16,9 +19,11 @@ grid (`(2, 2)`). Each is a constant or, in the native form, a function of the si
 
 from __future__ import annotations
 
-import functools
+import hashlib
+import json
 import os
 import sys
+import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..nki.runner import Launch
+from .work import PeakWork, count_work
 
 DEFAULT_RTOL = 2e-5
 
@@ -35,13 +41,28 @@ class TaskError(Exception):
     """The reference file is unusable (missing function, failing import, bad shapes)."""
 
 
-@dataclass(frozen=True)
-class PeakWork:
-    """The analytic work of a task (shared/nkibench.md): matmul flops, vector flops, HBM bytes."""
+class ReferenceRun:
+    """A case's reference outputs, computed once, by a run that may also count the reference's work."""
 
-    mm_flops: float
-    vec_flops: float
-    hbm_bytes: float
+    def __init__(self, call: Callable[[Callable[[Any], Any]], Any]):
+        self._call = call  # runs the reference on the case's inputs, each passed through the wrapper given
+        self._outputs: list[np.ndarray] | None = None
+
+    def outputs(self) -> list[np.ndarray]:
+        if self._outputs is None:
+            self._outputs = _as_list(self._call(lambda value: value))
+        return self._outputs
+
+    def counted_work(self) -> PeakWork | None:
+        """The reference's NumPy work on this case; its outputs are kept for the check. None when the
+        reference fails under counting (the check then runs it as it is and reports what it does)."""
+        try:
+            result, work = count_work(self._call)
+        except Exception:
+            return None
+        if self._outputs is None:
+            self._outputs = _as_list(result)
+        return work
 
 
 @dataclass
@@ -52,11 +73,17 @@ class Case:
     inputs: list[np.ndarray]
     reference: Callable[[], list[np.ndarray]]
     convert: Callable[[list[np.ndarray]], list[np.ndarray]] = lambda outputs: outputs
+    counted_work: Callable[[], PeakWork | None] = lambda: None  # the reference's work, counted on this case
+
+    @staticmethod
+    def of(inputs: list[np.ndarray], run: ReferenceRun) -> Case:
+        return Case(inputs, run.outputs, counted_work=run.counted_work)
 
 
 @dataclass
 class Task:
-    """A checkable task: `make_case(seed)` draws inputs; `peak_work(inputs)` gives its analytic work."""
+    """A checkable task: `make_case(seed)` draws inputs; `peak_work(inputs)` gives the analytic work its
+    reference declares, `counted_work()` the work the reference does when it declares none."""
 
     name: str
     make_case: Callable[[int], Case]
@@ -67,10 +94,29 @@ class Task:
     variants: tuple[str, ...] = ()  # size variants the reference defines, e.g. ("full", "small")
     kernel_args: dict[str, Any] = field(default_factory=dict)  # kernel parameters given Python values
     grid: tuple[int, ...] | None = None  # SPMD launch grid; None: launched without one
+    # the reference's content and sizes when its NumPy work can be counted (no peak_work, not a torch module)
+    count_key: str | None = None
 
     @property
     def launch(self) -> Launch:
         return Launch(dict(self.kernel_args), self.grid)
+
+    def counted_work(self, case: Case | None = None) -> PeakWork | None:
+        """The reference's own NumPy work at this task's size, counted once per process and reference
+        version: on `case` when given (a case of this size the check runs anyway), else on seed 0."""
+        if self.count_key is None:
+            return None
+        with _counted_lock:
+            if self.count_key in _counted:
+                return _counted[self.count_key]
+        work = (case or self.make_case(0)).counted_work()
+        with _counted_lock:
+            _counted[self.count_key] = work
+        return work
+
+
+_counted: dict[str, PeakWork | None] = {}
+_counted_lock = threading.Lock()
 
 
 def _as_list(value: Any) -> list[np.ndarray]:
@@ -80,13 +126,14 @@ def _as_list(value: Any) -> list[np.ndarray]:
 
 def _to_numpy(value: Any) -> np.ndarray:
     if isinstance(value, np.ndarray):
-        return value
+        return np.asarray(value)  # a base-class array, also for a counted run's outputs
     if hasattr(value, "detach"):  # a torch tensor
         return value.detach().cpu().numpy()
     return np.asarray(value)
 
 
-def _import_reference(path: str) -> types.ModuleType:
+def _import_reference(path: str) -> tuple[types.ModuleType, str]:
+    """The reference module, executed, and its source text."""
     try:
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
@@ -106,35 +153,49 @@ def _import_reference(path: str) -> types.ModuleType:
         raise TaskError(f"{path}: importing the reference failed: {type(exc).__name__}: {exc}") from None
     finally:
         sys.path.remove(folder)
-    return module
+    return module, source
+
+
+def _uses_torch(module: types.ModuleType) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and any(v is torch for v in vars(module).values())
 
 
 def _seed_everything(module: types.ModuleType, seed: int) -> None:
     np.random.seed(seed % 2**32)
-    torch = sys.modules.get("torch")
-    if torch is not None and any(v is torch for v in vars(module).values()):
-        torch.manual_seed(seed)
+    if _uses_torch(module):
+        sys.modules["torch"].manual_seed(seed)
+
+
+def _count_key(module: types.ModuleType, path: str, source: str, sizes: dict[str, Any]) -> str | None:
+    """Who the counted work belongs to: the reference's path, content and sizes; None when nothing is to be
+    counted (the reference declares its peak_work) or cannot be (its work runs in torch, unseen by NumPy)."""
+    if callable(getattr(module, "peak_work", None)) or _uses_torch(module):
+        return None
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
+    return f"{os.path.abspath(path)}#{digest}#{json.dumps(sizes, sort_keys=True, default=str)}"
 
 
 def load_reference(path: str, name: str | None = None, variant: str | None = None) -> Task:
     """Read a reference file in either format. A native reference may define size `VARIANTS`
     (e.g. {"full": {...}, "small": {...}}): `make_inputs(rng, **sizes)` then gets the chosen one."""
-    module = _import_reference(path)
+    module, source = _import_reference(path)
     task_name = name or os.path.splitext(os.path.basename(path))[0].removesuffix("_ref")
     rtol = float(getattr(module, "RTOL", DEFAULT_RTOL))
     sizes = _variant_sizes(module, path, variant)
     family = str(getattr(module, "FAMILY", task_name))
     peak = getattr(module, "peak_work", None)
     peak_fn = (lambda inputs: peak(*inputs)) if callable(peak) else None
-    launch = {"kernel_args": kernel_arguments(module, path, sizes), "grid": launch_grid(module, path, sizes)}
+    common = {"kernel_args": kernel_arguments(module, path, sizes), "grid": launch_grid(module, path, sizes),
+              "count_key": _count_key(module, path, source, sizes)}
     if callable(getattr(module, "make_inputs", None)) and callable(getattr(module, "reference", None)):
         def native_case(seed: int) -> Case:
             inputs = _as_list(module.make_inputs(np.random.default_rng(seed), **sizes))
-            return Case(inputs, functools.cache(
-                lambda: _as_list(module.reference(*[np.array(a, copy=True) for a in inputs]))))
+            return Case.of(inputs, ReferenceRun(
+                lambda wrap: module.reference(*[wrap(np.array(a, copy=True)) for a in inputs])))
 
         return Task(task_name, native_case, rtol, peak_fn, path, family, tuple(getattr(module, "VARIANTS", ())),
-                    **launch)
+                    **common)
     missing = [f for f in ("get_inputs", "forward") if not callable(getattr(module, f, None))]
     if missing:
         raise TaskError(f"{path}: a reference needs make_inputs() and reference() (native form) or "
@@ -147,7 +208,7 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
         originals = module.get_inputs()
         originals = list(originals) if isinstance(originals, (tuple, list)) else [originals]
         inputs = _as_list(to_nki(originals) if callable(to_nki) else originals)
-        case = Case(inputs, functools.cache(lambda: _as_list(module.forward(*originals))))
+        case = Case.of(inputs, ReferenceRun(lambda wrap: module.forward(*[wrap(o) for o in originals])))
         if callable(from_nki):
             def convert(outputs: list[np.ndarray]) -> list[np.ndarray]:
                 ref = case.reference()
@@ -156,7 +217,7 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
             case.convert = convert
         return case
 
-    return Task(task_name, bench_case, rtol, peak_fn, path, family, **launch)
+    return Task(task_name, bench_case, rtol, peak_fn, path, family, **common)
 
 
 def _sized(module: types.ModuleType, attribute: str, sizes: dict[str, Any]) -> Any:

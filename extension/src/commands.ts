@@ -96,7 +96,7 @@ export class Commands {
       return undefined;
     }
     if (!(await this.server.ready()) || !this.server.client) {
-      if (this.server.state === 'failed') {
+      if (this.server.state === 'failed' || this.server.state === 'restricted') {
         this.server.showProblem();
       } else {
         void vscode.window.showWarningMessage('AccelOpt: the language server is not running.', 'Show Log')

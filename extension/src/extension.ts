@@ -40,6 +40,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
     }),
     secrets.onDidChange(() => void server.restart('the API key or service token changed')),
+    vscode.workspace.onDidGrantWorkspaceTrust(() => void server.restart('the workspace is now trusted')),
     { dispose: () => void server.dispose() },
   );
   onPythonInterpreterChanged(() => {

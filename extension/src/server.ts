@@ -37,7 +37,11 @@ export const SERVER_ARGS: readonly string[] = [
     + "runpy.run_module('server', run_name='__main__', alter_sys=True)",
 ];
 
-export type ServerState = 'stopped' | 'starting' | 'running' | 'failed';
+export type ServerState = 'stopped' | 'starting' | 'running' | 'failed' | 'restricted';
+
+/** Why nothing runs in Restricted Mode (shown in the status bar; the server starts once the workspace is trusted). */
+export const RESTRICTED_MODE = 'AccelOpt runs the kernels of a workspace to profile them, so it stays off in Restricted '
+  + 'Mode: trust this workspace to start it.';
 
 /** The language client, with this extension's command and progress features in place of the built-in ones. */
 export class AccelOptClient extends LanguageClient {
@@ -130,6 +134,12 @@ export class ServerManager implements vscode.Disposable {
     const started = Date.now();
     this.output.info(`Starting the server: ${reason}`);
     await this.stopClient();
+    if (!vscode.workspace.isTrusted) {
+      this.problem = RESTRICTED_MODE;
+      this.output.info('Restricted Mode: the server is not started until the workspace is trusted.');
+      this.setState('restricted');
+      return;
+    }
     this.setState('starting');
     this.problem = undefined;
     const settings = readSettings(<T>(key: string, fallback: T) => vscode.workspace.getConfiguration(SECTION).get<T>(key, fallback));
@@ -158,7 +168,7 @@ export class ServerManager implements vscode.Disposable {
       outputChannel: this.output,
       traceOutputChannel: this.output,
       revealOutputChannelOn: RevealOutputChannelOn.Never,
-      initializationOptions: initializationOptions(settings, secrets),
+      initializationOptions: initializationOptions(settings, secrets, vscode.workspace.isTrusted),
       synchronize: { configurationSection: SECTION },
       markdown: { isTrusted: false, supportHtml: false },
       errorHandler: {

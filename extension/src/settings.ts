@@ -34,11 +34,13 @@ export function readSettings(get: SettingReader): AccelOptSettings {
 }
 
 /**
- * `initializationOptions` for the server: the settings (without `python`, which only the client uses)
- * and, under `secrets`, whichever of the API key and service token the user stored. Empty secrets are
- * left out rather than sent as empty strings.
+ * `initializationOptions` for the server: the settings (without `python`, which only the client uses),
+ * under `secrets` whichever of the API key and service token the user stored (empty ones are left out
+ * rather than sent as empty strings), and whether the workspace is trusted (if not, the server runs none
+ * of its kernels).
  */
-export function initializationOptions(settings: AccelOptSettings, secrets: AccelOptSecrets): Record<string, unknown> {
+export function initializationOptions(settings: AccelOptSettings, secrets: AccelOptSecrets,
+  workspaceTrusted: boolean): Record<string, unknown> {
   const kept: Record<string, string> = {};
   if (secrets.llmApiKey) {
     kept.llmApiKey = secrets.llmApiKey;
@@ -53,6 +55,7 @@ export function initializationOptions(settings: AccelOptSettings, secrets: Accel
     search: { ...settings.search },
     memory: { ...settings.memory },
     secrets: kept,
+    workspaceTrusted,
     client: 'vscode',
     // This client shows `accelopt/report` in its own panel: the server need not open a text report.
     reportPanel: true,

@@ -77,6 +77,13 @@ export class KernelStatusBar implements vscode.Disposable {
       return;
     }
     const state = this.server.state;
+    if (state === 'restricted') {
+      this.item.text = '$(shield) AccelOpt';
+      this.item.tooltip = this.server.problemText;
+      this.item.command = 'workbench.trust.manage';
+      this.item.show();
+      return;
+    }
     if (state === 'failed') {
       this.item.text = '$(error) AccelOpt';
       this.item.tooltip = this.server.problemText ?? 'The AccelOpt server is not running';

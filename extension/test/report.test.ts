@@ -12,10 +12,10 @@ const PROFILE = {
   backend: 'simulator',
   correct: true,
   tensor_engine_active_time_percent: 0,
-  vector_engine_active_time_percent: 91.5,
-  scalar_engine_active_time_percent: 45,
+  vector_engine_active_time_percent: 0.915,
+  scalar_engine_active_time_percent: 0.45,
   gpsimd_engine_active_time_percent: 0,
-  dma_active_time_percent: 60.1,
+  dma_active_time_percent: 0.601,
   hbm_read_bytes: 1048576,
   hbm_write_bytes: 1048576,
   lines: [
@@ -37,6 +37,8 @@ describe('parseReport', () => {
     assert.equal(report.latencyMs, 1.3349);
     assert.equal(report.peakPercent, 40.2);
     assert.deepEqual(report.engines.map((e) => e.engine), ['Tensor', 'Vector', 'Scalar', 'GpSimd', 'DMA']);
+    // the profile's `*_percent` fields are fractions; the panel shows percent
+    assert.deepEqual(report.engines.map((e) => Math.round(e.percent * 10) / 10), [0, 91.5, 45, 0, 60.1]);
     assert.deepEqual(report.bytes, [{ label: 'HBM', read: 1048576, write: 1048576 }]);
     assert.equal(report.lines.length, 3);
     assert.deepEqual(report.history.map((p) => p.bestPeakPercent), [40, 48.5, 67]);

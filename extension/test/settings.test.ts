@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { CHECK_SCRIPT, installCommand, interpretCheck, problemMessage, shellQuote } from '../src/pythonCheck';
 import { RestartPolicy } from '../src/restartPolicy';
@@ -19,11 +21,32 @@ describe('settings', () => {
   });
 
   it('puts secrets apart and leaves empty ones out', () => {
-    const options = initializationOptions(readSettings(get), { llmApiKey: 'sk-1', serviceToken: '' });
+    const options = initializationOptions(readSettings(get), { llmApiKey: 'sk-1', serviceToken: '' }, true);
     assert.deepEqual(options.secrets, { llmApiKey: 'sk-1' });
+    assert.equal(options.workspaceTrusted, true);
     assert.equal(options.hardware, 'trn2');
     assert.deepEqual(options.llm, { baseUrl: 'http://127.0.0.1:8000/v1', model: '' });
     assert.equal('python' in options, false);
+  });
+
+  it('tells the server whether the workspace is trusted', () => {
+    assert.equal(initializationOptions(readSettings(get), {}, false).workspaceTrusted, false);
+  });
+});
+
+describe('package.json', () => {
+  const manifest = JSON.parse(readFileSync(join(__dirname, '..', 'package.json'), 'utf8'));
+  const properties = manifest.contributes.configuration.properties;
+
+  it('reads where secrets are sent from user settings only', () => {
+    assert.equal(properties['accelopt.backend'].scope, 'machine');
+    assert.equal(properties['accelopt.llm.baseUrl'].scope, 'machine');
+  });
+
+  it('runs nothing of an untrusted workspace and ignores its interpreter and memory settings', () => {
+    const untrusted = manifest.capabilities.untrustedWorkspaces;
+    assert.equal(untrusted.supported, 'limited');
+    assert.deepEqual(untrusted.restrictedConfigurations, ['accelopt.python', 'accelopt.memory.dbPath']);
   });
 });
 

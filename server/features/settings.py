@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SECTION = "accelopt"
+TOKEN_VARIABLE = "ACCELOPT_SERVICE_TOKEN"  # the profiling service's bearer token, for a remote backend
 
 
 def as_plain(value: Any) -> Any:
@@ -36,28 +38,36 @@ def _report(ls: AccelOptServer, problems: list[str]) -> None:
         ls.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=problem))
 
 
-def read_secrets(options: Any) -> dict[str, Secret]:
+def read_secrets(options: Any, environ: dict[str, str] | None = None) -> dict[str, Secret]:
     """`secrets: {llmApiKey, serviceToken}` from initializationOptions (the VS Code extension keeps them
-    in its secret storage). Only non-empty strings are kept; their values are never logged."""
+    in its secret storage), else the service token from ACCELOPT_SERVICE_TOKEN in the server's environment.
+    Only non-empty strings are kept; their values are never logged."""
     raw = options.get("secrets") if isinstance(options, dict) else None
-    if not isinstance(raw, dict):
-        return {}
+    raw = raw if isinstance(raw, dict) else {}
     names = {"llmApiKey": "llm_api_key", "serviceToken": "service_token"}
-    return {ours: Secret(raw[theirs]) for theirs, ours in names.items()
-            if isinstance(raw.get(theirs), str) and raw[theirs]}
+    secrets = {ours: Secret(raw[theirs]) for theirs, ours in names.items()
+               if isinstance(raw.get(theirs), str) and raw[theirs]}
+    token = (os.environ if environ is None else environ).get(TOKEN_VARIABLE)
+    if "service_token" not in secrets and token:
+        secrets["service_token"] = Secret(token)
+    return secrets
 
 
 def apply_initialization_options(ls: AccelOptServer, options: Any) -> None:
-    """Options from whoever launched the server are trusted (they may name optimizer agents)."""
+    """Options from whoever launched the server are trusted (they may name optimizer agents, and the hosts
+    of their backend and LLM endpoint may receive the secrets). `workspaceTrusted: false` (VS Code's
+    workspace trust) keeps every kernel of the workspace from running."""
     plain = as_plain(options) or {}
+    ls.session.secrets = read_secrets(plain)
     if isinstance(plain, dict):
-        ls.session.secrets = read_secrets(plain)
         client = plain.get("client")
         ls.client_name = client if isinstance(client, str) else None
         ls.report_panel = plain.get("reportPanel") is True
-        plain = {k: v for k, v in plain.items() if k != "secrets"}
+        ls.session.trusted = plain.get("workspaceTrusted") is not False
+        plain = {k: v for k, v in plain.items() if k not in ("secrets", "workspaceTrusted")}
     settings, problems = merge(ls.session.settings, plain, trusted=True)
     ls.session.apply_settings(settings)
+    ls.session.approve_current_destinations()
     _report(ls, problems)
 
 

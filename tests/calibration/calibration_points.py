@@ -85,6 +85,23 @@ SCALING_POINTS: tuple[Point, ...] = (
 
 ALL_POINTS: tuple[Point, ...] = MATMUL_POINTS + MAMBA_POINTS + SCALING_POINTS
 
+# The tutorial tables were measured with the 2024 compiler (Neuron SDK 2.20). Points the calibration set
+# (shared/calibration, trn1, 2025 compiler) contradicts are printed by benchmarks/calibration.py but no
+# longer pinned by tests/calibration; each says which measurement of the calibration set overrides it.
+_TWO_SBUF_OPERANDS = ("2024 compiler: mamba v2 past seq 512 was slow from two-SBUF-operand tensor_tensor at 2N "
+                      "and broadcast copies on Vector; the calibration set (silu, adamw, matmul; 2025) measures "
+                      "those at N and on Scalar (trn1.toml)")
+SUPERSEDED: dict[str, str] = {
+    "matmul v0 naive": ("2024 compiler: v0 reloads the same operand tiles in every iteration; the calibration "
+                        "set's add_rmsnorm_matmul (2025) shows the compiler loads such repeats once "
+                        "(perfmodel/allocator.py)"),
+    "mamba v1 ch256": ("2024 compiler: two channel tiles of tensor_tensor-bound work, 2N in the 2024 ISA table, "
+                       "N in the calibration set (silu, adamw; trn1.toml)"),
+    **{name: _TWO_SBUF_OPERANDS for name in (
+        "mamba v2 seq8192", "mamba v2 seq1024", "mamba v2 seq2048", "mamba v2 seq3072", "mamba v2 seq4096",
+        "mamba v2 seq5120", "mamba v2 seq6144", "mamba v2 seq7168")},
+}
+
 # perf guide Opt #5a (fact sheet A.5): dependent 1-element ScalarE instructions issue 264 cycles apart
 SCALAR_CHAIN_INTERVAL_CYCLES = 264
 

@@ -61,7 +61,9 @@ def test_demo_optimizes_a_bundled_kernel_offline(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert "rule-based optimizer" in run.stderr and "before" in run.stdout and "after" in run.stdout
     speedup = float(run.stdout.split("speedup ")[1].split("x")[0])
-    assert speedup > 1.04  # a win memory would teach; its size is the model's word (tests/calibration)
+    # faster and verified; its size is the model's word (tests/calibration): the baseline's 2 KiB DMAs
+    # already run at 0.97 of the DMA ceiling (calibration set), so retiling and fusing win a few percent
+    assert speedup > 1.0
     assert (tmp_path / "demo" / "silu.optimized.py").exists() and (tmp_path / "demo" / "silu.optimized.diff").exists()
 
 
@@ -76,6 +78,11 @@ def test_profile_json_of_the_bundled_example_follows_the_contract() -> None:
     assert data["correct"] is True and data["backend"] == "simulator" and data["hardware"] == "trn1"
     assert data["latency_ms"] > 0 and 0 < data["peak_percent"] <= 100
     assert all({"line", "time_ms", "engine", "instructions"} <= set(line) for line in data["lines"])
+    # neuron-profile's scale: every `*_percent` summary field is a fraction; peak_percent (ours) is percent
+    fractions = {name: value for name, value in data.items() if name.endswith("_percent") and name != "peak_percent"}
+    assert data["result_format"] == 2 and "vector_engine_active_time_percent" in fractions
+    assert all(0 <= v <= 1 for value in fractions.values() for v in (value.values() if isinstance(value, dict)
+                                                                      else [value])), fractions
 
 
 def test_profile_json_follows_the_contract(files: Path) -> None:
@@ -84,7 +91,10 @@ def test_profile_json_follows_the_contract(files: Path) -> None:
     data = json.loads(run.stdout)
     assert data["correct"] is True and len(data["seeds"]) == 5
     assert data["hbm_read_bytes"] == 2 * 256 * 512 * 4 and data["hbm_write_bytes"] == 256 * 512 * 4
-    assert data["peak_percent"] is None  # the reference gives no peak formula
+    # no peak_work in the reference: its own NumPy work is counted (one add per element; 2 inputs, 1 output)
+    assert data["peak_work"] == {"mm_flops": 0, "vec_flops": 256 * 512, "hbm_bytes": 3 * 4 * 256 * 512,
+                                 "counted": True}
+    assert data["bound"] == "memory" and 0 < data["peak_percent"] <= 100
     assert {line["line"] for line in data["lines"]} == {10, 11, 12}
 
 
@@ -119,6 +129,22 @@ def test_not_python_is_bad_input(files: Path) -> None:
     (files / "notes.py").write_text("this is not python {\n")
     run = accelopt("profile", str(files / "notes.py"), "--reference", str(files / "add_ref.py"))
     assert run.returncode == 2
+    assert "syntax error" in _one_line(run)
+
+
+DEEP = {"parentheses": "    y = " + "(" * 2000 + "x" + ")" * 2000 + "\n",
+        "blocks": "".join("    " * (depth + 1) + "if x:\n" for depth in range(2000)) + "    " * 2001 + "pass\n",
+        "operators": "    y = " + "-" * 100000 + "x\n",
+        "operands": "    y = " + "x + " * 50000 + "x\n"}
+
+
+@pytest.mark.parametrize("nesting", sorted(DEEP))
+def test_a_deeply_nested_kernel_is_bad_input(files: Path, nesting: str) -> None:
+    """Issue 14: Python's parser gives up on these with RecursionError or MemoryError (was a traceback)."""
+    (files / "deep.py").write_text("import neuronxcc.nki as nki\n\n\n@nki.jit\ndef kernel(x):\n" + DEEP[nesting]
+                                   + "    return x\n")
+    run = accelopt("profile", str(files / "deep.py"), "--reference", str(files / "add_ref.py"))
+    assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "syntax error" in _one_line(run)
 
 

@@ -19,7 +19,7 @@ from accelopt_core.profiling.profiler import kernel_hash
 def candidate(source: str, latency: float, plan: str = "", iteration: int = 0) -> Candidate:
     result = ProfileResult("candidate.py", "silu", "trn1", "simulator", correct=True, latency_ms=latency,
                            peak_percent=40.0, bottleneck="vector",
-                           profile={"vector_engine_active_time_percent": 70.0, "hbm_read_bytes": 1 << 20},
+                           profile={"vector_engine_active_time_percent": 0.7, "hbm_read_bytes": 1 << 20},
                            lines=[{"line": 16, "time_ms": 0.6, "engine": "vector", "instructions": 10,
                                    "engines": {"vector": 0.4, "scalar": 0.2}},
                                   {"line": 15, "time_ms": 0.2, "engine": "dma", "instructions": 5}])
@@ -36,9 +36,10 @@ def test_every_template_has_its_role_a_user_part_and_only_known_placeholders(rol
     names = {m.group("braced") or m.group("named") for m in string.Template.pattern.finditer(text)
              if m.group("braced") or m.group("named")}
     expected = {
-        "planner": {"primer", "task", "hardware", "kernel", "backend", "profile", "experiences", "variant_hint"},
+        "planner": {"primer", "units", "task", "hardware", "kernel", "backend", "profile", "experiences",
+                    "variant_hint"},
         "executor": {"primer", "task", "plan", "kernel"},
-        "summarizer": {"task", "family", "hardware", "plan", "result", "slow_latency", "fast_latency",
+        "summarizer": {"units", "task", "family", "hardware", "plan", "result", "slow_latency", "fast_latency",
                        "slow_profile", "fast_profile", "slow_kernel", "fast_kernel", "direction"},
         "fixer": {"primer", "task", "plan", "error", "kernel", "reference", "attempt", "tries"},
     }[role]
@@ -55,11 +56,21 @@ def test_the_primer_states_the_hardware_rules_and_techniques() -> None:
 
 def test_profile_summary_uses_neuron_profile_names_and_ranks_lines() -> None:
     text = prompts.profile_summary(candidate(SILU, 1.2).result, SILU)
-    assert "vector_engine_active_time_percent=70" in text and "hbm_read_bytes=1_048_576" in text
+    assert "vector_engine_active_time_percent=0.7" in text and "hbm_read_bytes=1_048_576" in text
     first, second = text.index("line 16: 75%"), text.index("line 15: 25%")
     assert first < second and "(vector 0.4 ms, scalar 0.2 ms)" in text
     assert "| denominator = nl.add(nl.exp(nl.negative(tile)), 1.0)" in text
     assert prompts.profile_summary(ProfileResult("k", None, "trn1", "simulator")) == "no profile available"
+
+
+@pytest.mark.parametrize("role", ["planner", "summarizer"])
+def test_the_roles_that_read_profiles_are_told_their_units(role: str) -> None:
+    """The fields arrive as neuron-profile writes them, from either backend: a model must not read 0.7 as 0.7 %."""
+    values = dict.fromkeys(("task", "hardware", "kernel", "backend", "profile", "experiences", "variant_hint", "family",
+                            "plan", "result", "slow_latency", "fast_latency", "slow_profile", "fast_profile",
+                            "slow_kernel", "fast_kernel", "direction"), "-")
+    system = prompts.render(role, **values).system
+    assert prompts.PROFILE_UNITS in system and "0.74 means 74 %" in system
 
 
 def test_experiences_show_what_worked_and_what_to_avoid() -> None:

@@ -154,3 +154,43 @@ async def test_repeated_load_diagnostic_and_rule_quick_fix(workspace: Path, memo
         report = await editor.profiled(uri)
         assert report["result"]["correct"] is True
         await wait_for(lambda: not editor.diagnostics(uri, "repeated-load"), 10, what="the finding to go")
+
+
+PUBLIC_REFERENCE = '''
+import numpy as np
+
+
+def get_inputs():
+    return [np.random.normal(size=(256, 512)).astype(np.float32), np.random.normal(size=(256, 512)).astype(np.float32)]
+
+
+def forward(x, y):
+    return x * y + 1.0
+'''
+FMA_KERNEL = '''# accelopt: reference=fma_ref.py
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def kernel(x, y):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        a = nl.load(x[i * 128:(i + 1) * 128, :])
+        b = nl.load(y[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.add(nl.multiply(a, b), 1.0))
+    return out
+'''
+
+
+async def test_a_public_form_reference_without_a_peak_formula_gets_a_peak(workspace: Path, memory_db: Path) -> None:
+    """The NKIBench form (get_inputs/forward) declares no peak_work: the reference's NumPy work is counted."""
+    (workspace / "fma_ref.py").write_text(PUBLIC_REFERENCE)
+    async with running_server(workspace, memory_db) as editor:
+        uri = editor.open(workspace / "fma.py", FMA_KERNEL)
+        result = (await editor.profiled(uri))["result"]
+        assert result["correct"] is True and result["peak_work"]["counted"] is True and result["bound"] == "memory"
+        titles = [lens.command.title for lens in await editor.lenses(uri) if lens.command]
+        assert LENS.match(titles[0]), titles
+        summary = await editor.hover(uri, line_of(FMA_KERNEL, "def kernel"), 5)
+        assert summary and "work counted from the reference's NumPy" in summary

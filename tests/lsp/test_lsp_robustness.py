@@ -94,3 +94,12 @@ async def test_watcher_reprofiles_on_external_changes(workspace: Path, memory_db
         errors = await wait_for(lambda: editor.diagnostics(other, "kernel-error"), 60, what="the closed kernel")
         assert "partition dimension" in errors[0].message
         assert (await editor.status())["counters"]["external_changes"] >= 2
+
+
+async def test_a_deeply_nested_kernel_is_a_syntax_error_diagnostic(workspace: Path, memory_db: Path) -> None:
+    deep = SMALL_SILU.replace("    rows, cols = x.shape", "    y = " + "-" * 100000 + "x\n    rows, cols = x.shape")
+    async with running_server(workspace, memory_db) as editor:
+        uri = editor.open(workspace / "deep.py", deep)
+        found = await wait_for(lambda: [d for d in editor.diagnostics(uri) if "nested too deeply" in d.message], 60,
+                               what="the syntax error diagnostic")
+        assert found[0].severity == 1

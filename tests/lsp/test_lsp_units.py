@@ -167,3 +167,24 @@ def test_a_job_that_cannot_be_sent_fails_instead_of_waiting() -> None:
 
     error = asyncio.run(scenario())
     assert error is not None and "pickle" in str(error).lower()
+
+
+def test_profile_fractions_read_as_percent_and_drive_the_idle_tensor_finding() -> None:
+    """A profile's `*_percent` fields are fractions (neuron-profile's scale): people read 74%, and the
+    Tensor engine counts as idle below half of the time, not below 50 times it."""
+    from accelopt_core.profiling import ProfileResult
+    from server.findings import bottlenecks
+    from server.format import fraction, percent
+
+    assert (fraction(0.739), fraction(0.739, 1), fraction(None), percent(41.3)) == ("74%", "73.9%", "-", "41%")
+    lines = [{"line": 31, "time_ms": 1.0, "engine": "dma", "instructions": 4, "engines": {"dma": 1.0}}]
+
+    def idle_finding(active: float) -> list[str]:
+        result = ProfileResult("k.py", "matmul", "trn1", "simulator", latency_ms=1.0, bound="matmul",
+                               bottleneck="dma", lines=lines,
+                               profile={"tensor_engine_active_time_percent": active, "hardware_flops": 1})
+        return [f.message for f in bottlenecks(analyze(MATMUL), MATMUL, result) if f.code == "idle-tensor-engine"]
+
+    (message,) = idle_finding(0.3)
+    assert "idle 70% of the time" in message
+    assert idle_finding(0.7) == []

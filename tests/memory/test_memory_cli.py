@@ -104,9 +104,24 @@ def test_export_then_import(capsys: pytest.CaptureFixture[str], db: str, tmp_pat
     target = str(tmp_path / "team.jsonl")
     assert main(capsys, "export", target, "--db", db)[:2] == (0, f"exported 2 records to {target}\n")
     fresh = str(tmp_path / "fresh.db")
-    assert main(capsys, "import", target, "--db", fresh)[:2] == (0, f"imported 2 new records from {target}\n")
+    # the lessons are labelled: their speedups were measured by the other memory
+    assert main(capsys, "import", target, "--db", fresh)[:2] == (
+        0, f"imported 2 new records from {target} (lessons marked as imported)\n")
     with Memory(fresh) as memory:
         assert len(memory.list_experiences()) == 2
+    code, listed, _ = main(capsys, "list", "--db", fresh)
+    assert code == 0 and listed.count("(imported)") == 2
+
+
+def test_import_says_that_cached_profiles_stay_out(capsys: pytest.CaptureFixture[str], db: str,
+                                                   tmp_path: Path) -> None:
+    with Memory(db) as memory:
+        memory.put_profile(memory.add_kernel("def kernel(x):\n    return x\n"), "silu", "trn1", "simulator", "check",
+                           {"latency_ms": 1e-06, "correct": True})
+    target = str(tmp_path / "profiles.jsonl")
+    main(capsys, "export", target, "--what", "profiles", "--db", db)
+    code, out, _ = main(capsys, "import", target, "--db", str(tmp_path / "fresh.db"))
+    assert code == 0 and "1 profile record not imported: cached profiles are verdicts" in out
 
 
 def test_import_missing_file(capsys: pytest.CaptureFixture[str], db: str, tmp_path: Path) -> None:

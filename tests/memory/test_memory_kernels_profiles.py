@@ -115,3 +115,16 @@ def test_simulator_profiler_reads_profile_cache(memory: Memory) -> None:
     cache[(kernel_hash(SOURCE), "silu", "small", "trn1", "simulator", True)] = sample_result()
     profiler = SimulatorProfiler(check_variant="small", cache=cache)
     assert profiler.profile(SOURCE, TaskRef(name="silu"), "trn1") == sample_result()
+
+
+def test_profile_cache_recomputes_entries_written_in_percent(memory: Memory) -> None:
+    """Results cached before the `*_percent` fields became fractions (no `result_format`) are not served:
+    the kernel is profiled again and the entry replaced, instead of a 73.9 being read as 73.9x the latency."""
+    old = {**sample_result().to_dict(), "vector_engine_active_time_percent": 73.9}
+    del old["result_format"]
+    memory.put_profile(kernel_hash(SOURCE), "silu", "trn1", "simulator", "check:small", old)
+    cache = ProfileCache(memory)
+    key = (kernel_hash(SOURCE), "silu", "small", "trn1", "simulator", True)
+    assert key not in cache and cache.get(key) is None
+    cache[key] = sample_result()
+    assert cache[key] == sample_result()

@@ -78,3 +78,21 @@ def test_nested_transaction_commits_once(memory: Memory) -> None:
         assert memory.db.conn.in_transaction
     assert not memory.db.conn.in_transaction
     assert memory.db["kernels"].count == 2
+
+
+def test_a_version_1_database_gains_the_imported_column(tmp_path: Path) -> None:
+    """Lessons of a database from before `imported` existed were learnt there: they read as not imported."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as old:
+        old.execute("create table schema_version (version integer primary key, applied text)")
+        old.execute("insert into schema_version values (1, 'then')")
+        old.execute("create table experiences (id integer primary key, task text not null, task_family text not null, "
+                    "hardware text not null, slow_hash text not null, fast_hash text not null, speedup float not null, "
+                    "plan text, summary text, origin text, backend text, search_id integer, positive integer not null, "
+                    "pinned integer not null, created text)")
+        old.execute("insert into experiences (task, task_family, hardware, slow_hash, fast_hash, speedup, positive, "
+                    "pinned) values ('silu', 'silu', 'trn1', 'a', 'b', 2.0, 1, 0)")
+    with Memory(path) as memory:
+        (lesson,) = memory.list_experiences()
+        assert lesson.imported is False and lesson.speedup == 2.0
+        assert max(row["version"] for row in memory.db["schema_version"].rows) == SCHEMA_VERSION

@@ -30,8 +30,10 @@ class TraceBuilder:
 
     # ------------------------------------------------------------------ declarations
     def tensor(self, name: str, buffer: str, shape: tuple[int, ...], dtype: str = "float32",
-               partition_axis: int = 0) -> int:
-        """Declare a tensor; on-chip ones get their per-partition footprint (block dims included)."""
+               partition_axis: int = 0, line: int = 1) -> int:
+        """Declare a tensor; on-chip ones get their per-partition footprint (block dims included).
+        `line` is the declaring statement: the tiles one statement declares in a loop rotate through
+        the compiler's buffers."""
         tid = len(self.trace.tensors) + 1
         if buffer == "hbm":
             partition_axis = -1
@@ -40,7 +42,7 @@ class TraceBuilder:
             per_partition = _prod(shape[:partition_axis] + shape[partition_axis + 1:]) * DTYPE_SIZES[dtype]
         self.trace.tensors[tid] = TensorInfo(
             id=tid, name=name, buffer=buffer, shape=shape, dtype=dtype, partition_axis=partition_axis,
-            bytes_per_partition=per_partition, line=1, loops=self._nest)
+            bytes_per_partition=per_partition, line=line, loops=self._nest)
         return tid
 
     def loop(self, kind: str, trip_count: int, line: int = 1, parent: Loop | None = None) -> Loop:

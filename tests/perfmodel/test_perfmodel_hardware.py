@@ -130,6 +130,7 @@ def test_missing_file_and_missing_or_unknown_keys(tmp_path: Path) -> None:
 def test_dma_efficiency_curve_shape() -> None:
     dma = load_hardware("trn1").dma
     assert dma.efficiency(256) == pytest.approx(0.5)
+    assert dma.efficiency(2048) == pytest.approx(0.97)  # calibration set (trn1.toml)
     assert dma.efficiency(4096) == 1.0
     assert dma.efficiency(1 << 20) == 1.0
     sizes = [2**i for i in range(0, 16)]

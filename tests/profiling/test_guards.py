@@ -53,6 +53,23 @@ def test_returning_an_input_is_rejected(tmp_path: Path) -> None:
     assert result.correct is False and "returned one of its inputs" in result.check_message
 
 
+@pytest.mark.parametrize("returned", ["x.reshape((512, 128))", "x.reshape((64, 1024)).reshape((128, 512))"])
+def test_returning_a_reshaped_view_of_an_input_is_rejected(tmp_path: Path, returned: str) -> None:
+    """Issue 14: a reshaped view is the input itself, under another shape."""
+    (tmp_path / "flip_ref.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+        def make_inputs(rng):
+            return [rng.standard_normal((128, 512), dtype=np.float32)]
+
+        def reference(x):
+            return x.reshape(OUT_SHAPE).copy()
+    ''').replace("OUT_SHAPE", "(512, 128)" if returned.count("reshape") == 1 else "(128, 512)"))
+    cheat = f"import neuronxcc.nki as nki\n\n@nki.jit\ndef kernel(x):\n    return {returned}\n"
+    result = SimulatorProfiler(seeds=1).profile(cheat, TaskRef(reference=str(tmp_path / "flip_ref.py")))
+    assert result.correct is False and "returned one of its inputs" in result.check_message
+
+
 def test_reading_the_output_before_writing_it_is_rejected(profiler: SimulatorProfiler) -> None:
     peek = SILU.replace("            tile = nl.load(", "            stale = nl.load(out[r * tile_p:(r + 1) * tile_p, "
                         "c * tile_f:(c + 1) * tile_f])\n            tile = nl.load(")

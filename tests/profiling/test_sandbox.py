@@ -70,8 +70,10 @@ def test_reference_is_not_readable(profiler: SimulatorProfiler) -> None:
 
 
 def test_reference_is_not_importable(profiler: SimulatorProfiler) -> None:
+    # under bubblewrap the reference is not even there (only accelopt_core of this checkout is visible);
+    # unconfined, the audit hook refuses it
     result = profiler.profile(candidate("    import nkibench.reference.silu\n"), TASK)
-    assert "not allowed" in result.error
+    assert "No module named 'nkibench" in result.error or "not allowed" in result.error
 
 
 def test_memory_database_cannot_be_opened(profiler: SimulatorProfiler) -> None:
@@ -117,4 +119,6 @@ def test_a_reference_beside_the_kernel_is_not_importable_even_when_compiled(tmp_
                       "    nl.store(out, value=nl.multiply(nl.load(x), 2.0))\n    return out\n")
     result = SimulatorProfiler(seeds=1).profile(kernel.read_text(), TaskRef(reference=str(reference)),
                                                 kernel_label=str(kernel))
-    assert result.error is not None and "not allowed" in result.error
+    # covered by an empty device file under bubblewrap (no module of that name), refused by the audit hook
+    assert result.error is not None
+    assert "No module named 'pair_ref'" in result.error or "not allowed" in result.error

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +19,9 @@ from servicekit import TINY_REFERENCE, Service, service_process, tiny_job, tiny_
 
 from accelopt_core.profiling import SimulatorProfiler, TaskRef  # noqa: E402
 from accelopt_core.tasks.registry import task_files  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
+from attack_kit import DISABLE_AUDIT_HOOK  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +191,45 @@ def test_full_queue_answers_429_with_retry_after(tmp_path: Path) -> None:
             assert client.delete(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
         assert client.post("/v1/jobs", json=tiny_job(variant=203)).status_code == 202
         assert client.get("/v1/stats").json()["rejected"] == 1
+
+
+@pytest.fixture(scope="module")
+def logged_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """A service that writes its access log (info level), to check what it writes down."""
+    with service_process(tmp_path_factory.mktemp("logged"), "--workers", "1", "--seeds", "1",
+                         "--log-level", "info") as running:
+        yield running
+
+
+def test_a_lone_surrogate_in_the_kernel_is_a_clear_422_and_the_kernel_is_not_logged(logged_service: Service) -> None:
+    marker = "kernel-text-that-must-not-be-logged"
+    body = json.dumps({**tiny_job(), "kernel": f"# {marker}\n" + tiny_kernel(201) + "\ud800"})  # \ud800 escaped
+    with logged_service.client() as client:
+        answer = client.post("/v1/jobs", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 422
+    assert answer.json()["detail"][0]["loc"] == ["body", "kernel"]
+    assert "lone surrogates" in answer.json()["detail"][0]["msg"] and marker not in answer.text
+    time.sleep(0.5)
+    assert marker not in logged_service.log_text()
+
+
+def test_a_token_in_the_query_string_is_refused_and_not_logged(logged_service: Service) -> None:
+    with logged_service.client() as client:
+        answer = client.get("/v1/stats", params={"token": logged_service.token, "wait": "1"})
+        assert answer.status_code == 400 and "Authorization header" in answer.json()["detail"]
+        assert client.get("/v1/stats").status_code == 200
+    time.sleep(0.5)
+    log = logged_service.log_text()
+    assert "GET /v1/stats" in log and "wait=1" in log  # the access log is on, the rest of the URL is kept
+    assert logged_service.token not in log
+
+
+def test_kernels_cannot_read_the_token_file_even_without_the_audit_hook(service: Service) -> None:
+    """The token file is not in the kernel's view at all (bubblewrap), whatever it does in its own process."""
+    spy = tiny_kernel(110).replace("def kernel(x):\n", textwrap.indent(DISABLE_AUDIT_HOOK, "    ").join(
+        ["def kernel(x):\n", f"    import os\n    root = os.open('/', os.O_RDONLY)\n"
+         f"    raise RuntimeError(os.read(os.open({str(service.token_file)[1:]!r}, os.O_RDONLY, dir_fd=root), 99))\n"]))
+    with service.client() as client:
+        state = service.wait_job(client, client.post("/v1/jobs", json={**tiny_job(), "kernel": spy}).json()["id"])
+    assert state["status"] == "done" and "No such file or directory" in state["result"]["error"]
+    assert service.token not in str(state)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ...nki.loader import KernelLoadError, check_source
+from ...nki.loader import KernelLoadError, check_source, parse_source
 
 FILENAME = "candidate.py"
 _LOW_PRECISION = re.compile(r"\b(bfloat16|float16|fp16|bf16|float8\w*|fp8\w*|tfloat32)\b")
@@ -17,7 +17,7 @@ def kernel_params(source: str) -> tuple[str, list[str]] | None:
     """The kernel function's name and parameter names, or None when there is no recognisable kernel."""
     try:
         name = check_source(source, FILENAME)
-        tree = ast.parse(source)
+        tree = parse_source(source, FILENAME)
     except (KernelLoadError, SyntaxError):
         return None
     for node in tree.body:
@@ -30,7 +30,7 @@ def kernel_params(source: str) -> tuple[str, list[str]] | None:
 def static_problem(source: str, parent_source: str) -> str | None:
     """Why `source` cannot be a rewrite of `parent_source`, or None when it may go to the checker."""
     try:
-        tree = ast.parse(source, FILENAME)
+        tree = parse_source(source, FILENAME)
     except SyntaxError as exc:
         return f"{FILENAME}:{exc.lineno}: syntax error: {exc.msg}"
     try:
@@ -57,6 +57,6 @@ def static_problem(source: str, parent_source: str) -> str | None:
 def same_program(a: str, b: str) -> bool:
     """True when two sources differ only in comments and formatting."""
     try:
-        return ast.dump(ast.parse(a)) == ast.dump(ast.parse(b))
+        return ast.dump(parse_source(a)) == ast.dump(parse_source(b))
     except SyntaxError:
         return a == b

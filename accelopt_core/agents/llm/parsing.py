@@ -7,9 +7,10 @@ kernel last). A reply without one is a failed sample with its reason, never an e
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
+
+from ...nki.loader import parse_source
 
 _THINK = re.compile(r"<think(?:ing)?>.*?(?:</think(?:ing)?>|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.-]*)[^\n]*$", re.MULTILINE)
@@ -63,7 +64,7 @@ def _drop_leading_prose(code: str) -> str:
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        parse_source(code)
     except SyntaxError:
         return False
     return True

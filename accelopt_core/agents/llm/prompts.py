@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from ...nki.loader import parse_source
 from ...profiling import ProfileResult
 
 SPLIT = "<!-- user message -->"
@@ -37,6 +38,11 @@ KEY_FIELDS = ("hbm_read_bytes", "hbm_write_bytes", "tensor_engine_active_time_pe
               "vector_engine_active_time_percent", "scalar_engine_active_time_percent",
               "gpsimd_engine_active_time_percent", "dma_active_time_percent", "vector_engine_instruction_count",
               "scalar_engine_instruction_count", "dma_transfer_average_bytes")
+# How to read those fields (`${units}` in the planner's and the summarizer's templates): neuron-profile's
+# scale, whichever backend measured.
+PROFILE_UNITS = ("The profile's fields carry neuron-profile's names and units: bytes, flops and instruction counts "
+                 "as plain numbers, and every `*_percent` field as a fraction (0.74 means 74 %); only '% of peak' "
+                 "is written in percent.")
 TOP_LINES = 8
 TOP_EXPERIENCES = 8
 
@@ -66,6 +72,7 @@ def render(role: str, **values: Any) -> Prompt:
         raise ValueError(f"prompt template {role}.md has no '{SPLIT}' line")
     system, user = text.split(SPLIT, 1)
     values.setdefault("primer", template_text("nki_primer").strip())
+    values.setdefault("units", PROFILE_UNITS)
     filled = {k: str(v) for k, v in values.items()}
     return Prompt(string.Template(system).substitute(filled).strip() + "\n",
                   string.Template(user).substitute(filled).strip() + "\n")
@@ -152,7 +159,8 @@ def experiences_block(experiences: Sequence[Any], limit: int = TOP_EXPERIENCES) 
         lesson = getattr(exp, "summary", "") or getattr(exp, "plan", "")
         plan = getattr(exp, "plan", "")
         tail = f" (plan: {plan})" if plan and plan not in lesson else ""
-        return f"- {getattr(exp, 'speedup', 1.0):.2f}x on {where}: {lesson}{tail}"
+        imported = " [imported from another memory, not measured here]" if getattr(exp, "imported", False) else ""
+        return f"- {getattr(exp, 'speedup', 1.0):.2f}x on {where}: {lesson}{tail}{imported}"
 
     out = []
     if worked:
@@ -175,7 +183,7 @@ def task_brief(task_key: str) -> str:
     try:
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
-        tree = ast.parse(source)
+        tree = parse_source(source, path)
     except (OSError, SyntaxError):
         return f"{name}: make the kernel faster without changing its results."
     out = [(ast.get_docstring(tree) or name).strip()]

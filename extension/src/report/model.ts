@@ -17,7 +17,7 @@ export interface IterationPoint {
 
 export interface EngineActivity {
   engine: string;
-  percent: number;
+  percent: number; // 0-100; the profile's field is a fraction (0.739), as neuron-profile writes it
 }
 
 export interface ByteCount {
@@ -67,7 +67,8 @@ function firstNumber(source: Json, keys: readonly string[]): number | null {
   return null;
 }
 
-/** Engines in the order the panel shows them, with the profile field that holds each one's activity. */
+/** Engines in the order the panel shows them, with the profile field that holds each one's activity
+ * (a fraction of the latency, like every `*_percent` field of the profile; `peak_percent` is in percent). */
 export const ENGINE_FIELDS: readonly (readonly [string, string])[] = [
   ['Tensor', 'tensor_engine_active_time_percent'],
   ['Vector', 'vector_engine_active_time_percent'],
@@ -156,8 +157,8 @@ export function parseReport(raw: unknown): Report | null {
     checkMessage: str(profile.check_message),
     error: str(profile.error) ?? str(raw.failure) ?? str(raw.taskError),
     engines: ENGINE_FIELDS.flatMap(([engine, field]) => {
-      const percent = num(profile[field]);
-      return percent === null ? [] : [{ engine, percent }];
+      const fraction = num(profile[field]);
+      return fraction === null ? [] : [{ engine, percent: 100 * fraction }];
     }),
     bytes: MEMORY_LEVELS.flatMap(([label, prefix]) => {
       const read = num(profile[`${prefix}_read_bytes`]);

@@ -1,0 +1,596 @@
+"""What the compiler does with a kernel's on-chip tensors before anything runs: reuse, allocation, spill.
+
+The simulator records the kernel as written; the Neuron compiler (2025) changes how much of it reaches
+the hardware. The calibration set's counters (shared/calibration/cases.json) show three mechanisms:
+
+1. Redundant data movement is done once. A load of an HBM region that is already on chip, a transpose
+   or copy of a value that was already transposed or copied, is the same value again: the compiler
+   keeps the first result instead of redoing it, when what it must keep for that fits in the memory
+   (add_rmsnorm_matmul loads its weights once, not once per row tile: 42 MB read, not 302 MB; swiglu
+   and bmm_softmax transpose their input once: transpose_flops a third / a quarter of the written
+   ones). Where the kept values do not fit, the work is redone as written (matmul re-transposes its
+   left operand for every column block: transpose_flops as written). What only fed a removed
+   instruction is dead and removed too.
+2. Allocation per block, dead after its last access (a tensor declared with block dimensions in front
+   of the partition dimension is allocated block by block). Where the live blocks exceed the usable
+   SBUF, the block whose next use is furthest away gives way.
+3. What gives way depends on where it came from. A block that only holds data loaded from HBM is not
+   saved: its load statement is re-issued next to every use instead (matmul: the right operand block
+   of 160 KiB/partition does not fit beside the rest and is fetched again for every row tile, 9.06 GB
+   read and 0 spill bytes). Computed data is saved to HBM once and reloaded at its next use (spill):
+   bmm_softmax spills the part of its score tiles that does not fit, gqa_full nearly all of them.
+
+The result is an `AllocationPlan`: which instructions the hardware does not execute, and per
+instruction the bytes re-fetched from HBM, reloaded from spill before it and saved after it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from accelopt_core.nki.trace import Access, Instruction, TensorInfo, Trace
+
+Block = tuple[int, tuple[int, ...]]  # (tensor id, block index); () for a tensor without block dims
+Region = tuple[tuple[int, int], ...]
+
+# Instructions that only move or reshape data: the same inputs give the same result, so a repeat is
+# redundant. Arithmetic is left as written (its parameters are not all in the trace).
+_MOVES = frozenset({"dma_copy", "nc_transpose", "tensor_copy"})
+
+
+@dataclass(slots=True)
+class AllocationPlan:
+    """The compiler's version of the trace: what runs, and the extra traffic around each instruction."""
+
+    dropped: list[bool]  # not executed: redundant, dead, or a load re-issued at its uses
+    same_as: list[int]  # for a redundant instruction, the one whose result it reuses; else -1
+    reuses_buffer_of: list[int]  # the last access to the block whose physical buffer it takes; else -1
+    refetch: list[int]  # bytes loaded again from HBM before the instruction (a re-issued load)
+    refetch_line: list[int]  # the load statement those bytes come from (0: none)
+    reload: list[int]  # spilled bytes reloaded before the instruction
+    reload_after: list[int]  # the instruction whose spill save that reload must follow; else -1
+    save: list[int]  # bytes saved to HBM after the instruction (spill)
+    peak_bytes_per_partition: int  # live SBUF blocks at their peak, before anything gives way
+    capacity_bytes_per_partition: int
+    streamed_lines: set[int] = field(default_factory=set)  # load statements re-issued at every use
+
+    @property
+    def spills(self) -> bool:
+        return any(self.save) or any(self.reload)
+
+
+def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffers: int) -> AllocationPlan:
+    """The allocation plan of `trace` for an SBUF of `sbuf_capacity` and a PSUM of `psum_capacity`
+    usable bytes per partition, with `buffers` physical buffers per tile of a loop body."""
+    n = len(trace.instructions)
+    blocks = _BlockIndex(trace)
+    same_as = _reuse(trace, blocks, {"sbuf": sbuf_capacity, "psum": psum_capacity})
+    dropped = [j >= 0 for j in same_as]
+    instructions = trace.instructions
+    if any(any(a.buffer != "hbm" for a in instructions[i].reads) for i in itertools.compress(range(n), dropped)):
+        _drop_dead(trace, blocks, dropped)  # a repeat of on-chip data may leave its inputs' producers dead
+    plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n, 0, sbuf_capacity)
+    uses = _sbuf_uses(trace, blocks, dropped)
+    _rotate(trace, uses, buffers, plan.reuses_buffer_of)
+    _allocate(trace, blocks, plan, uses)
+    return plan
+
+
+class _BlockIndex:
+    """The on-chip blocks every access of the trace touches, worked out once for all passes, and the
+    first and last access of every block."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.tensors = trace.tensors
+        axes = {tid: max(0, info.partition_axis) for tid, info in trace.tensors.items() if info.buffer != "hbm"}
+        self.reads: list[list[tuple[Access, list[Block]]]] = []
+        self.writes: list[list[tuple[Access, list[Block]]]] = []
+        for inst in trace.instructions:
+            for accesses, out in ((inst.reads, self.reads), (inst.writes, self.writes)):
+                out.append([(acc, _own_blocks(acc, axes[acc.tensor])) for acc in accesses
+                            if acc.buffer != "hbm" and acc.tensor in axes])
+        self.alias: dict[Block, Block] = {}
+
+    def spans(self) -> dict[Block, tuple[int, int]]:
+        """First and last access of every block, in program order."""
+        spans: dict[Block, tuple[int, int]] = {}
+        for i, (reads, writes) in enumerate(zip(self.reads, self.writes, strict=True)):
+            for _, own in (*reads, *writes):
+                for b in own:
+                    spans[b] = (spans.get(b, (i, i))[0], i)
+        return spans
+
+    def reuse(self, alias: dict[Block, Block], spans: dict[Block, tuple[int, int]]) -> None:
+        """From now on, accesses to the blocks of `alias` go to the blocks they reuse (only the
+        instructions within those blocks' spans can touch them)."""
+        self.alias = alias
+        touched = np.zeros(len(self.reads) + 1, dtype=np.int64)
+        bounds = np.asarray([spans[b] for b in alias], dtype=np.int64)
+        np.add.at(touched, bounds[:, 0], 1)
+        np.add.at(touched, bounds[:, 1] + 1, -1)
+        for i in np.flatnonzero(np.cumsum(touched[:-1])).tolist():
+            for mine in (self.reads[i], self.writes[i]):
+                for k, (acc, own) in enumerate(mine):
+                    if own[0] in alias or (len(own) > 1 and any(b in alias for b in own)):
+                        mine[k] = (acc, [alias.get(b, b) for b in own])
+
+    def size(self, block: Block) -> float:
+        """Bytes per partition of one block."""
+        info = self.tensors[block[0]]
+        axis = max(0, info.partition_axis)
+        return info.bytes_per_partition / math.prod(info.shape[:axis]) if axis else float(info.bytes_per_partition)
+
+    def buffer(self, block: Block) -> str:
+        return self.tensors[block[0]].buffer
+
+
+def _own_blocks(acc: Access, axis: int) -> list[Block]:
+    if axis == 0:
+        return [(acc.tensor, ())]
+    region = acc.region[:axis]
+    if all(hi - lo == 1 for lo, hi in region):
+        return [(acc.tensor, tuple(lo for lo, _ in region))]
+    return [(acc.tensor, b) for b in itertools.product(*(range(lo, hi) for lo, hi in region))]
+
+
+def _inner(acc: Access, info: TensorInfo) -> Region:
+    """The part of a region inside its block (partition and free dimensions)."""
+    return acc.region[max(0, info.partition_axis):]
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. Redundant data movement
+# ------------------------------------------------------------------------------------------------
+
+
+def _reuse(trace: Trace, blocks: _BlockIndex, capacity: dict[str, int]) -> list[int]:
+    """For every instruction the earlier one whose result it may reuse (-1: none), decided per
+    statement: the deepest copies first (their inputs may then die), each kept only if the values it
+    keeps alive fit beside the ones kept already."""
+    same_as = [-1] * len(trace.instructions)
+    repeats, moved = _moved(trace)
+    if not repeats:
+        return same_as
+    candidates, depth = _repeats(trace, blocks, moved)
+    if not candidates:
+        return same_as
+    spans = blocks.spans()
+    alias: dict[Block, Block] = {}
+    kept: dict[Block, tuple[int, int]] = {}  # kept block -> its extended (first, last) access
+    by_statement: dict[tuple[int, int], list[tuple[int, int, Block, Block]]] = {}
+    for i, (j, own, kept_block) in candidates.items():
+        by_statement.setdefault((-depth[i], trace.instructions[i].line), []).append((i, j, own, kept_block))
+    for _, group in sorted(by_statement.items()):
+        trial = dict(kept)
+        for _, _, own, kept_block in group:
+            first, last = trial.get(kept_block, spans[kept_block])
+            trial[kept_block] = (first, max(last, spans[own][1]))
+        if _fits(trial, blocks, capacity, len(trace.instructions)):
+            kept = trial
+            for i, j, own, kept_block in group:
+                same_as[i] = j
+                alias[own] = kept_block
+    if alias:
+        blocks.reuse(alias, spans)
+    return same_as
+
+
+def _moved(trace: Trace) -> tuple[bool, set[int]]:
+    """A quick look that lets most kernels skip value numbering: whether two moves read the same
+    regions (only then can one repeat another; `_repeats` tells), and the on-chip tensors moves read
+    (the only ones whose values need tracking)."""
+    seen: set[tuple] = set()
+    repeats = False
+    read: set[int] = set()
+    for inst in trace.instructions:
+        op = inst.op
+        if op not in _MOVES:
+            continue
+        reads = inst.reads
+        if not repeats:
+            key = (op, *((a.tensor, a.region) for a in reads))
+            repeats = key in seen
+            seen.add(key)
+        if op != "dma_copy" or reads[0].buffer != "hbm":
+            read.update(a.tensor for a in reads if a.buffer != "hbm")
+    return repeats, read
+
+
+def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
+             ) -> tuple[dict[int, tuple[int, Block, Block]], dict[int, int]]:
+    """Data movement that repeats an earlier one on the same values: instruction -> (earlier one, the
+    block it writes, the block the earlier one wrote); and each one's depth in its chain of moves.
+    `moved`: the on-chip tensors some move reads (values elsewhere are never looked up)."""
+    tensors = trace.tensors
+    axes = {tid: max(0, info.partition_axis) for tid, info in tensors.items()}
+    values: dict[tuple[int, tuple[int, ...]], dict[Region, int]] = {}  # on-chip block -> region -> value
+    hbm_version: dict[int, int] = {}
+    seen: dict[tuple, tuple[int, int, Block, Region]] = {}
+    depth_of: dict[int, int] = {}  # value -> depth of the move chain that made it
+    candidates: dict[int, tuple[int, Block, Block]] = {}
+    depth: dict[int, int] = {}
+    conflicted: set[Block] = set()
+    written_by: dict[Block, int] = {}  # block -> the earlier block it repeats (-1 when written otherwise)
+    fresh = itertools.count(1)
+    hbm_values: dict[tuple, int] = {}
+    for i, inst in enumerate(trace.instructions):
+        for acc in inst.writes:
+            if acc.buffer == "hbm":
+                hbm_version[acc.tensor] = hbm_version.get(acc.tensor, 0) + 1
+        if inst.op not in _MOVES:
+            # computed values never repeat here (arithmetic is left as written): forget what was there
+            for acc, own in blocks.writes[i]:
+                tracked = acc.tensor in moved
+                for b in own:
+                    if tracked:
+                        values.pop(b, None)
+                    if written_by.setdefault(b, None) is not None:
+                        conflicted.add(b)
+            continue
+        reads = inst.reads
+        if len(reads) == 1 and reads[0].buffer == "hbm" and inst.writes and inst.writes[0].buffer != "hbm" \
+                and not (inst.attrs or {}).get("indirect"):
+            # the common case, a load: its value is the HBM region as last written
+            src, out = reads[0], inst.writes[0]
+            ident = (src.tensor, src.region, hbm_version.get(src.tensor, 0))
+            value = hbm_values.get(ident)
+            if value is None:
+                value = hbm_values[ident] = next(fresh)
+            key: tuple | None = (inst.op, (value,), out.shape, out.dtype, out.nbytes,
+                                 bool((inst.attrs or {}).get("transpose")))
+            made = 1
+        else:
+            key = _move_key(inst, tensors, values, hbm_version, hbm_values, fresh)
+            made = 1 + max((depth_of.get(v, 0) for v in key[1]), default=0) if key is not None else 1
+        for acc, own in blocks.writes[i]:
+            inner = acc.region[axes[acc.tensor]:]
+            single = len(own) == 1
+            earlier = seen.get(key) if key is not None and single else None
+            if earlier is not None and earlier[3] == inner and earlier[2] != own[0]:
+                j, value, kept_block, _ = earlier
+                candidates[i] = (j, own[0], kept_block)
+                depth[i] = depth_of.get(value, 1)
+                _note_writer(written_by, conflicted, own[0], kept_block)
+            else:
+                value = next(fresh)
+                if key is not None and single:
+                    seen[key] = (i, value, own[0], inner)
+                    depth_of[value] = made
+                for b in own:
+                    if written_by.setdefault(b, None) is not None:
+                        conflicted.add(b)
+            if acc.tensor in moved:
+                for b in own:
+                    regions = values.get(b)
+                    if regions is None:
+                        values[b] = {inner: value}
+                    else:
+                        _set_value(values, b, inner, value)
+    return {i: c for i, c in candidates.items() if c[1] not in conflicted}, depth
+
+
+def _note_writer(written_by: dict[Block, int], conflicted: set[Block], block: Block, kept: Block | None) -> None:
+    """A block can reuse another only if every write to it repeats a write to that same block."""
+    tag = written_by.setdefault(block, kept)
+    if tag != kept:
+        conflicted.add(block)
+
+
+def _move_key(inst: Instruction, tensors: dict[int, TensorInfo], values: dict, hbm_version: dict[int, int],
+              hbm_values: dict[tuple, int], fresh: itertools.count) -> tuple | None:
+    """What the result of a data movement depends on: the op, its flags, its input values and its
+    output shape; None when an input's value is not known exactly."""
+    attrs = inst.attrs or {}
+    if attrs.get("indirect") or attrs.get("accumulate") or any(a.buffer == "hbm" for a in inst.writes):
+        return None
+    inputs: list[int] = []
+    for acc in inst.reads:
+        if acc.buffer == "hbm":
+            ident = (acc.tensor, acc.region, hbm_version.get(acc.tensor, 0))
+            value = hbm_values.get(ident)
+            if value is None:
+                value = hbm_values[ident] = next(fresh)
+        else:
+            info = tensors.get(acc.tensor)
+            if info is None:
+                return None
+            axis = max(0, info.partition_axis)
+            block = tuple(lo for lo, _ in acc.region[:axis])
+            value = _value_of(values.get((acc.tensor, block)), _inner(acc, info), hbm_values, fresh)
+            if value is None:
+                return None
+        inputs.append(value)
+    out = inst.writes[0]
+    return (inst.op, tuple(inputs), out.shape, out.dtype, out.nbytes, bool(attrs.get("transpose")))
+
+
+def _value_of(regions: dict[Region, int] | None, inner: Region, derived: dict[tuple, int],
+              fresh: itertools.count) -> int | None:
+    """The value in `inner`: the one written there, or a part of one written around it."""
+    if not regions:
+        return None
+    value = regions.get(inner)
+    if value is not None:
+        return value
+    for region, whole in regions.items():
+        if all(olo <= ilo and ihi <= ohi for (olo, ohi), (ilo, ihi) in zip(region, inner, strict=False)):
+            part = (whole, inner)
+            value = derived.get(part)
+            if value is None:
+                value = derived[part] = next(fresh)
+            return value
+    return None
+
+
+def _set_value(values: dict, block: Block, inner: Region, value: int) -> None:
+    """Record the value now in `inner` of `block`, forgetting the values it overwrote in part."""
+    regions = values.setdefault(block, {})
+    if regions and inner not in regions:
+        for other in [r for r in regions if _overlap(r, inner)]:
+            del regions[other]
+    regions[inner] = value
+
+
+def _overlap(a: Region, b: Region) -> bool:
+    return all(alo < bhi and blo < ahi for (alo, ahi), (blo, bhi) in zip(a, b, strict=False))
+
+
+def _fits(kept: dict[Block, tuple[int, int]], blocks: _BlockIndex, capacity: dict[str, int], n: int) -> bool:
+    """Whether the kept blocks, live over their extended spans, fit their memories at every point."""
+    for buffer, limit in capacity.items():
+        chosen = [(first, last, blocks.size(b)) for b, (first, last) in kept.items() if blocks.buffer(b) == buffer]
+        if not chosen:
+            continue
+        first, last, size = (np.asarray(column) for column in zip(*chosen, strict=True))
+        delta = np.zeros(n + 1)
+        np.add.at(delta, first, size)
+        np.add.at(delta, last + 1, -size)
+        if np.cumsum(delta).max() > limit:
+            return False
+    return True
+
+
+def _drop_dead(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> None:
+    """Drop what only fed dropped instructions: walking back, an instruction whose on-chip results are
+    all read, and only by dropped instructions, is dead. Results nobody reads stay as written."""
+    read_by_live: set[Block] = set()
+    read_at_all: set[Block] = set()
+    for i in range(len(trace.instructions) - 1, -1, -1):
+        inst = trace.instructions[i]
+        if not dropped[i] and inst.writes and all(a.buffer != "hbm" for a in inst.writes):
+            own = [b for _, mine in blocks.writes[i] for b in mine]
+            if own and all(b in read_at_all for b in own) and not any(b in read_by_live for b in own):
+                dropped[i] = True
+        for _, mine in blocks.reads[i]:
+            for b in mine:
+                read_at_all.add(b)
+                if not dropped[i]:
+                    read_by_live.add(b)
+
+
+# ------------------------------------------------------------------------------------------------
+# 2-3. Allocation, re-issued loads and spill
+# ------------------------------------------------------------------------------------------------
+
+
+def _rotate(trace: Trace, uses: dict[Block, list[int]], buffers: int, reuses_buffer_of: list[int]) -> None:
+    """Buffer rotation: the compiler gives the tiles one statement allocates (the blocks of a block
+    tensor, or a tile declared in a loop body, one tensor per iteration) a few physical buffers in
+    turn, so a tile can be written only once the tile `buffers` allocations earlier is dead. That is
+    what stops DMA from running arbitrarily far ahead of compute. A tile whose predecessor is still
+    live in program order is meant to live beside it: it gets a buffer of its own."""
+    tensors = trace.tensors
+    sites: dict[tuple, list[Block]] = {}
+    nests: dict[int, tuple[int, ...]] = {}  # innermost loop execution -> the lines of its nest
+    for b in sorted(uses, key=lambda b: uses[b][0]):
+        info = tensors[b[0]]
+        if info.partition_axis > 0:
+            site: tuple = (b[0],)
+        elif info.loops:  # a tile of a loop body: the same statement's tile of every iteration
+            innermost = info.loops[-1][0]
+            nest = nests.get(id(innermost))
+            if nest is None:
+                nest = nests[id(innermost)] = tuple(loop.line for loop, _ in info.loops)
+            site = (info.line, info.shape, info.dtype, nest)
+        else:
+            continue
+        earlier = sites.setdefault(site, [])
+        if len(earlier) >= buffers:
+            before = uses[earlier[-buffers]][-1]
+            if before < uses[b][0]:
+                reuses_buffer_of[uses[b][0]] = max(reuses_buffer_of[uses[b][0]], before)
+        earlier.append(b)
+
+
+def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dict[Block, list[int]]) -> None:
+    """Walk the executed instructions in program order keeping the live SBUF blocks resident; where
+    they overflow, the one next used furthest ahead gives way (a loaded one by re-issuing its load
+    statement at every use, a computed one by a spill)."""
+    if not uses:
+        return
+    sizes = {b: blocks.size(b) for b in uses}
+    timeline = np.zeros(len(trace.instructions) + 1)
+    for b, at in uses.items():
+        timeline[at[0]] += sizes[b]
+        timeline[at[-1] + 1] -= sizes[b]
+    plan.peak_bytes_per_partition = round(float(np.cumsum(timeline).max()))
+    if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
+        return
+    _Allocator(trace, blocks, plan, uses, sizes).run()
+
+
+def _sbuf_uses(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> dict[Block, list[int]]:
+    """Every executed access to each SBUF block, in program order."""
+    uses: dict[Block, list[int]] = {}
+    for i in range(len(trace.instructions)):
+        if dropped[i]:
+            continue
+        for acc, own in (*blocks.reads[i], *blocks.writes[i]):
+            if acc.buffer != "sbuf":
+                continue
+            for b in own:
+                at = uses.setdefault(b, [])
+                if not at or at[-1] != i:
+                    at.append(i)
+    return uses
+
+
+class _Allocator:
+    """The resident set and its eviction order (next use furthest ahead first)."""
+
+    def __init__(self, trace: Trace, blocks: _BlockIndex, plan: AllocationPlan,
+                 uses: dict[Block, list[int]], sizes: dict[Block, float]) -> None:
+        self.trace, self.blocks, self.plan = trace, blocks, plan
+        self.uses, self.sizes = uses, sizes
+        self.cursor = dict.fromkeys(uses, 0)  # index into uses[b] of its next access
+        self.resident: set[Block] = set()
+        self.spilled: dict[Block, int] = {}  # spilled block -> the instruction after which it was saved
+        self.computed: set[Block] = set()  # written by an engine, not only loaded from HBM
+        self.loaded_by: dict[Block, int] = {}  # block -> line of the load statement that filled it
+        self.refetched: set[Block] = set()  # loaded blocks that gave way, to load again at their next use
+        self.loads = _load_counts(trace, plan.dropped)  # line -> executed loads into SBUF
+        self.kept = set(blocks.alias.values())  # blocks kept for a repeated move
+        self.live = 0.0
+        self.heap: list[tuple[int, int, Block]] = []
+        self.order = itertools.count()
+
+    def run(self) -> None:
+        plan = self.plan
+        for i, inst in enumerate(self.trace.instructions):
+            if plan.dropped[i]:
+                continue
+            if inst.op == "dma_copy" and inst.line in plan.streamed_lines and _loads_to_sbuf(inst):
+                plan.dropped[i] = True  # re-issued next to each use instead
+                for _, own in self.blocks.writes[i]:
+                    for b in own:
+                        self.loaded_by.setdefault(b, inst.line)
+                continue
+            here: set[Block] = set()
+            for acc, own in self.blocks.reads[i]:
+                if acc.buffer == "sbuf":
+                    self._read(i, acc, own, here)
+            for acc, own in self.blocks.writes[i]:
+                if acc.buffer == "sbuf":
+                    self._write(inst, own, here)
+            self._fit(i, here)
+            for b in here:
+                self._advance(b, i)
+
+    def _read(self, i: int, acc: Access, own: list[Block], here: set[Block]) -> None:
+        share = acc.nbytes // max(1, len(own))
+        for b in own:
+            if b not in self.sizes:
+                continue
+            here.add(b)
+            if b in self.resident:
+                continue
+            if b in self.spilled:
+                self.plan.reload[i] += self._bytes(b)  # a reload brings the block back whole
+                self.plan.reload_after[i] = max(self.plan.reload_after[i], self.spilled[b])
+                del self.spilled[b]
+                self._admit(b)
+            elif self.loaded_by.get(b) in self.plan.streamed_lines and b not in self.computed:
+                self.plan.refetch[i] += share  # a streamed load: fetched into a short-lived buffer
+                self.plan.refetch_line[i] = self.loaded_by[b]
+            elif b in self.refetched:
+                self.plan.refetch[i] += self._bytes(b)
+                self.refetched.discard(b)
+                self._admit(b)
+            else:
+                self._admit(b)
+
+    def _write(self, inst: Instruction, own: list[Block], here: set[Block]) -> None:
+        for b in own:
+            if b not in self.sizes:
+                continue
+            here.add(b)
+            if inst.op == "dma_copy" and _loads_to_sbuf(inst):
+                self.loaded_by.setdefault(b, inst.line)
+            else:
+                self.computed.add(b)
+            self.spilled.pop(b, None)
+            self.refetched.discard(b)
+            if b not in self.resident:
+                self._admit(b)
+
+    def _admit(self, b: Block) -> None:
+        self.resident.add(b)
+        self.live += self.sizes[b]
+
+    def _release(self, b: Block) -> None:
+        self.resident.discard(b)
+        self.live -= self.sizes[b]
+
+    def _advance(self, b: Block, i: int) -> None:
+        """After instruction i: move the block to its next use, or free it after its last."""
+        at = self.uses[b]
+        k = self.cursor[b]
+        while k < len(at) and at[k] <= i:
+            k += 1
+        self.cursor[b] = k
+        if k >= len(at):
+            if b in self.resident:
+                self._release(b)
+            self.spilled.pop(b, None)
+            self.refetched.discard(b)
+        elif b in self.resident:
+            heapq.heappush(self.heap, (-at[k], next(self.order), b))
+
+    def _fit(self, i: int, here: set[Block]) -> None:
+        """Make the resident set fit, the block next used furthest ahead first."""
+        capacity = self.plan.capacity_bytes_per_partition
+        deferred: list[tuple[int, int, Block]] = []
+        while self.live > capacity and self.heap:
+            entry = heapq.heappop(self.heap)
+            b = entry[2]
+            at = self.uses[b]
+            k = self.cursor[b]
+            if b not in self.resident or k >= len(at) or -entry[0] != at[k]:
+                continue  # stale entry
+            if b in here:
+                deferred.append(entry)
+                continue
+            self._evict(b, i)
+        for entry in deferred:
+            heapq.heappush(self.heap, entry)
+
+    def _evict(self, b: Block, i: int) -> None:
+        line = self.loaded_by.get(b)
+        if line is not None and b not in self.computed:
+            self._release(b)
+            if self.loads[line] > 1 and b not in self.kept:
+                # a load statement of a loop: re-issued next to every use of its blocks from now on
+                self.plan.streamed_lines.add(line)
+                for other in [r for r in self.resident if self.loaded_by.get(r) == line and r not in self.computed]:
+                    self._release(other)
+            else:
+                # a single load, or a repeat kept instead of reloaded: loaded again before its next use
+                self.refetched.add(b)
+            return
+        self._release(b)
+        self.spilled[b] = i
+        self.plan.save[i] += self._bytes(b)
+
+    def _bytes(self, b: Block) -> int:
+        """The whole block's bytes over its partitions."""
+        info = self.blocks.tensors[b[0]]
+        partitions = info.shape[max(0, info.partition_axis)] if info.shape else 1
+        return round(self.sizes[b] * partitions)
+
+
+def _load_counts(trace: Trace, dropped: list[bool]) -> dict[int, int]:
+    """Executed loads into SBUF per source line."""
+    counts: dict[int, int] = {}
+    for inst, gone in zip(trace.instructions, dropped, strict=True):
+        if not gone and inst.op == "dma_copy" and _loads_to_sbuf(inst):
+            counts[inst.line] = counts.get(inst.line, 0) + 1
+    return counts
+
+
+def _loads_to_sbuf(inst: Instruction) -> bool:
+    return (inst.attrs or {}).get("direction") == "hbm_to_sbuf"
