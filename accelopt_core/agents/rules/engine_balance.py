@@ -19,6 +19,8 @@ from typing import Any
 
 import libcst as cst
 
+from accelopt_core.hardware import load_hardware
+
 from .base import Plan, RuleError
 from .cst_util import (
     accesses,
@@ -80,7 +82,7 @@ class BalanceEngines:
         busy = _busy(profile)
         bottleneck = _busiest_compute_engine(profile, busy)
         idle = [e for e in _ENGINES if bottleneck and e != bottleneck
-                and busy.get(e, 0.0) < _IDLE_SHARE * busy[bottleneck]]
+                and busy.get(e, 0.0) < _IDLE_SHARE * busy[bottleneck] and not _share_a_port(hardware, e, bottleneck)]
         if bottleneck is None or not idle:
             return plans
         lines = line_engine_times(profile)
@@ -103,7 +105,11 @@ class BalanceEngines:
         operands: each engine runs its instructions in order, so on one engine the next tile's
         operand preparation waits behind this tile's read-out, which waits for the matmuls, and the
         Tensor engine idles in between (the kernel takes longer than its busiest engine)."""
-        drains = _psum_drains(analysis, hardware)
+        lines = line_engine_times(profile)
+        # a read-out the compiler places (nl.copy) already runs where it finishes first: only those the
+        # profile shows on the engine they leave are moves
+        drains = [m for m in _psum_drains(analysis, hardware)
+                  if lines.get(line_of(m.stmt, analysis.pos), {}).get(m.source, 0.0) > 0.0]
         if not drains or not _feeds_tensor_engine(analysis, drains[0].source):
             return []
         busy, latency = _busy(profile), latency_ms(profile) or 0.0
@@ -173,6 +179,12 @@ def _feeds_tensor_engine(analysis: KernelAnalysis, engine: str) -> bool:
                                   for op in model.ops):
         return True
     return any(op.engine == engine and any(r.name in operands for r in op.writes) for op in model.ops)
+
+
+def _share_a_port(hardware: str, one: str, other: str) -> bool:
+    """On NC-v2 Vector and GpSimd take turns on one SBUF port (nki-facts A.4, `vector_gpsimd_share_sbuf`):
+    work moved from one to the other still waits for the port, so neither is idle for the other."""
+    return {one, other} == {"vector", "gpsimd"} and load_hardware(hardware).memory.vector_gpsimd_share_sbuf
 
 
 def _busiest_compute_engine(profile: Any, busy: dict[str, float]) -> str | None:
