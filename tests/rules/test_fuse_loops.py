@@ -153,6 +153,11 @@ def test_a_loop_that_recomputes_an_earlier_one_goes_and_its_readers_read_the_fir
     assert_same(text, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
     dropped = profile(after, shapes, tmp_path)
     assert dropped.profile["instruction_count"] == before.profile["instruction_count"] - 4
-    assert dropped.profile["hbm_read_bytes"] < before.profile["hbm_read_bytes"]
+    # the 2025 compiler already loads x once (the model keeps a repeated load's data on chip when it fits),
+    # the exponentials it computes as written: what goes is the second pass of the Scalar engine
+    assert dropped.profile["hbm_read_bytes"] == before.profile["hbm_read_bytes"]
+    assert dropped.latency_ms is not None and before.latency_ms is not None
+    assert dropped.profile["engine_busy_time"]["scalar"] < before.profile["engine_busy_time"]["scalar"]
+    assert dropped.latency_ms <= before.latency_ms  # this small kernel's time is its DMA's
     changed = text.replace("nl.load(v1[128 * i2 +", "nl.load(v2[128 * i2 +")  # not the same data any more
     assert [p for p in rule.plan(changed, None) if "drop" in p.params] == []
