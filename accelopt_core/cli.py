@@ -98,7 +98,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         handle.write(source)
     require_isolation("simulator")
     options = argparse.Namespace(kernel=kernel_path, hardware=args.hardware, preset=args.preset, iterations=None,
-                                 beam_width=None, workers=None, replay_steps=None, planner="rules", llm=False,
+                                 beam_width=None, workers=None, replay_steps=None, time_budget=None, planner="rules",
+                                 llm=False,
                                  out=None, resume=None, db=args.db, json=None, backend="simulator")
     return run_optimize(options, source, TaskRef(name=files.name))
 
@@ -175,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--workers", type=int, help="parallel evaluations (default: one per core)")
     optimize.add_argument("--replay-steps", type=int, help="how many remembered wins memory replay may chain "
                           "before the first iteration (default 8; 0 turns replay off)")
+    optimize.add_argument("--time-budget", type=float, help="wall-clock seconds the search may take: no "
+                          "evaluation starts that would end later (default: the preset's, 540 for default, 300 "
+                          "for quick, none for paper; 0 for no limit)")
     optimize.add_argument("--planner", choices=("rules", "llm", "both"),
                           help="who proposes rewrites: the rule-based optimizer, the LLM agents, or both in one "
                           "search (default: llm when an endpoint is configured, else rules)")

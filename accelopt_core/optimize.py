@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 from .agents.llm import LLMAgent
@@ -107,6 +108,9 @@ def choose_agents(args: argparse.Namespace, config: SearchConfig, settings: LLMS
 def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
     config = preset(args.preset, iterations=args.iterations, beam_width=args.beam_width, workers=args.workers,
                     replay_steps=args.replay_steps)
+    budget = getattr(args, "time_budget", None)
+    if budget is not None:
+        config = replace(config, time_budget_s=budget or None)  # 0: no limit
     try:
         settings = LLMSettings.load()
     except ConfigError as exc:

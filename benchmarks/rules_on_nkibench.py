@@ -1,4 +1,5 @@
-"""Which rewrite rules fire on the NKIBench baselines, and what their first plan does.
+"""Which rewrite rules fire on the NKIBench baselines (or on kernels written by others), and what
+their first plan does.
 
 For every task and rule: the rule plans on the baseline and its profile; the first plan (and, with
 --best K, the best of the first K) is applied and the rewritten kernel is checked and timed by
@@ -7,15 +8,20 @@ Markdown table; --json writes the rows.
 
     python benchmarks/rules_on_nkibench.py [--rules fuse_elementwise,...] [--tasks silu,...] [--best 3]
                                            [--chain 4]
+    python benchmarks/rules_on_nkibench.py --public ../shared/calibration [--no-check] [--chain 3]
 
 --chain N then runs a greedy rule-only search per task (up to N rewrites, each the best correct
 improvement among the first K plans of every rule) and prints a second table.
+
+--public DIR runs on kernels in the public NKIBench layout (DIR/kernels/NAME.py checked against
+DIR/reference/NAME.py, one size: checks simulate it in full, on --seeds seeds). --no-check times
+every kernel trace-only instead: what the rules reach by the performance model, nothing verified
+(the table says so).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -26,20 +32,9 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from accelopt_core.agents.rules.registry import default_rules  # noqa: E402
 from accelopt_core.blas import single_threaded_blas  # noqa: E402
 from accelopt_core.profiling import ProfileResult, SimulatorProfiler, TaskRef  # noqa: E402
-
-# (module under accelopt_core.agents.rules, class): the rules this benchmark runs.
-RULES: list[tuple[str, str]] = [
-    ("fuse_elementwise", "FuseElementwise"),
-    ("engine_balance", "BalanceEngines"),
-    ("tile_size", "RetuneTileSize"),
-    ("merge_dma", "MergeDma"),
-    ("hoist", "HoistInvariant"),
-    ("interchange", "InterchangeLoops"),
-    ("fuse_loops", "FuseLoops"),
-    ("seq_to_affine", "SequentialToAffine"),
-]
 
 KERNELS = os.path.join(ROOT, "nkibench", "kernels")
 
@@ -65,29 +60,53 @@ class Row:
 
 
 def load_rules(names: list[str] | None) -> list[Any]:
-    rules = []
-    for module, cls in RULES:
-        rule = getattr(importlib.import_module(f"accelopt_core.agents.rules.{module}"), cls)()
-        if names is None or rule.name in names or module in names:
-            rules.append(rule)
-    return rules
+    """The optimizer's rules (all of them, in their default order), or those named."""
+    return [rule for rule in default_rules() if names is None or rule.name in names]
 
 
-def task_names() -> list[str]:
-    return sorted(f[:-3] for f in os.listdir(KERNELS) if f.endswith(".py") and not f.startswith("_"))
+def task_names(folder: str = KERNELS) -> list[str]:
+    return sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py") and not f.startswith("_"))
+
+
+@dataclass
+class Bench:
+    """Where the kernels come from and how they are checked: our NKIBench tasks (small variant,
+    2 seeds) or public-layout kernels with their references (full size, `seeds`), or not at all."""
+
+    public: str | None = None
+    seeds: int = 2
+    check: bool = True
+
+    def kernel(self, task: str) -> str:
+        folder = os.path.join(self.public, "kernels") if self.public else KERNELS
+        with open(os.path.join(folder, f"{task}.py"), encoding="utf-8") as handle:
+            return handle.read()
+
+    def ref(self, task: str) -> TaskRef:
+        if self.public:
+            return TaskRef(reference=os.path.join(self.public, "reference", f"{task}.py"))
+        return TaskRef(task)
+
+    def profiler(self) -> SimulatorProfiler:
+        return SimulatorProfiler(seeds=self.seeds, check_variant=None if self.public else "small")
+
+    def evaluate(self, profiler: SimulatorProfiler, source: str, task: str) -> ProfileResult:
+        result = profiler.profile(source, self.ref(task), check=self.check)
+        if not self.check and result.error is None:
+            result.correct = True  # timed only: the tables say so
+        return result
 
 
 def _describe(result: ProfileResult) -> str:
     return result.error or result.check_message or ""
 
 
-def run(tasks: list[str], rules: list[Any], best: int) -> list[Row]:
-    profiler = SimulatorProfiler(seeds=2, check_variant="small")
+def run(tasks: list[str], rules: list[Any], best: int, bench: Bench) -> list[Row]:
+    profiler = bench.profiler()
     rows: list[Row] = []
     for task in tasks:
-        with open(os.path.join(KERNELS, f"{task}.py"), encoding="utf-8") as handle:
-            source = handle.read()
-        base = profiler.profile(source, TaskRef(task))
+        source = bench.kernel(task)
+        base = bench.evaluate(profiler, source, task)
         for rule in rules:
             start = time.perf_counter()
             try:
@@ -98,7 +117,7 @@ def run(tasks: list[str], rules: list[Any], best: int) -> list[Row]:
             row = Row(task, rule.name, len(plans), before_ms=base.latency_ms)
             for index, plan in enumerate(plans[:max(1, best)]):
                 try:
-                    result = profiler.profile(rule.apply(source, plan), TaskRef(task))
+                    result = bench.evaluate(profiler, rule.apply(source, plan), task)
                 except Exception as exc:
                     if index == 0:
                         row.first, row.note = plan.description, f"apply raised {type(exc).__name__}: {exc}"
@@ -153,13 +172,12 @@ class Chain:
         return self.before_ms / self.after_ms if self.before_ms and self.after_ms else None
 
 
-def chain(tasks: list[str], rules: list[Any], best: int, max_steps: int) -> list[Chain]:
-    profiler = SimulatorProfiler(seeds=2, check_variant="small")
+def chain(tasks: list[str], rules: list[Any], best: int, max_steps: int, bench: Bench) -> list[Chain]:
+    profiler = bench.profiler()
     found: list[Chain] = []
     for task in tasks:
-        with open(os.path.join(KERNELS, f"{task}.py"), encoding="utf-8") as handle:
-            source = handle.read()
-        current = profiler.profile(source, TaskRef(task))
+        source = bench.kernel(task)
+        current = bench.evaluate(profiler, source, task)
         record = Chain(task, current.latency_ms, current.latency_ms, [])
         for _ in range(max_steps):
             candidates = []
@@ -174,7 +192,7 @@ def chain(tasks: list[str], rules: list[Any], best: int, max_steps: int) -> list
                     new_source = rule.apply(source, plan)
                 except Exception:  # a failing apply shows in the per-rule table
                     continue
-                result = profiler.profile(new_source, TaskRef(task))
+                result = bench.evaluate(profiler, new_source, task)
                 if (result.correct and result.latency_ms and current.latency_ms
                         and result.latency_ms < current.latency_ms
                         and (winner is None or result.latency_ms < winner[1].latency_ms)):
@@ -206,15 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--chain", type=int, default=0, metavar="N",
                         help="also chain up to N rewrites per task greedily (correct improvements only)")
+    parser.add_argument("--public", metavar="DIR", help="kernels in the public NKIBench layout: DIR/kernels/*.py "
+                        "checked against DIR/reference/*.py at their one size")
+    parser.add_argument("--seeds", type=int, default=2, help="seeds per check (default 2)")
+    parser.add_argument("--no-check", action="store_true", help="time trace-only, check nothing (marked so)")
     args = parser.parse_args(argv)
     single_threaded_blas()
     rules = load_rules(args.rules.split(",") if args.rules else None)
-    tasks = args.tasks.split(",") if args.tasks else task_names()
-    rows = run(tasks, rules, args.best)
+    bench = Bench(args.public, args.seeds, not args.no_check)
+    tasks = args.tasks.split(",") if args.tasks else task_names(
+        os.path.join(args.public, "kernels") if args.public else KERNELS)
+    if not bench.check:
+        print("timed trace-only by the performance model; nothing below was checked for correctness\n")
+    rows = run(tasks, rules, args.best, bench)
     print(table(rows, args.best))
     if args.chain:
         print()
-        print(chain_table(chain(tasks, rules, args.best, args.chain)))
+        print(chain_table(chain(tasks, rules, args.best, args.chain, bench)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump([{**asdict(r), "speedup": r.speedup} for r in rows], handle, indent=1)

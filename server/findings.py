@@ -3,12 +3,10 @@ source and profile. No LSP types here; features/diagnostics.py translates."""
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelopt_core.nki.loader import parse_source
 from accelopt_core.profiling import ProfileResult
 
 from .format import fraction, ms, nbytes
@@ -58,93 +56,22 @@ class RepeatedLoad:
     loop_vars: tuple[str, ...]
 
 
-def _names(node: ast.AST | None) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node is not None else set()
-
-
-def _base_name(node: ast.AST) -> str | None:
-    while isinstance(node, (ast.Subscript, ast.Attribute)):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _assigned(target: ast.AST) -> set[str]:
-    """Names an assignment target rebinds or writes into (`a_t[k] = ...` writes `a_t`, not `k`)."""
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return set().union(*(_assigned(t) for t in target.elts)) if target.elts else set()
-    if isinstance(target, ast.Starred):
-        return _assigned(target.value)
-    name = _base_name(target)
-    return {name} if name else set()
-
-
-def _call_name(node: ast.Call) -> str:
-    func = node.func
-    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-
-
-def _varying(loop: ast.For) -> tuple[set[str], set[str]]:
-    """Names whose value changes from one iteration of `loop` to the next (its variables and what
-    is computed from them inside it), and the tensors the loop writes with stores."""
-    varying = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-    written: set[str] = set()
-    statements = [n for n in ast.walk(loop) if n is not loop]
-    for node in statements:
-        if isinstance(node, ast.Call) and _call_name(node) in ("store", "dma_copy"):
-            destinations = node.args[:1] + [k.value for k in node.keywords if k.arg == "dst"]
-            written |= {name for name in map(_base_name, destinations) if name}
-    changed = True
-    while changed:
-        changed = False
-        for node in statements:
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                uses = _names(node.value) | (_names(node.target) if isinstance(node, ast.AugAssign) else set())
-                if uses & varying:
-                    for name in set().union(*(_assigned(t) for t in targets)) - varying:
-                        varying.add(name)
-                        changed = True
-            elif isinstance(node, ast.For) and _names(node.iter) & varying:
-                new = {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)} - varying
-                if new:
-                    varying |= new
-                    changed = True
-    return varying, written
-
-
 def repeated_loads(source: str, kernel: KernelFile) -> list[RepeatedLoad]:
-    """`nl.load`s inside a loop whose address does not change with that loop: the same bytes come
-    from HBM on every iteration. Reported against the outermost such loop (hoisting out of it helps most)."""
+    """Loads from HBM inside a loop whose source bytes do not change with that loop: the same data
+    comes from HBM on every iteration. Reported against the outermost such loop (hoisting out of it
+    helps most). The question is the rules' shared analysis (accelopt_core.agents.rules.analysis), so
+    the editor and the optimizer agree in every kernel style (`nl.load`, `nisa.dma_copy`, compiler
+    output that loads into block tensors)."""
     if not kernel.function:
         return []
+    from accelopt_core.agents.rules.analysis import model_of
+    from accelopt_core.agents.rules.base import RuleError
+
     try:
-        tree = parse_source(source)
-    except SyntaxError:
+        model = model_of(source, function=kernel.function)
+    except (RuleError, ValueError, SyntaxError):
         return []
-    function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel.function), None)
-    if function is None:
-        return []
-    found: list[RepeatedLoad] = []
-    analysis: dict[int, tuple[set[str], set[str]]] = {}
-
-    def visit(node: ast.AST, loops: list[ast.For]) -> None:
-        if isinstance(node, ast.For):
-            analysis[id(node)] = _varying(node)
-            loops = [*loops, node]
-        if isinstance(node, ast.Call) and _call_name(node) == "load" and loops:
-            used = set().union(*(_names(a) for a in node.args), *(_names(k.value) for k in node.keywords))
-            source_tensor = _base_name(node.args[0]) if node.args else None
-            for loop in loops:  # outermost first
-                varying, written = analysis[id(loop)]
-                if not used & varying and source_tensor not in written:
-                    targets = tuple(n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name))
-                    found.append(RepeatedLoad(node.lineno, loop.lineno, targets))
-                    break
-        for child in ast.iter_child_nodes(node):
-            visit(child, loops)
-
-    visit(function, [])
-    return found
+    return [RepeatedLoad(op.line, loop.line, (loop.var,) if loop.var else ()) for op, loop in model.repeated_loads()]
 
 
 # --- all findings for one kernel ---------------------------------------------------------------

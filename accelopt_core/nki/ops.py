@@ -370,10 +370,16 @@ class LoopReduction:
 def assign(dst: Tile, value: Any) -> None:
     """`dst[...] = value`: retarget the instruction that just produced `value`, else copy."""
     if isinstance(value, LoopReduction):
+        # The first contribution to a destination nothing has written initializes it: compiler output
+        # reduces into an `nl.ndarray` it never filled (the loop's first iteration starts the
+        # reduction), and reading the fill of never-written memory (NaN) would poison the result.
+        first = current().numeric and dtypes.is_float(dst.dtype) and bool(np.isnan(dst.read()).all())
         tensor_tensor(dst, value.tile, value.op, dtype=value.dtype, mask=value.mask, dst=dst)
         attrs = current().trace.instructions[-1].attrs
         if attrs is not None:
             attrs["loop_reduce"] = True  # the compiler may fold it into its operand's producer (perfmodel)
+        if first:
+            _store(dst, _f32(value.tile).reshape(dst.shape), _mask_values(value.mask, dst.shape))
         return
     if not isinstance(value, Tile):
         if isinstance(value, (int, float, np.number)):

@@ -18,6 +18,7 @@ anything. Lessons from slow->fast pairs go to memory as experiences.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -95,10 +96,30 @@ class BeamSearch:
         self.verifier: Profiler | None = getattr(profiler, "at_timed_size", lambda: None)()
         self._verified: set[str] = set()
         self._base: Candidate | None = None
+        self._deadline: float | None = None
+        self._longest_evaluation = 0.0  # seconds: what the next evaluation is expected to take at most
+        self._candidates_started = 0
+
+    # --- the time budget ----------------------------------------------------------------------------
+    def _out_of_time(self) -> bool:
+        """Whether an evaluation started now would end after the budget (the longest one so far is
+        the estimate: the baseline's before any candidate). The first wave of candidates always
+        runs: a search that evaluates nothing is not a search."""
+        if self._deadline is None or self._candidates_started < max(1, self.config.workers):
+            return False
+        return time.monotonic() + self._longest_evaluation > self._deadline
+
+    def _timed(self, evaluate: Callable[[], ProfileResult]) -> ProfileResult:
+        start = time.monotonic()
+        try:
+            return evaluate()
+        finally:
+            self._longest_evaluation = max(self._longest_evaluation, time.monotonic() - start)
 
     # --- evaluation -------------------------------------------------------------------------------
     def _evaluate(self, source: str, task: TaskRef, hardware: str) -> ProfileResult:
-        return self.profiler.profile(source, task, hardware, cancel=self.cancel)  # type: ignore[call-arg]
+        return self._timed(lambda: self.profiler.profile(source, task, hardware,  # type: ignore[call-arg]
+                                                         cancel=self.cancel))
 
     def _evaluate_all(self, drafts: list[tuple[str, Candidate, Proposal]], task: TaskRef, hardware: str,
                       iteration: int, search_id: int | None, best: Candidate) -> list[Candidate]:
@@ -108,8 +129,10 @@ class BeamSearch:
 
         def one(item: tuple[str, Candidate, Proposal]) -> None:
             source, parent, proposal = item
-            if self.cancel.is_set():
-                return
+            with lock:
+                if self.cancel.is_set() or self._out_of_time():
+                    return  # not evaluated: not a verdict on the kernel either
+                self._candidates_started += 1
             result = self._evaluate(source, task, hardware)
             if self.cancel.is_set() and result.error:
                 return  # killed mid-run: not a verdict on the kernel
@@ -138,7 +161,10 @@ class BeamSearch:
         checked: dict[str, Candidate] = {}
 
         def one(candidate: Candidate) -> None:
-            result = verifier.profile(candidate.source, task, hardware, cancel=self.cancel)  # type: ignore[call-arg]
+            if self._out_of_time():
+                return  # left unverified, so it is not kept
+            result = self._timed(lambda: verifier.profile(candidate.source, task, hardware,  # type: ignore[call-arg]
+                                                          cancel=self.cancel))
             if self.cancel.is_set() and result.error:
                 return
             if not result.correct:
@@ -168,6 +194,8 @@ class BeamSearch:
             if not unverified or self.cancel.is_set():
                 return [c for c in pool if c.hash in self._verified]
             checked = {c.hash: c for c in self._verify_all(unverified, task, hardware, search_id)}
+            if not any(c.hash in self._verified for c in unverified):  # none could be checked in the time left
+                return [c for c in pool if c.hash in self._verified]
             candidates = [checked.get(c.hash, c) for c in candidates]
 
     # --- memory -----------------------------------------------------------------------------------
@@ -205,6 +233,8 @@ class BeamSearch:
     def run(self, source: str, task: TaskRef, hardware: str = "trn1", task_family: str | None = None,
             resume: int | None = None) -> SearchResult:
         start_time = time.monotonic()
+        if self.config.time_budget_s:
+            self._deadline = start_time + self.config.time_budget_s
         name = task.key.split(":", 1)[0]
         context = SearchContext(task.key, task_family or name, hardware)
         search_id, beam, first_iteration = (self._resume(resume, task) if resume is not None
@@ -217,6 +247,9 @@ class BeamSearch:
         stale = 0
         for iteration in range(first_iteration, self.config.iterations):
             if self.cancel.is_set():
+                break
+            if self._out_of_time():
+                self._emit("iteration", iteration, best, f"time budget of {self.config.time_budget_s:.0f} s spent")
                 break
             self._refresh_context(context)
             drafts = self._draft(beam, context)
@@ -336,10 +369,12 @@ class BeamSearch:
                ) -> list[tuple[str, Candidate, Proposal]]:
         """N plans per beam kernel (taken in turn from each agent), K samples per plan; only kernels
         never evaluated before. `recall`: only the plans memory saw win (the agents' `recall`)."""
-        drafts: list[tuple[str, Candidate, Proposal]] = []
+        per_parent: list[list[tuple[str, Candidate, Proposal]]] = []
         seen = set(self.evaluated)
         context.tried = {(c.parent, c.origin, c.plan) for c in self.evaluated.values() if c.parent is not None}
         for parent in beam:
+            drafts: list[tuple[str, Candidate, Proposal]] = []
+            per_parent.append(drafts)
             per_agent = [(a.recall if recall else a.propose)(parent, context, self.config.plans_per_candidate)
                          for a in self.agents]
             chosen: list[tuple[Agent, Proposal]] = []
@@ -355,4 +390,6 @@ class BeamSearch:
                     if digest not in seen:
                         seen.add(digest)
                         drafts.append((draft.source, parent, proposal))
-        return drafts
+        # each parent's best plan first, then each one's second...: under a time budget every beam
+        # kernel gets its most promising rewrites evaluated before any gets its least
+        return [d for rank in itertools.zip_longest(*per_parent) for d in rank if d is not None]

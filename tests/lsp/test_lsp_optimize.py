@@ -125,3 +125,35 @@ async def test_vscode_client_commands(workspace: Path, memory_db: Path) -> None:
         assert "Recent searches" in memory["markdown"] and "| finished |" in memory["markdown"]
         logged = " ".join(m.message for m in editor.client.log_messages)
         assert "sk-not-logged" not in logged
+
+
+async def test_optimize_offers_a_verified_rule_rewrite_of_a_compiler_style_kernel(workspace: Path,
+                                                                                  memory_db: Path) -> None:
+    """A kernel as the compiler writes it (block tensors, v-names, ISA calls), linked to a public-form
+    reference by the NKIBench layout: the rule-based optimizer's rewrite comes back verified, as a code
+    action whose edit gives a kernel that checks correct and runs faster."""
+    (workspace / "kernels").mkdir()
+    (workspace / "reference").mkdir()
+    (workspace / "reference" / "swish.py").write_text((Path(__file__).parent / "swish_reference.py").read_text())
+    kernel = (Path(__file__).parents[1] / "rules" / "kernels" / "compiler_swish.py").read_text()
+    async with running_server(workspace, memory_db, init_options={"searchWorkers": 2}) as editor:
+        uri = editor.open(workspace / "kernels" / "swish.py", kernel)
+        profiled = await editor.profiled(uri, timeout=180)
+        assert profiled["result"]["correct"] is True, profiled
+        summary = await editor.command("accelopt.optimize", uri)
+        assert not summary.get("error"), summary
+        assert summary["speedup"] > 1.0 and summary["rewrites"], summary
+        title = summary["rewrites"][0]["title"]
+        assert title.startswith("Apply rewrite: ") and "checked on 5 seeds" in title
+
+        hint = await wait_for(lambda: editor.diagnostics(uri, "rewrite-available"), 30, what="the rewrite hint")
+        actions = await editor.actions(uri, hint[0].range.start.line + 1, hint)
+        rewrite = next(a for a in actions if a.kind == types.CodeActionKind.RefactorRewrite and a.title == title)
+        assert rewrite.edit is not None
+        new_text = apply_edit(kernel, rewrite.edit, uri)
+        assert "nl.silu(" in new_text or "nisa.activation(" in new_text  # the chain became fewer instructions
+        editor.change(uri, new_text)
+        editor.save(uri)
+        report = await editor.profiled(uri, timeout=180)
+        assert report["result"]["correct"] is True
+        assert report["result"]["latency_ms"] < profiled["result"]["latency_ms"]

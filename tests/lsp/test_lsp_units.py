@@ -60,6 +60,11 @@ def test_repeated_loads_are_found_where_a_loop_does_not_change_the_address() -> 
                "    for i in nl.affine_range(4):\n        t = nl.load(out[0:128, 0:4])\n"
                "        nl.store(out[0:128, 0:4], value=t)\n")
     assert repeated_loads(written, analyze(written)) == []  # re-reading what the loop writes is not redundant
+    # the rules' analysis answers for every style: compiler output loading into a block tensor, dma_copy
+    compiler = (ROOT / "tests" / "rules" / "kernels" / "compiler_reload.py").read_text()
+    assert [(load.line, load.loop_vars) for load in repeated_loads(compiler, analyze(compiler))] == [(11, ("i0",))]
+    modern = (ROOT / "tests" / "rules" / "kernels" / "modern_scale.py").read_text()
+    assert [load.line for load in repeated_loads(modern, analyze(modern))] == [13]
 
 
 def test_line_edits_are_minimal_and_exact() -> None:

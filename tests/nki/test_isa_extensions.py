@@ -364,3 +364,24 @@ def kernel(a):
     return out
 """, a)
     np.testing.assert_array_equal(both.out[:, 0], a.reshape(-1))
+
+
+def test_loop_reduce_into_a_destination_never_written_starts_there(run, rng):
+    """Compiler output reduces with nl.loop_reduce into an nl.ndarray it never filled: the first
+    iteration's tile is the start of the reduction (a filled destination still takes part)."""
+    a = rng.standard_normal((3, 128, 1)).astype(np.float32) - 5.0  # all negative: a zero start would show
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((2, 128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+    fresh = nl.ndarray((nl.par_dim(128), 1), dtype=nl.float32, buffer=nl.sbuf)
+    zero = nl.zeros((nl.par_dim(128), 1), dtype=nl.float32, buffer=nl.sbuf)
+    for k in nl.affine_range(3):
+        fresh[...] = nl.loop_reduce(nl.load(a[k]), op=np.max, loop_indices=[k], dtype=nl.float32)
+        zero[...] = nl.loop_reduce(nl.load(a[k]), op=np.max, loop_indices=[k], dtype=nl.float32)
+    nl.store(out[0], value=fresh)
+    nl.store(out[1], value=zero)
+    return out
+""", a)
+    np.testing.assert_allclose(both.out[0], a.max(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(both.out[1], np.maximum(a.max(axis=0), 0.0), rtol=1e-6)

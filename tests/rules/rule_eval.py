@@ -30,6 +30,12 @@ def outputs(source: str, arrays: Sequence[np.ndarray], tmp: Path) -> list[np.nda
     return [np.asarray(o) for o in result.outputs]
 
 
+def trace(source: str, shapes: Sequence[tuple[int, ...]], tmp: Path):
+    """The instruction trace of a trace-only run at `shapes` (FP32 inputs)."""
+    specs = [TensorSpec(tuple(s), np.dtype("float32")) for s in shapes]
+    return run_kernel(_kernel(textwrap.dedent(source), tmp), specs, numeric=False).trace
+
+
 def profile(source: str, shapes: Sequence[tuple[int, ...]], tmp: Path, task: str | None = None,
             hardware: str = "trn1", checked: Sequence[tuple[int, ...]] | None = None) -> ProfileResult:
     """The profile a rule sees: the performance model's report of a trace-only run (FP32 inputs) at

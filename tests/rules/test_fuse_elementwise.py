@@ -7,6 +7,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from kernel_styles import SHAPES, source
 from rule_eval import assert_same, profile
 
 from accelopt_core.agents.rules.fuse_elementwise import FuseElementwise
@@ -181,3 +182,61 @@ def test_index_arithmetic_and_shared_intermediates_are_left_alone():
             return out
     ''')
     assert RULE.plan(source, None) == []
+
+
+# ---------------------------------------------------------------- compiler-style code (block tensors, ISA calls)
+
+def _arrays_for(name: str) -> list[np.ndarray]:
+    return _rng_arrays(*SHAPES[name])
+
+
+def test_a_compiler_style_swish_through_block_tensors_becomes_one_activation(tmp_path):
+    text = source("compiler_swish")
+    prof, plan, new = _apply_pattern(text, SHAPES["compiler_swish"], tmp_path, "silu")
+    assert all(f"{name}[i0,i1," in plan.params["consumed"] for name in ("v6", "v7", "v8"))  # looked through
+    assert "nl.silu(v4[i0, nl.arange(128)[:, None], 512 * i1 + nl.arange(512)[None, :]], dtype=np.float32)" in new
+    # the intermediates, their declarations and the zero bias nothing reads any more are gone
+    assert all(f"{name} = nl.ndarray" not in new for name in ("v3", "v6", "v7", "v8"))
+    assert "nisa.memset" not in new and "nisa.reciprocal" not in new
+    assert_same(text, new, _arrays_for("compiler_swish"), tmp_path)
+    after = profile(new, SHAPES["compiler_swish"], tmp_path)
+    assert after.profile["instruction_count"] < prof.profile["instruction_count"]
+    assert _compute_busy(after) < _compute_busy(prof)
+
+
+def test_every_chain_of_a_compiler_style_update_fuses_in_one_plan(tmp_path):
+    text = source("compiler_momentum")
+    prof = profile(text, SHAPES["compiler_momentum"], tmp_path)
+    plans = RULE.plan(text, prof)
+    assert plans[0].params["pattern"] == "all" and len(plans[0].params["statements"]) >= 2
+    new = RULE.apply(text, plans[0])
+    assert "nisa.scalar_tensor_tensor(" in new  # 0.9 * m + (0.1 * g), and 0.5 * o - r
+    assert "op1=np.divide, operand1=1.0, reverse1=True" in new  # 1 / (g + 1e-3) in one tensor_scalar
+    assert "nisa.reciprocal" not in new
+    assert new.count("mask=-128 * i0 + -1 * nl.arange(128)[:, None] + 199 >= 0") >= 4  # masks kept
+    assert_same(text, new, _arrays_for("compiler_momentum"), tmp_path)
+    after = profile(new, SHAPES["compiler_momentum"], tmp_path)
+    assert after.profile["instruction_count"] < prof.profile["instruction_count"]
+    assert _compute_busy(after) < _compute_busy(prof)
+    assert [p for p in RULE.plan(new, after) if p.params["pattern"] != "reciprocal_divide"] == []
+
+
+def test_the_tutorial_style_swish_fuses_as_the_compiler_style_one(tmp_path):
+    text = source("tutorial_swish")
+    _, _, new = _apply_pattern(text, SHAPES["tutorial_swish"], tmp_path, "silu")
+    assert "nl.silu(tile)" in new
+    assert_same(text, new, _arrays_for("tutorial_swish"), tmp_path)
+
+
+def test_a_block_intermediate_read_twice_or_under_another_mask_is_not_looked_through():
+    text = source("compiler_swish")
+    reused = text.replace(
+        "        nl.store(v2[", "        v4[i0, nl.arange(128)[:, None], nl.arange(512)[None, :]] = "
+        "nl.copy(v7[i0, 0, nl.arange(128)[:, None], nl.arange(512)[None, :]])\n        nl.store(v2[", 1)
+    assert reused != text
+    assert "silu" not in {p.params["pattern"] for p in RULE.plan(reused, None)}  # v7 is read twice
+    masked = text.replace("nisa.reciprocal(data=v7[i0, i1, nl.arange(128)[:, None], nl.arange(512)[None, :]], "
+                          "mask=None", "nisa.reciprocal(data=v7[i0, i1, nl.arange(128)[:, None], "
+                          "nl.arange(512)[None, :]], mask=nl.arange(128)[:, None] < 64")
+    assert masked != text
+    assert "silu" not in {p.params["pattern"] for p in RULE.plan(masked, None)}

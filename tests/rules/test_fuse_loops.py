@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_styles import SHAPES, source
 from rule_eval import assert_same, profile
 
 from accelopt_core.agents.rules.base import RuleError
@@ -85,11 +86,78 @@ def test_fuses_the_gate_and_up_loops(tmp_path: Path) -> None:
 
 def test_does_not_fuse_across_a_dependency(tmp_path: Path) -> None:
     rule = FuseLoops()
-    assert rule.plan(SHIFTED, None) == []
-    assert rule.plan(SHIFTED, profile(SHIFTED, [(512, 512)], tmp_path)) == []
+    # the buffer's writer and its shifted reader (lines 12, 14), and `last`'s writer and the reader of
+    # its last value (lines 17, 19), stay apart; the reader of the buffer and the independent loop after
+    # it (lines 14, 17) may fuse once `last = ...` moves in front
+    for prof in (None, profile(SHIFTED, [(512, 512)], tmp_path)):
+        assert [p.line for p in rule.plan(SHIFTED, prof)] == [14]
 
 
 def test_apply_refuses_a_plan_for_another_kernel() -> None:
     rule = FuseLoops()
     with pytest.raises(RuleError):
         rule.apply(SHIFTED, rule.plan(TWO_LOOPS, None)[0])
+
+
+def _loops(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.lstrip().startswith("for "))
+
+
+def test_two_compiler_style_nests_over_the_same_blocks_fuse_down_to_the_block(tmp_path: Path) -> None:
+    """The first nest writes v3[i1, i0] (row block i0, column half i1), the second reads v3[i3, i2]: the
+    outer loops fuse (row block), then the inner ones (column half), and v3 lives one block at a time."""
+    rule = FuseLoops()
+    text = source("compiler_two_nests")
+    shapes = SHAPES["compiler_two_nests"]
+    before = profile(text, shapes, tmp_path)
+    (plan,) = rule.plan(text, before)
+    assert plan.params == {"var": "i0", "iter": "nl.affine_range(2)", "var2": "i2", "nested": 1}
+    assert "`v3` then live one iteration" in plan.description
+    after = rule.apply(text, plan)
+    assert _loops(after) == 2 and "v3[i3, i2" not in after and "v3[i1, i0" in after
+    rng = np.random.default_rng(1)
+    assert_same(text, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+    fused = profile(after, shapes, tmp_path)
+    peak = "sbuf_peak_live_bytes_per_partition"
+    assert fused.profile[peak] < before.profile[peak]  # one block of v3 alive, not four
+
+
+def test_a_tutorial_buffer_filled_by_one_loop_and_read_by_the_next_fuses(tmp_path: Path) -> None:
+    text = source("tutorial_buffered").replace(
+        "        nl.store(out[r * 128:(r + 1) * 128, :], value=nl.exp(buf[r]))\n",
+        "    for j in nl.affine_range(rows // 128):\n"
+        "        nl.store(out[j * 128:(j + 1) * 128, :], value=nl.exp(buf[j]))\n")
+    rule = FuseLoops()
+    (plan,) = rule.plan(text, None)
+    after = rule.apply(text, plan)
+    assert _loops(after) == 1 and "value=nl.exp(buf[r])" in after
+    rng = np.random.default_rng(2)
+    assert_same(text, after, [rng.standard_normal((256, 512), dtype=np.float32)], tmp_path)
+    shifted = text.replace("nl.exp(buf[j])", "nl.exp(buf[rows // 128 - 1 - j])")
+    assert rule.plan(shifted, None) == []  # the reader walks the blocks the other way
+
+
+def test_a_loop_that_recomputes_an_earlier_one_goes_and_its_readers_read_the_first(tmp_path: Path) -> None:
+    """Compiler output loads and exponentiates x twice (two nests needed it): the second loop goes, the
+    product reads the first copy, and a loop of other work in between does not stop it."""
+    rule = FuseLoops()
+    text = source("compiler_twice")
+    shapes = [(256, 512), (256, 512)]
+    before = profile(text, shapes, tmp_path)
+    (drop,) = [p for p in rule.plan(text, before) if "drop" in p.params]
+    assert drop.params == {"drop": "i2", "keep": "i0", "iter": "nl.affine_range(2)"}
+    after = rule.apply(text, drop)
+    assert "for i2 in" not in after and "v6 = nl.ndarray" not in after and "v7 = nl.ndarray" not in after
+    assert "nl.multiply(v5[i3, nl.arange(128)[:, None], nl.arange(512)[None, :]], v5[i3," in after
+    rng = np.random.default_rng(9)
+    assert_same(text, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+    dropped = profile(after, shapes, tmp_path)
+    assert dropped.profile["instruction_count"] == before.profile["instruction_count"] - 4
+    # the 2025 compiler already loads x once (the model keeps a repeated load's data on chip when it fits),
+    # the exponentials it computes as written: what goes is the second pass of the Scalar engine
+    assert dropped.profile["hbm_read_bytes"] == before.profile["hbm_read_bytes"]
+    assert dropped.latency_ms is not None and before.latency_ms is not None
+    assert dropped.profile["engine_busy_time"]["scalar"] < before.profile["engine_busy_time"]["scalar"]
+    assert dropped.latency_ms <= before.latency_ms  # this small kernel's time is its DMA's
+    changed = text.replace("nl.load(v1[128 * i2 +", "nl.load(v2[128 * i2 +")  # not the same data any more
+    assert [p for p in rule.plan(changed, None) if "drop" in p.params] == []

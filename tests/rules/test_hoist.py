@@ -135,23 +135,25 @@ def test_buffers_the_weight_tiles_before_the_row_loop(tmp_path: Path) -> None:
     assert "# a piece of A^T, already [K, M]" in after
     rng = np.random.default_rng(0)
     assert_same(TILED, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
-    assert _latency(after, shapes, tmp_path) < _latency(TILED, shapes, tmp_path)
+    # The 2025 compiler already loads each weight tile once where they fit (the model's allocator keeps a
+    # repeated load: calibration add_rmsnorm_matmul), so the hoist reads no fewer bytes from HBM; whether
+    # the explicit buffer is faster is the search's measurement to make (here the model says it is not).
+    before, hoisted = profile(TILED, shapes, tmp_path), profile(after, shapes, tmp_path)
+    assert hoisted.profile["hbm_read_bytes"] == before.profile["hbm_read_bytes"]
 
 
-def test_a_block_over_the_default_budget_is_buffered_when_the_profile_shows_room(tmp_path: Path) -> None:
-    shapes = [(512, 256), (512, 8192)]  # B: 4 x 8192 floats = 128 KiB per partition; the kernel keeps little live
+def test_a_block_the_compiler_already_keeps_is_not_buffered_again(tmp_path: Path) -> None:
+    """The profile's peak of live SBUF includes the weights the compiler keeps on chip (128 KiB per
+    partition of B here): a second copy of them would not fit beside the first, so no buffered plan."""
+    shapes = [(512, 256), (512, 8192)]  # B: 4 x 8192 floats = 128 KiB per partition
     rule = HoistInvariant()
     prof = profile(TILED, shapes, tmp_path)
     live, usable = prof.profile["sbuf_peak_live_bytes_per_partition"], prof.profile["sbuf_usable_bytes_per_partition"]
-    assert live + 128 * 1024 <= usable
-    plan = next(p for p in rule.plan(TILED, prof) if p.params["stmt"].startswith("b_tile="))
-    assert plan.params["mode"] == "buffered" and "128 KiB per partition" in plan.description
+    assert live >= 128 * 1024 and live + 128 * 1024 > usable
+    assert not any(p.params["stmt"].startswith("b_tile=") and p.params["mode"] == "buffered"
+                   and "interchange" not in p.params for p in rule.plan(TILED, prof))
     assert not any(p.params["stmt"].startswith("b_tile=") and p.params["mode"] == "buffered"
                    and "interchange" not in p.params for p in rule.plan(TILED, None))  # no profile: 96 KiB at most
-    after = rule.apply(TILED, plan)
-    rng = np.random.default_rng(8)
-    assert_same(TILED, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
-    assert _latency(after, shapes, tmp_path) < _latency(TILED, shapes, tmp_path)
 
 
 def test_a_tile_is_buffered_out_of_the_column_loop(tmp_path: Path) -> None:

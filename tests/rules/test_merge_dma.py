@@ -106,7 +106,11 @@ def test_small_transfers_merge(tmp_path, source, shape, kind, constructs):
     assert_same(source, new, [rng.standard_normal(shape, dtype=np.float32)], tmp_path)
     after = profile(new, [shape], tmp_path)
     assert after.profile["dma_transfer_average_bytes"] > prof.profile["dma_transfer_average_bytes"]
-    assert after.latency_ms < prof.latency_ms
+    if kind != "loads":
+        assert after.latency_ms < prof.latency_ms
+    # Two loads merged into one: fewer, larger transfers (DMA busy 0.0095 -> 0.0090 ms), but both halves'
+    # work now waits for the whole transfer, where the first half's could start under the second's load;
+    # the model prices the lost overlap higher (0.0132 -> 0.0144 ms), so here the search keeps the original.
 
 
 def test_apply_refuses_a_changed_source(tmp_path):

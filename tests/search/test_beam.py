@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from accelopt_core.agents.base import Draft, Proposal
 from accelopt_core.memory import Memory
 from accelopt_core.profiling import SimulatorProfiler, TaskRef
 from accelopt_core.search import BeamSearch, SearchConfig, SearchError, SearchEvent
@@ -157,3 +158,65 @@ def test_no_memory_replay_without_remembered_wins_or_when_switched_off(tmp_path:
         off = BeamSearch(CountingProfiler(), [ScriptedAgent()], replace(CONFIG, replay_steps=0), memory)
         off.run(SILU, TASK, "trn1", "elementwise")
         assert all(c.iteration >= 0 for c in off.evaluated.values() if c.parent is not None)
+
+
+class SlowStubProfiler:
+    """Every kernel checks correct and takes `delay` seconds to evaluate; each `# faster` line it
+    carries makes it 10% faster. Records the order it was asked in."""
+
+    backend = "stub"
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.asked: list[str] = []
+
+    def profile(self, source: str, task: TaskRef, hardware: str = "trn1", check: bool = True, cancel=None):
+        from accelopt_core.profiling import ProfileResult
+
+        self.asked.append(source)
+        time.sleep(self.delay)
+        return ProfileResult("k.py", "t", hardware, self.backend, correct=True,
+                             latency_ms=1.0 * 0.9 ** source.count("# faster"))
+
+
+class ManyPlansAgent(ScriptedAgent):
+    """Eight plans for every kernel, the best first: `# faster` lines, or a no-op comment."""
+
+    def propose(self, parent, context, count):
+        plans = [Proposal(f"faster {i}", "rule:many", "# faster\n") for i in range(2)]
+        plans += [Proposal(f"neutral {i}", "rule:many", f"# neutral {i} of {parent.hash[:6]}\n") for i in range(6)]
+        return [p for p in plans if (parent.hash, p.origin, p.description) not in context.tried][:count]
+
+    def realize(self, parent, proposal, samples):
+        return [Draft(parent.source + proposal.payload)]
+
+
+def test_the_time_budget_stops_the_search_before_an_evaluation_would_overrun_it() -> None:
+    profiler = SlowStubProfiler(0.4)
+    events: list[SearchEvent] = []
+    config = replace(CONFIG, beam_width=2, plans_per_candidate=8, iterations=8, workers=1, time_budget_s=2.1,
+                     replay_steps=0)
+    start = time.monotonic()
+    result = BeamSearch(profiler, [ManyPlansAgent()], config, None, events.append).run("x = 1\n", TASK)
+    assert time.monotonic() - start < 2.1 + 0.1  # no evaluation was started that would end after the budget
+    assert len(profiler.asked) == 5  # the baseline and the 4 that fit
+    assert result.best.source.count("# faster") == 1  # the best plan went first
+    assert any("time budget of 2 s spent" in e.message for e in events)
+
+
+def test_every_beam_kernel_gets_its_best_plan_evaluated_before_any_gets_its_second() -> None:
+    profiler = SlowStubProfiler(0.0)
+    config = replace(CONFIG, beam_width=2, plans_per_candidate=3, iterations=2, workers=1, replay_steps=0,
+                     patience=0)
+    search = BeamSearch(profiler, [ManyPlansAgent()], config)
+    search.run("x = 1\n", TASK)
+    second = [c for c in search.evaluated.values() if c.iteration == 1]
+    order = sorted(second, key=lambda c: profiler.asked.index(c.source))
+    assert len({c.parent for c in order}) == 2 and order[0].parent != order[1].parent
+
+
+def test_a_budget_smaller_than_the_baseline_still_evaluates_one_wave() -> None:
+    profiler = SlowStubProfiler(0.3)
+    config = replace(CONFIG, plans_per_candidate=8, workers=2, time_budget_s=0.2, replay_steps=0)
+    result = BeamSearch(profiler, [ManyPlansAgent()], config).run("x = 1\n", TASK)
+    assert len(profiler.asked) == 3 and result.best.source.count("# faster") == 1

@@ -135,6 +135,17 @@ def with_statements(owner: cst.CSTNode, statements: Sequence[cst.BaseStatement])
     return owner.with_changes(body=body.with_changes(body=list(statements)))
 
 
+def is_marker(stmt: cst.CSTNode) -> bool:
+    """A bare string statement: compiler output ends every loop body with `' end loop i2 '`."""
+    node = small(stmt)
+    return isinstance(node, cst.Expr) and isinstance(node.value, cst.SimpleString)
+
+
+def code_statements(owner: cst.CSTNode) -> list[cst.BaseStatement]:
+    """The statements of a block that do something (markers left out)."""
+    return [s for s in block_statements(owner) if not is_marker(s)]
+
+
 def small(stmt: cst.CSTNode) -> cst.BaseSmallStatement | None:
     """The only small statement of a simple line (None for compound or `a; b` lines)."""
     if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
@@ -466,7 +477,7 @@ def is_pure(expr: cst.CSTNode, extra_impure: Sequence[str] = ()) -> bool:
     return True
 
 
-_PURE_METHODS = ("reshape", "astype", "broadcast_to")
+_PURE_METHODS = ("reshape", "astype", "broadcast_to", "type")  # `np.dtype(np.float32).type(1e-05)`: a constant
 
 
 def rename(node: NodeT, old: str, new: str) -> NodeT:

@@ -19,8 +19,11 @@ from typing import Any
 
 import libcst as cst
 
+from accelopt_core.hardware import load_hardware
+
 from .base import Plan, RuleError
 from .cst_util import (
+    accesses,
     call_name,
     code_of,
     edit_statements,
@@ -73,18 +76,17 @@ class BalanceEngines:
                "one, so the engines overlap instead of queueing on one.")
 
     def plan(self, source: str, profile: Any) -> list[Plan]:
-        busy = _busy(profile)
-        bottleneck = _busiest_compute_engine(profile, busy)
-        if bottleneck is None:
-            return []
-        idle = [e for e in _ENGINES if e != bottleneck and busy.get(e, 0.0) < _IDLE_SHARE * busy[bottleneck]]
-        if not idle:
-            return []
         analysis = KernelAnalysis(parse(source))
         hardware = getattr(profile, "hardware", "trn1") or "trn1"
+        plans = self._decoupling(analysis, profile, hardware)
+        busy = _busy(profile)
+        bottleneck = _busiest_compute_engine(profile, busy)
+        idle = [e for e in _ENGINES if bottleneck and e != bottleneck
+                and busy.get(e, 0.0) < _IDLE_SHARE * busy[bottleneck] and not _share_a_port(hardware, e, bottleneck)]
+        if bottleneck is None or not idle:
+            return plans
         lines = line_engine_times(profile)
         latency = latency_ms(profile) or 0.0
-        plans: list[Plan] = []
         for move in _moves(analysis, bottleneck, idle, hardware):
             line = line_of(move.stmt, analysis.pos)
             moved = lines.get(line, {}).get(bottleneck, 0.0) * move.share
@@ -98,19 +100,47 @@ class BalanceEngines:
         plans.sort(key=lambda p: -p.priority)
         return plans
 
+    def _decoupling(self, analysis: KernelAnalysis, profile: Any, hardware: str) -> list[Plan]:
+        """Move the read-out of matmul results off the engine that also prepares the Tensor engine's
+        operands: each engine runs its instructions in order, so on one engine the next tile's
+        operand preparation waits behind this tile's read-out, which waits for the matmuls, and the
+        Tensor engine idles in between (the kernel takes longer than its busiest engine)."""
+        lines = line_engine_times(profile)
+        # a read-out the compiler places (nl.copy) already runs where it finishes first: only those the
+        # profile shows on the engine they leave are moves
+        drains = [m for m in _psum_drains(analysis, hardware)
+                  if lines.get(line_of(m.stmt, analysis.pos), {}).get(m.source, 0.0) > 0.0]
+        if not drains or not _feeds_tensor_engine(analysis, drains[0].source):
+            return []
+        busy, latency = _busy(profile), latency_ms(profile) or 0.0
+        stall = max(0.0, latency - 1e3 * max(busy.values(), default=0.0)) if latency else 0.0
+        priority = min(0.5, 0.5 * stall / latency) if latency else 0.01
+        lines = sorted({line_of(m.stmt, analysis.pos) for m in drains})
+        return [Plan(self.name, lines[0], f"move the read-out of matmul results from PSUM (line(s) "
+                     f"{', '.join(map(str, lines))}) from the {drains[0].source} engine, which also prepares the "
+                     f"Tensor engine's operands, to the {drains[0].target} engine: the next tile's operands no "
+                     f"longer wait behind this tile's read-out in one engine's queue",
+                     {"decouple": [flat(code_of(m.stmt)) for m in drains], "target": drains[0].target,
+                      "hardware": hardware}, priority)]
+
     def apply(self, source: str, plan: Plan) -> str:
         module = parse(source)
         analysis = KernelAnalysis(module)
         hardware = str(plan.params.get("hardware", "trn1"))
-        target = plan.params.get("target")
-        wanted = {k: v for k, v in plan.params.items() if k != "hardware"}
-        moves = [m for m in _moves(analysis, None, [str(target)], hardware) if m.params() == wanted]
-        stmt = locate([m.stmt for m in moves], analysis.pos, plan.line, "the instruction to move")
-        move = next(m for m in moves if m.stmt is stmt)
-        new_stmt = replace_nodes(move.stmt, {id(move.node): cst.parse_expression(move.text)})
-        module = edit_statements(module, {id(move.stmt): [new_stmt]})
+        if plan.params.get("decouple"):
+            moves = [m for m in _psum_drains(analysis, hardware) if flat(code_of(m.stmt)) in plan.params["decouple"]]
+            if len(moves) != len(plan.params["decouple"]):
+                raise RuleError("the read-outs to move are no longer in the kernel")
+        else:
+            target = plan.params.get("target")
+            wanted = {k: v for k, v in plan.params.items() if k != "hardware"}
+            matches = [m for m in _moves(analysis, None, [str(target)], hardware) if m.params() == wanted]
+            stmt = locate([m.stmt for m in matches], analysis.pos, plan.line, "the instruction to move")
+            moves = [next(m for m in matches if m.stmt is stmt)]
+        module = edit_statements(module, {id(m.stmt): [replace_nodes(m.stmt, {id(m.node): cst.parse_expression(
+            m.text)})] for m in moves})
         module, _ = ensure_import(module, "neuronxcc.nki.isa", analysis.nisa)
-        if f"{analysis.np}." in move.text:
+        if any(f"{analysis.np}." in m.text for m in moves):
             module, _ = ensure_import(module, "numpy", analysis.np)
         code = module.code
         try:
@@ -118,6 +148,43 @@ class BalanceEngines:
         except SyntaxError as exc:
             raise RuleError(f"the move would not parse: {exc.msg}") from None
         return code
+
+
+def _psum_drains(analysis: KernelAnalysis, hardware: str) -> list[_Move]:
+    """Copies of matmul results out of PSUM into SBUF on the Vector engine, as moves to the Scalar
+    engine (GpSimd cannot read PSUM); not the copies that stage a transpose for the next matmul
+    (they prepare operands, the other side of the coupling)."""
+    operands = _tensor_operands(analysis)
+    found = []
+    for move in _moves(analysis, "vector", ["scalar"], hardware):
+        name = call_name(move.node) or ""
+        copy = name in (f"{analysis.nl}.copy", f"{analysis.nisa}.tensor_copy")
+        args = [a.value for a in move.node.args if a.keyword is None] if isinstance(move.node, cst.Call) else []
+        written = {a.name for a in accesses(move.stmt) if a.kind in ("write", "bind")}
+        if copy and args and analysis.in_psum(args[0]) and move.share == 1.0 and not written & operands:
+            found.append(move)
+    return found
+
+
+def _tensor_operands(analysis: KernelAnalysis) -> set[str]:
+    return {r.name for op in analysis.model.ops if op.engine == "tensor" for r in op.reads}
+
+
+def _feeds_tensor_engine(analysis: KernelAnalysis, engine: str) -> bool:
+    """Whether `engine` also writes something a Tensor-engine instruction reads (`nl.matmul`
+    without transpose_x has the compiler's own transposes read out on the Vector engine)."""
+    model = analysis.model
+    operands = _tensor_operands(analysis)
+    if engine == "vector" and any(op.call == "nl.matmul" and "transpose_x=True" not in flat(code_of(op.stmt))
+                                  for op in model.ops):
+        return True
+    return any(op.engine == engine and any(r.name in operands for r in op.writes) for op in model.ops)
+
+
+def _share_a_port(hardware: str, one: str, other: str) -> bool:
+    """On NC-v2 Vector and GpSimd take turns on one SBUF port (nki-facts A.4, `vector_gpsimd_share_sbuf`):
+    work moved from one to the other still waits for the port, so neither is idle for the other."""
+    return {one, other} == {"vector", "gpsimd"} and load_hardware(hardware).memory.vector_gpsimd_share_sbuf
 
 
 def _busiest_compute_engine(profile: Any, busy: dict[str, float]) -> str | None:

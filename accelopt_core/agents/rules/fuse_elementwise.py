@@ -22,6 +22,7 @@ from typing import Any
 
 import libcst as cst
 
+from .analysis import model_of
 from .base import Plan, RuleError
 from .cst_util import (
     alias_of,
@@ -174,6 +175,7 @@ class KernelAnalysis:
             self.uses[name.value] = self.uses.get(name.value, 0) + 1
         self.constants = {assigned_name(s): small(s).value for s in module.body  # type: ignore[union-attr]
                           if assigned_name(s) is not None}
+        self.model = model_of(module)
         self.kinds = self._name_kinds()
         self.psum = self._psum_names()
 
@@ -265,10 +267,11 @@ class KernelAnalysis:
             if fn in _TILE_MAKERS:
                 return TILE
             if fn in _ALLOCATORS:
-                shape = positional[0] if positional else None
-                if isinstance(shape, cst.Tuple) and len(shape.elements) == 2 and flat(
-                        code_of(shape.elements[1].value)) == "1":
-                    return COLUMN
+                shape = positional[0] if positional else (keyword(call, "shape").value  # type: ignore[union-attr]
+                                                          if keyword(call, "shape") is not None else None)
+                if isinstance(shape, cst.Tuple) and len(shape.elements) >= 2 and flat(
+                        code_of(shape.elements[-1].value)) == "1":
+                    return COLUMN  # [P, 1], also with block dimensions in front: (8, nl.par_dim(128), 1)
                 return TILE
             if fn in _COLUMN_REDUCTIONS:
                 return COLUMN if keeps else OTHER
@@ -309,17 +312,61 @@ class KernelAnalysis:
             if written & names_in(value):
                 continue
             found[name] = (block[j], value)
+        found.update(self._block_intermediates(block, index))
+        return found
+
+    def _block_intermediates(self, block: Sequence[cst.BaseStatement], index: int
+                             ) -> dict[str, tuple[cst.BaseStatement, cst.BaseExpression]]:
+        """Block-tensor intermediates of compiler-style code the statement at `index` may look
+        through, keyed by the subscript it is read at (`v7[i0, i1, ...]`): an on-chip tensor written
+        once, by a pure statement earlier in the block, and read once, at exactly the region written,
+        by a later statement up to this one (the chain is followed through several of them), with
+        nothing it reads written before this statement."""
+        model = self.model
+        reader = small(block[index])
+        found: dict[str, tuple[cst.BaseStatement, cst.BaseExpression]] = {}
+        if reader is None:
+            return found
+        for j in range(index):
+            node = small(block[j])
+            if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+                continue
+            target = node.targets[0].target
+            if not isinstance(target, cst.Subscript) or not isinstance(target.value, cst.Name):
+                continue
+            name = target.value.value
+            tensor = model.tensors.get(name)
+            if tensor is None or tensor.buffer == "hbm" or tensor.decl is None or not is_pure(node.value):
+                continue
+            uses = [(op, ref) for op, ref in model.refs(name) if op is not tensor.decl]
+            if len(uses) != 2 or uses[0][0].stmt is not block[j] or uses[1][0].stmt not in block[j + 1:index + 1]:
+                continue
+            (_, write), (_, read) = uses
+            if write.kind != "write" or read.kind != "read" or write.text != read.text:
+                continue
+            written: set[str] = set()
+            for stmt in block[j + 1:index]:
+                written |= names_written(stmt)
+            if written & names_in(node.value):
+                continue
+            found[_subscript_key(read.node)] = (block[j], node.value)
         return found
 
     def tree(self, expr: cst.BaseExpression, inline: dict[str, Any], active: frozenset[str] = frozenset()) -> _Node:
-        if isinstance(expr, cst.Name) and expr.value in inline and expr.value not in active:
-            inner = self.tree(inline[expr.value][1], inline, active | {expr.value})
+        key = expr.value if isinstance(expr, cst.Name) else _subscript_key(expr) if isinstance(
+            expr, cst.Subscript) else None
+        if key is not None and key in inline and key not in active:
+            inner = self.tree(inline[key][1], inline, active | {key})
             if inner.op is not None:
-                return replace(inner, src=expr, via=expr.value)
-        decomposed = self._decompose(expr)
+                via = expr.value if isinstance(expr, cst.Name) else key
+                return replace(inner, src=expr, via=via)
+        decomposed = self._decompose(expr) or self._decompose_isa(expr)
         if decomposed is None:
             value = static_value(expr, self.constants)
-            return _Node(None, [], expr, self.kind_of(expr), value=value)
+            if value is None:
+                value = literal_number(expr)
+            kind = SCALAR if value is not None else self.kind_of(expr)
+            return _Node(None, [], expr, kind, value=value)
         op, args, mask, dtype = decomposed
         children = [self.tree(a, inline, active) for a in args]
         return _Node(op, children, expr, _combine([c.kind for c in children]), mask, dtype)
@@ -341,7 +388,7 @@ class KernelAnalysis:
                 if key is None or key in ("x", "y"):
                     positional.append(arg.value)
                 elif key == "mask":
-                    mask = code_of(arg.value)
+                    mask = _mask_text(arg.value)
                 elif key == "dtype":
                     dtype = code_of(arg.value)
                 else:
@@ -359,6 +406,82 @@ class KernelAnalysis:
             return "negative", [expr.expression], None, None
         return None
 
+    def _decompose_isa(self, expr: cst.BaseExpression) -> tuple[str, list[cst.BaseExpression], str | None,
+                                                                 str | None] | None:
+        """The same for the ISA's element-wise instructions (compiler-style code): activation with
+        scale and bias, tensor_scalar with one or two ops (reverse flags honoured), reciprocal,
+        tensor_tensor and scalar_tensor_tensor. The inner step of a two-step instruction becomes
+        an instruction of its own (written out), so the trees look the same as for `nl.*` code."""
+        if not isinstance(expr, cst.Call) or self.model.canonical(expr) is None:
+            return None
+        fn = (self.model.canonical(expr) or "").split(".", 1)
+        if len(fn) != 2 or fn[0] != "nisa" or any(a.star for a in expr.args):
+            return None
+        args = _isa_args(expr, fn[1])
+        if args is None or set(args) - _ISA_KEYWORDS.get(fn[1], set()):
+            return None
+        mask = _mask_text(args.get("mask"))
+        dtype = code_of(args["dtype"]) if "dtype" in args else None
+        nisa = self.nisa
+        if fn[1] == "reciprocal" and "data" in args:
+            return "reciprocal", [args["data"]], mask, dtype
+        if fn[1] == "tensor_tensor" and {"data1", "data2", "op"} <= set(args):
+            op = _alu_name(args["op"])
+            return (op, [args["data1"], args["data2"]], mask, dtype) if op in _BINARY else None
+        if fn[1] in ("tensor_scalar", "scalar_tensor_tensor") and {"data", "op0", "operand0"} <= set(args):
+            op0 = _alu_name(args["op0"])
+            first = [args["data"], args["operand0"]]
+            if _true(args.get("reverse0")):
+                first.reverse()
+            second_op = args.get("op1")
+            if op0 not in _BINARY or (fn[1] == "scalar_tensor_tensor" and second_op is None):
+                return None
+            if second_op is None or (isinstance(second_op, cst.Name) and second_op.value == "None"):
+                return op0, first, mask, dtype
+            op1 = _alu_name(second_op)
+            if op1 not in _BINARY or "operand1" not in args:
+                return None
+            reverse0 = ", reverse0=True" if _true(args.get("reverse0")) else ""
+            inner = cst.parse_expression(f"{nisa}.tensor_scalar(data={code_of(args['data'])}, op0={self.np}.{op0}, "
+                                         f"operand0={code_of(args['operand0'])}{reverse0})")
+            second = [args["operand1"], inner] if _true(args.get("reverse1")) else [inner, args["operand1"]]
+            return op1, second, mask, dtype
+        if fn[1] == "activation" and {"op", "data"} <= set(args):
+            func = (dotted(args["op"]) or "").rsplit(".", 1)[-1]
+            bias = args.get("bias")
+            if bias is not None and ((isinstance(bias, cst.Name) and bias.value == "None") or self._zero_column(bias)):
+                bias = None
+            scale = args.get("scale")
+            if scale is not None and literal_number(scale) == 1.0:
+                scale = None
+            if func in ("copy", "identity"):
+                if bias is not None:
+                    scaled = args["data"] if scale is None else cst.parse_expression(
+                        f"{nisa}.activation(op={self.nl}.copy, data={code_of(args['data'])}, scale={code_of(scale)})")
+                    return "add", [scaled, bias], mask, dtype
+                return ("multiply", [args["data"], scale], mask, dtype) if scale is not None else None
+            if func not in _ACTIVATIONS:
+                return None
+            if bias is None and scale is None:
+                return func, [args["data"]], mask, dtype
+            parts = [f"op={self.nl}.copy", f"data={code_of(args['data'])}"]
+            parts += [f"bias={code_of(bias)}"] if bias is not None else []
+            parts += [f"scale={code_of(scale)}"] if scale is not None else []
+            return func, [cst.parse_expression(f"{nisa}.activation({', '.join(parts)})")], mask, dtype
+        return None
+
+    def _zero_column(self, expr: cst.BaseExpression) -> bool:
+        """A [P, 1] tile every element of which a memset set to 0 (compiler code's zero bias)."""
+        while isinstance(expr, cst.Subscript):
+            expr = expr.value
+        if not isinstance(expr, cst.Name):
+            return False
+        writes = [op for op, ref in self.model.refs(expr.value) if ref.kind in ("write", "accumulate")]
+        if len(writes) != 1 or writes[0].call != "nisa.memset":
+            return False
+        value = keyword(writes[0].value, "value") if isinstance(writes[0].value, cst.Call) else None
+        return value is not None and literal_number(value.value) == 0.0
+
     # ------------------------------------------------------------------ candidates
     def fusions(self) -> list[_Fusion]:
         out: list[_Fusion] = []
@@ -368,11 +491,18 @@ class KernelAnalysis:
                 if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
                     continue
                 inline = self.inlinable(block, index)
-                out += self._expression_fusions(stmt, inline)
+                out += [f for f in self._expression_fusions(stmt, inline) if self._merges_instructions(f)]
                 reduce = self._reduce_fusion(block, index, inline)
                 if reduce is not None:
                     out.append(reduce)
         return out
+
+    def _merges_instructions(self, fusion: _Fusion) -> bool:
+        """The fusion replaces at least two instructions of the source, or rewrites an expression
+        into a cheaper instruction: one ISA instruction's own parts (the scale and bias of an
+        activation, both ops of a tensor_scalar) written out again are not a fusion."""
+        count = sum(1 for n in fusion.internals if n.op is not None and (n.via or n.src in self.pos))
+        return count >= 2 or fusion.root is None or self._decompose_isa(fusion.root) is None
 
     def _expression_fusions(self, stmt: cst.SimpleStatementLine, inline: dict[str, Any]) -> list[_Fusion]:
         found: list[_Fusion] = []
@@ -382,7 +512,7 @@ class KernelAnalysis:
             if isinstance(node, cst.SubscriptElement) or (
                     isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value == "mask"):
                 return  # index arithmetic and masks are not tile computations
-            if isinstance(node, cst.BaseExpression) and self._decompose(node) is not None:
+            if isinstance(node, cst.BaseExpression) and (self._decompose(node) or self._decompose_isa(node)):
                 fusion = matcher.match(stmt, node, self.tree(node, inline))
                 if fusion is not None:
                     found.append(fusion)
@@ -511,6 +641,70 @@ class KernelAnalysis:
         return None
 
 
+_ISA_POSITIONAL = {
+    "activation": ("op", "data", "bias", "scale"),
+    "tensor_scalar": ("data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1"),
+    "scalar_tensor_tensor": ("data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1"),
+    "reciprocal": ("data",),
+    "tensor_tensor": ("data1", "data2", "op"),
+}
+_ISA_KEYWORDS = {name: {*order, "mask", "dtype", "engine"} for name, order in _ISA_POSITIONAL.items()}
+
+
+def _isa_args(call: cst.Call, fn: str) -> dict[str, cst.BaseExpression] | None:
+    """The arguments of an ISA call by parameter name (positional ones placed by the signature)."""
+    order = _ISA_POSITIONAL.get(fn)
+    if order is None:
+        return None
+    out: dict[str, cst.BaseExpression] = {}
+    for i, arg in enumerate(call.args):
+        key = arg.keyword.value if arg.keyword is not None else (order[i] if i < len(order) else None)
+        if key is None or key in out:
+            return None
+        out[key] = arg.value
+    return out
+
+
+def _alu_name(expr: cst.BaseExpression) -> str:
+    """`multiply` for `nl.multiply`, `np.multiply`, `numpy.multiply`."""
+    return (dotted(expr) or "").rsplit(".", 1)[-1]
+
+
+def _true(expr: cst.BaseExpression | None) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def _mask_text(expr: cst.BaseExpression | None) -> str | None:
+    """The mask as text, None for no mask (absent or `mask=None`)."""
+    if expr is None or (isinstance(expr, cst.Name) and expr.value == "None"):
+        return None
+    return code_of(expr)
+
+
+def _subscript_key(expr: cst.BaseExpression) -> str | None:
+    """`v7[i0,i1,...]` without spaces: how a block-tensor intermediate is recognised where it is read."""
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name):
+        return flat(code_of(expr))
+    return None
+
+
+def literal_number(expr: cst.BaseExpression) -> float | None:
+    """The number a literal operand is, also as compiler output writes it:
+    `np.dtype(np.float32).type(1e-05)`, `np.float32(0.5)`, `-1.0`."""
+    if isinstance(expr, cst.Integer | cst.Float):
+        return float(expr.evaluated_value)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        inner = literal_number(expr.expression)
+        return -inner if inner is not None else None
+    if isinstance(expr, cst.Call) and len(expr.args) == 1 and expr.args[0].keyword is None:
+        func = expr.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(
+            func, cst.Name) else ""
+        if name == "type" or name in ("float32", "float16", "bfloat16", "float", "float64", "int32", "uint16"):
+            return literal_number(expr.args[0].value)
+    return None
+
+
 def _column_slice(sub: cst.Subscript) -> bool:
     """`t[..., s:s+1]` or `t[..., 0:1]`: a [P, 1] piece of a tile."""
     last = sub.slice[-1].slice
@@ -551,7 +745,10 @@ class _Matcher:
         def same_mask(a: str | None, b: str | None) -> bool:
             return (a is None and b is None) or (a is not None and b is not None and flat(a) == flat(b))
 
-        return all(same_mask(n.mask, root.mask) and (n is root or n.dtype is None) for n in internals)
+        def same_type(n: _Node) -> bool:  # no rounding to another type on the way
+            return n is root or n.dtype is None or (root.dtype is not None and flat(n.dtype) == flat(root.dtype))
+
+        return all(same_mask(n.mask, root.mask) and same_type(n) for n in internals)
 
     def _tail(self, root: _Node) -> str:
         parts = []
@@ -597,7 +794,9 @@ class _Matcher:
     def _step(n: _Node) -> tuple[_Node, str, _Node, bool] | None:
         """`x op c` with c a scalar or a column: (x, op, c, reversed)."""
         if n.op == "negative" and _data(n.args[0]):
-            return n.args[0], "multiply", _Node(None, [], cst.Float("-1.0"), SCALAR, value=-1.0), False
+            return n.args[0], "multiply", _Node(None, [], cst.parse_expression("-1.0"), SCALAR, value=-1.0), False
+        if n.op == "reciprocal" and _data(n.args[0]):
+            return n.args[0], "divide", _Node(None, [], cst.Float("1.0"), SCALAR, value=1.0), True
         if n.op in _BINARY:
             for x, c, swapped in _pairs(n.args):
                 if _data(x) and _operand(c):
@@ -787,10 +986,18 @@ class FuseElementwise:
         for fusion in analysis.fusions():
             line = line_of(fusion.stmt, analysis.pos)
             priority = self._priority(analysis, fusion, engines, latency, bottleneck)
-            what = f" (looking through {', '.join(fusion.consumed)})" if fusion.consumed else ""
+            what = f" (looking through {', '.join(_shown(c) for c in fusion.consumed)})" if fusion.consumed else ""
             plans.append(Plan(self.name, line, f"line {line}: {fusion.description}{what}", fusion.params(),
                               priority))
         plans.sort(key=lambda p: -p.priority)
+        gaining = [p for p in plans if p.params.get("pattern") != "reciprocal_divide"]
+        if len({p.line for p in gaining}) >= 2:
+            lines = sorted({p.line for p in gaining})
+            total = min(1.0, sum(p.priority for p in gaining))
+            plans.insert(0, Plan(self.name, lines[0], f"fuse every element-wise chain of the kernel ({len(gaining)} "
+                                 f"fusions found, lines {', '.join(map(str, lines))}), one after another",
+                                 {"pattern": "all", "statements": sorted({p.params["statement"] for p in gaining})},
+                                 total + 1e-6))
         return plans
 
     @staticmethod
@@ -821,23 +1028,92 @@ class FuseElementwise:
         return max(0.0, min(1.0, saved / latency))
 
     def apply(self, source: str, plan: Plan) -> str:
+        if plan.params.get("pattern") == "all":
+            return self._apply_all(source, plan.params.get("statements") or [])
         module = parse(source)
         analysis = KernelAnalysis(module)
         wanted = plan.params
         matches = [f for f in analysis.fusions() if f.params() == wanted]
         stmt = locate([f.stmt for f in matches], analysis.pos, plan.line, f"the {wanted.get('pattern')} fusion")
         fusion = next(f for f in matches if f.stmt is stmt)
-        module = _rewrite(analysis, fusion)
-        if "scalar_tensor_tensor" in fusion.text or "tensor_scalar" in fusion.text:
-            module, _ = ensure_import(module, "numpy", analysis.np)
-        if f"{analysis.nisa}." in fusion.text:
-            module, _ = ensure_import(module, "neuronxcc.nki.isa", analysis.nisa)
-        code = module.code
-        try:
-            compile(code, "<fuse_elementwise>", "exec")
-        except SyntaxError as exc:
-            raise RuleError(f"the fusion would not parse: {exc.msg}") from None
-        return code
+        return _checked(_written(analysis, fusion))
+
+    @staticmethod
+    def _apply_all(source: str, statements: Sequence[str]) -> str:
+        """Every fusion, the one saving most first, each found again on the kernel the previous ones
+        left (a fusion can expose the next), until none is left; RuleError when a fusion the plan
+        was made from is no longer in the source."""
+        present = {f.params()["statement"] for f in KernelAnalysis(parse(source)).fusions()}
+        if not set(statements) <= present:
+            raise RuleError("the element-wise chains the plan would fuse are no longer in the kernel")
+        code = source
+        for _ in range(_MAX_FUSIONS):
+            analysis = KernelAnalysis(parse(code))
+            found = [f for f in analysis.fusions() if f.pattern != "reciprocal_divide"]
+            if not found:
+                break
+            best = min(found, key=lambda f: (-f.saved, line_of(f.stmt, analysis.pos)))
+            code = _written(analysis, best).code
+        if code == source:
+            raise RuleError("no element-wise chain to fuse any more")
+        return _checked(code)
+
+
+_MAX_FUSIONS = 64  # a bound on the composite rewrite's steps (each removes at least one instruction)
+
+
+def _shown(consumed: str) -> str:
+    """An intermediate as the plan names it: `v7` for a block-tensor region `v7[i0, ...]`."""
+    return consumed.split("[", 1)[0]
+
+
+def _written(analysis: KernelAnalysis, fusion: _Fusion) -> cst.Module:
+    """The module with one fusion done, the imports it needs, and no tensor left that nothing reads."""
+    module = drop_dead_tensors(_rewrite(analysis, fusion))
+    if "scalar_tensor_tensor" in fusion.text or "tensor_scalar" in fusion.text:
+        module, _ = ensure_import(module, "numpy", analysis.np)
+    if f"{analysis.nisa}." in fusion.text:
+        module, _ = ensure_import(module, "neuronxcc.nki.isa", analysis.nisa)
+    return module
+
+
+def _checked(module: cst.Module | str) -> str:
+    code = module if isinstance(module, str) else module.code
+    try:
+        compile(code, "<fuse_elementwise>", "exec")
+    except SyntaxError as exc:
+        raise RuleError(f"the fusion would not parse: {exc.msg}") from None
+    return code
+
+
+def drop_dead_tensors(module: cst.Module) -> cst.Module:
+    """`module` without the on-chip tensors nothing reads any more (a zero bias a fusion no longer
+    needs, an intermediate left behind): their declaration and the statements that only write
+    them go, repeatedly, since removing one can leave another unread."""
+    for _ in range(_MAX_FUSIONS):
+        model = model_of(module)
+        edits: dict[int, list[cst.BaseStatement]] = {}
+        for name, tensor in model.tensors.items():
+            if tensor.decl is None or tensor.buffer == "hbm":
+                continue
+            uses = [(op, ref) for op, ref in model.refs(name) if op is not tensor.decl]
+            if any(ref.kind in ("read", "accumulate") for _, ref in uses):
+                continue
+            writers = {id(op.stmt): op for op, _ in uses}
+            if any({r.name for r in op.writes} - {name} or not _side_effect_free(op) for op in writers.values()):
+                continue
+            edits[id(tensor.decl.stmt)] = []
+            edits.update({key: [] for key in writers})
+        if not edits:
+            return module
+        module = edit_statements(module, edits)
+    return module
+
+
+def _side_effect_free(op: Any) -> bool:
+    """A statement whose only effect is the value it writes (a memset counts: it just fills)."""
+    value = op.value
+    return op.call == "nisa.memset" or (value is not None and is_pure(value))
 
 
 def _defining(analysis: KernelAnalysis, fusion: _Fusion) -> list[cst.BaseStatement]:
@@ -845,9 +1121,21 @@ def _defining(analysis: KernelAnalysis, fusion: _Fusion) -> list[cst.BaseStateme
     consumed = set(fusion.consumed)
     out = list(fusion.dead)
     for site in sites(analysis.fn):
-        if assigned_name(site.stmt) in consumed and site.stmt not in out:
+        if (assigned_name(site.stmt) in consumed or _written_subscript(site.stmt) in consumed) and site.stmt not in out:
             out.append(site.stmt)
+    for key in consumed:  # a block-tensor intermediate's declaration goes with its only write
+        tensor = analysis.model.tensors.get(key.split("[", 1)[0]) if "[" in key else None
+        if tensor is not None and tensor.decl is not None and tensor.decl.stmt not in out:
+            out.append(tensor.decl.stmt)
     return out
+
+
+def _written_subscript(stmt: cst.CSTNode) -> str | None:
+    """`v7[i0,...]` for a line `v7[i0, ...] = value` (the key of a block-tensor intermediate)."""
+    node = small(stmt)
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        return _subscript_key(node.targets[0].target)
+    return None
 
 
 _ISA_PASSES = {"activation": ("scalar", 1.0), "activation_reduce": ("scalar", 1.0),

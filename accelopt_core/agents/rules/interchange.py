@@ -21,6 +21,7 @@ import libcst as cst
 
 from ...profiling import ProfileResult
 from . import cst_util as u
+from .analysis import KernelModel, Op, model_of
 from .base import Plan, RuleError
 
 
@@ -136,17 +137,14 @@ def nest_params(nest: Nest) -> dict[str, Any]:
             "inner_var": nest.inner_var, "inner_iter": u.flat(u.code_of(nest.inner.iter))}
 
 
-def invariant_loads(nest: Nest) -> list[cst.Call]:
-    """Loads in the inner loop that do not depend on the outer loop variable: after the swap they
-    are invariant of the new inner loop."""
-    body = [*nest.prefix, *u.block_statements(nest.inner)]
-    variant = u.dependents(body, {nest.outer_var})
-    loads = []
-    for stmt in u.block_statements(nest.inner):
-        for node in u.walk(stmt):
-            if isinstance(node, cst.Call) and u.call_name(node) == "nl.load" and not (u.names_in(node) & variant):
-                loads.append(node)
-    return loads
+_LOADS = frozenset({"nl.load", "nisa.dma_copy", "nl.load_transpose2d", "nisa.dma_transpose"})
+
+
+def invariant_loads(model: KernelModel, nest: Nest) -> list[Op]:
+    """Loads in the inner loop that read the same data in every iteration of the outer one (the
+    shared analysis' question): after the swap they are invariant of the new inner loop."""
+    outer, inner = model.loop(nest.outer), model.loop(nest.inner)
+    return [op for op in model.ops_in(inner) if op.call in _LOADS and model.invariant(op, outer) is None]
 
 
 class InterchangeLoops:
@@ -157,17 +155,17 @@ class InterchangeLoops:
                "depend on the inner loop and can be hoisted out of it: fewer HBM bytes for a DMA-bound kernel.")
 
     def plan(self, source: str, profile: ProfileResult | None) -> list[Plan]:
-        module = u.parse(source)
-        pos = u.positions(module)
+        model = model_of(source, profile)
+        module, pos = model.module, model.pos
         engines, trips = u.line_engine_times(profile), u.loop_trips(profile)
         latency = u.latency_ms(profile)
         plans = []
         for nest in nests(module):
-            loads = invariant_loads(nest)
+            loads = invariant_loads(model, nest)
             if not loads:
                 continue
             outer_line, inner_line = u.line_of(nest.outer, pos), u.line_of(nest.inner, pos)
-            load_lines = sorted({u.line_of(load, pos) for load in loads})
+            load_lines = sorted({load.line for load in loads})
             priority = 0.0
             if latency:
                 # what hoisting the loads afterwards could save, against the recomputed prefix

@@ -8,13 +8,17 @@ from .fuse_elementwise import FuseElementwise
 from .fuse_loops import FuseLoops
 from .hoist import HoistInvariant
 from .interchange import InterchangeLoops
+from .interleave import InterleaveIterations
 from .merge_dma import MergeDma
 from .seq_to_affine import SequentialToAffine
+from .shrink_blocks import ShrinkBlocks
 from .tile_size import RetuneTileSize
+from .unroll_jam import JamMatmulLoops
 
 
 def default_rules() -> list[Rule]:
     """One instance of every rule: data-movement rules first (the baselines are mostly DMA-bound),
-    then compute fusion and balancing, then tuning."""
+    then compute fusion and balancing, then tuning, then footprint."""
     return [HoistInvariant(), InterchangeLoops(), FuseElementwise(), MergeDma(), FuseLoops(),
-            SequentialToAffine(), BalanceEngines(), RetuneTileSize()]
+            SequentialToAffine(), BalanceEngines(), JamMatmulLoops(), InterleaveIterations(), RetuneTileSize(),
+            ShrinkBlocks()]
