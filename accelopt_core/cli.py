@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from .blas import single_threaded_blas
+from .hardware import available_hardware
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
 from .nki.loader import check_source, read_source
@@ -149,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--task", help="a named task instead of a reference file")
     profile.add_argument("--kernel-name", help="the kernel function, when the file has several")
     profile.add_argument("--grid", help="SPMD launch grid, e.g. 4 or 2x2 (default: the reference's GRID, else none)")
-    profile.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
+    profile.add_argument("--hardware", choices=available_hardware(), default="trn1")
     profile.add_argument("--backend", choices=("simulator", "remote"), default="simulator",
                          help="where to profile: the built-in simulator or a profiling service (--service-url)")
     profile.add_argument("--service-url", help="profiling service URL, for --backend remote")
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--reference", help="reference file (native or NKIBench form)")
     optimize.add_argument("--task", help="a named task instead of a reference file")
     optimize.add_argument("--grid", help="SPMD launch grid, e.g. 4 or 2x2 (default: the reference's GRID, else none)")
-    optimize.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
+    optimize.add_argument("--hardware", choices=available_hardware(), default="trn1")
     optimize.add_argument("--preset", default="default",
                           help="search size: quick, default or paper (B=6 N=12 K=2 T=16)")
     optimize.add_argument("--iterations", type=int, help="override the preset's iterations (T)")
@@ -196,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.set_defaults(func=cmd_optimize)
 
     bench = sub.add_parser("bench", help="check and profile the NKIBench baselines, print a table")
-    bench.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
+    bench.add_argument("--hardware", choices=available_hardware(), default="trn1")
     bench.add_argument("--tasks", nargs="+", help="task names (default: all 14)")
     bench.add_argument("--small", action="store_true", help="the small size variants (seconds, not minutes)")
     bench.add_argument("--seeds", type=int, default=1, help="seeds checked per task (default 1)")
@@ -218,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="optimize a bundled NKIBench kernel offline and show before/after")
     demo.add_argument("--task", default="silu", help="which NKIBench baseline (default: silu)")
-    demo.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
+    demo.add_argument("--hardware", choices=available_hardware(), default="trn1")
     demo.add_argument("--preset", default="quick", help="search size (default: quick)")
     demo.add_argument("--out-dir", default="accelopt-demo", help="where the kernel copy and results go")
     demo.add_argument("--db", help="optimization memory database (default: the user data directory)")
