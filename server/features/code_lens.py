@@ -1,4 +1,4 @@
-"""Code lenses over each kernel: the headline (`1.33 ms · 40% of peak · trn1 · vector-bound`), then
+"""Code lenses over each kernel: the headline (`1.33 ms · 40% of peak · simulated trn1 · vector-bound`), then
 Optimize, Profile on each other generation, and Show report."""
 
 from __future__ import annotations
