@@ -38,7 +38,6 @@ RULES: list[tuple[str, str]] = [
     ("hoist", "HoistInvariant"),
     ("interchange", "InterchangeLoops"),
     ("fuse_loops", "FuseLoops"),
-    ("seq_to_affine", "SequentialToAffine"),
 ]
 
 KERNELS = os.path.join(ROOT, "nkibench", "kernels")

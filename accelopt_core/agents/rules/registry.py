@@ -9,12 +9,11 @@ from .fuse_loops import FuseLoops
 from .hoist import HoistInvariant
 from .interchange import InterchangeLoops
 from .merge_dma import MergeDma
-from .seq_to_affine import SequentialToAffine
 from .tile_size import RetuneTileSize
 
 
 def default_rules() -> list[Rule]:
     """One instance of every rule: data-movement rules first (the baselines are mostly DMA-bound),
     then compute fusion and balancing, then tuning."""
-    return [HoistInvariant(), InterchangeLoops(), FuseElementwise(), MergeDma(), FuseLoops(),
-            SequentialToAffine(), BalanceEngines(), RetuneTileSize()]
+    return [HoistInvariant(), InterchangeLoops(), FuseElementwise(), MergeDma(), FuseLoops(), BalanceEngines(),
+            RetuneTileSize()]
