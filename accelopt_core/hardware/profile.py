@@ -204,7 +204,10 @@ def load_hardware(name: str | os.PathLike[str]) -> HardwareProfile:
 
 @functools.cache
 def _load_builtin(path: Path) -> HardwareProfile:
-    return _load_file(path)
+    profile = _load_file(path)
+    if profile.name != path.stem:  # the file name is what every front end offers: it must be the profile's
+        raise HardwareProfileError(f"{path}: name = {profile.name!r}, but the file says {path.stem!r}")
+    return profile
 
 
 def _load_file(path: Path) -> HardwareProfile:

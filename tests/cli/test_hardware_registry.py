@@ -62,3 +62,10 @@ def test_the_simulator_takes_its_limits_from_the_file(third_generation: str) -> 
     limits = Limits.for_hardware(third_generation)
     assert limits.neuron_core_version == 4 and limits.scalar_tensor_scalar
     assert limits.sbuf_partition_bytes == load_hardware(third_generation).memory.sbuf_bytes_per_partition
+
+
+def test_a_file_named_unlike_its_profile_is_refused(third_generation: str) -> None:
+    misnamed = profile.HARDWARE_DIR / "trn4.toml"
+    misnamed.write_text((profile.HARDWARE_DIR / f"{third_generation}.toml").read_text())
+    with pytest.raises(profile.HardwareProfileError, match="the file says 'trn4'"):
+        load_hardware("trn4")
