@@ -1,4 +1,6 @@
-"""`accelopt`: the command line. Each subcommand translates arguments into one engine call."""
+"""The engine's command line (`python -m accelopt_core`). Each subcommand translates arguments into one
+engine call. The front ends built on the engine (the language server, the NKIBench runner) are not
+imported here: the `accelopt` command (package `accelopt`) hands them in as `FrontEnd`s."""
 
 from __future__ import annotations
 
@@ -6,9 +8,11 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .blas import single_threaded_blas
+from .hardware import available_hardware
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
 from .nki.loader import check_source, read_source
@@ -27,6 +31,15 @@ EXIT_WRONG_RESULTS = 3
 
 class CliError(Exception):
     """Bad input: printed as one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """A command served by a package built on the engine; it parses the arguments after its name itself."""
+
+    name: str
+    help: str
+    run: Callable[[list[str]], int]
 
 
 def _task_for(args: argparse.Namespace) -> TaskRef:
@@ -123,21 +136,7 @@ def require_isolation(backend: str) -> None:
         raise CliError(f"kernels cannot be isolated here: {problem}; {INSTALL_HINT}")
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    """NKIBench: every task's baseline checked and profiled (the runner lives with the benchmark)."""
-    from nkibench.bench import main as bench_main
-
-    return bench_main(args)
-
-
-def run_lsp(argv: Sequence[str]) -> int:
-    """The language server; its own parser handles --stdio / --tcp / logging options."""
-    from server.__main__ import main as lsp_main
-
-    return lsp_main(argv)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(front_ends: Sequence[FrontEnd] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelopt", description="Check, profile and optimize NKI kernels "
                                      "for AWS Trainium (on a built-in simulator by default).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--task", help="a named task instead of a reference file")
     profile.add_argument("--kernel-name", help="the kernel function, when the file has several")
     profile.add_argument("--grid", help="SPMD launch grid, e.g. 4 or 2x2 (default: the reference's GRID, else none)")
-    profile.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
+    profile.add_argument("--hardware", choices=available_hardware(), default="trn1")
     profile.add_argument("--backend", choices=("simulator", "remote"), default="simulator",
                          help="where to profile: the built-in simulator or a profiling service (--service-url)")
     profile.add_argument("--service-url", help="profiling service URL, for --backend remote")
@@ -168,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--reference", help="reference file (native or NKIBench form)")
     optimize.add_argument("--task", help="a named task instead of a reference file")
     optimize.add_argument("--grid", help="SPMD launch grid, e.g. 4 or 2x2 (default: the reference's GRID, else none)")
-    optimize.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
+    optimize.add_argument("--hardware", choices=available_hardware(), default="trn1")
     optimize.add_argument("--preset", default="default",
                           help="search size: quick, default or paper (B=6 N=12 K=2 T=16)")
     optimize.add_argument("--iterations", type=int, help="override the preset's iterations (T)")
@@ -199,21 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--json", help="also write the search summary to this JSON file")
     optimize.set_defaults(func=cmd_optimize)
 
-    bench = sub.add_parser("bench", help="check and profile the NKIBench baselines, print a table")
-    bench.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
-    bench.add_argument("--tasks", nargs="+", help="task names (default: all 14)")
-    bench.add_argument("--small", action="store_true", help="the small size variants (seconds, not minutes)")
-    bench.add_argument("--seeds", type=int, default=1, help="seeds checked per task (default 1)")
-    bench.add_argument("--no-check", action="store_true", help="time only (trace-only mode)")
-    bench.add_argument("--workers", type=int, help="worker processes (default: one per core)")
-    bench.add_argument("--json", help="write all results to this JSON file")
-    bench.add_argument("--plot", help="write a bar chart of %% of peak per task to this PNG file")
-    bench.set_defaults(func=cmd_bench)
-
     add_memory_parser(sub)
-
-    sub.add_parser("lsp", help="start the language server (stdio by default; --tcp PORT for debugging)",
-                   add_help=False)  # main() hands everything after `lsp` to the server's own parser
 
     serve = sub.add_parser("serve", help="serve profile jobs over HTTP (e.g. on a Trainium host)",
                            description="Exit codes: 0 stopped, 2 bad configuration.")
@@ -222,22 +207,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="optimize a bundled NKIBench kernel offline and show before/after")
     demo.add_argument("--task", default="silu", help="which NKIBench baseline (default: silu)")
-    demo.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
+    demo.add_argument("--hardware", choices=available_hardware(), default="trn1")
     demo.add_argument("--preset", default="quick", help="search size (default: quick)")
     demo.add_argument("--out-dir", default="accelopt-demo", help="where the kernel copy and results go")
     demo.add_argument("--db", help="optimization memory database (default: the user data directory)")
     demo.set_defaults(func=cmd_demo)
+    for front in front_ends:  # main() hands everything after the name to the front end's own parser
+        sub.add_parser(front.name, help=front.help, add_help=False)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, front_ends: Sequence[FrontEnd] = ()) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["lsp"]:
-        return run_lsp(argv[1:])
-    args = build_parser().parse_args(argv)
+    front = next((f for f in front_ends if argv[:1] == [f.name]), None)
+    if front is not None:
+        return run_command(lambda: front.run(argv[1:]))
+    args = build_parser(front_ends).parse_args(argv)
+    return run_command(lambda: args.func(args))
+
+
+def run_command(command: Callable[[], int]) -> int:
+    """Run one command the way every `accelopt` command runs: one BLAS thread, bad input as exit code 2,
+    a kernel that fails to load as 1, each with a one-line message."""
     single_threaded_blas()
     try:
-        return int(args.func(args))
+        return int(command())
     except (CliError, TaskError, KernelLoadError) as exc:
         print(f"accelopt: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -17,7 +17,7 @@ from .agents.rules.registry import default_rules
 from .config import ConfigError, LLMSettings
 from .memory import Memory, ProfileCache
 from .nki.loader import read_source
-from .profiling import RemoteProfiler, SimulatorProfiler, TaskRef
+from .profiling import RemoteProfiler, SimulatorProfiler, TaskRef, measured_on
 from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, SearchResult, preset
 
 NO_ENDPOINT = "no LLM endpoint configured: using the rule-based optimizer"
@@ -68,7 +68,7 @@ def summary_lines(result: SearchResult, hardware: str) -> list[str]:
     def peak(value: float | None) -> str:
         return f"{value:.1f}%" if value is not None else "-"
 
-    lines = [f"{'':<10}{'latency':>14}{'% of peak':>12}   (simulated {hardware}, performance model)",
+    lines = [f"{'':<10}{'latency':>14}{'% of peak':>12}   ({measured_on(base)})",
              f"{'before':<10}{base.latency_ms:>11.4g} ms{peak(base.peak_percent):>12}",
              f"{'after':<10}{best.latency_ms:>11.4g} ms{peak(best.peak_percent):>12}",
              f"speedup {result.speedup:.2f}x after {result.evaluated} evaluated candidates in {result.seconds:.0f} s"
@@ -127,8 +127,8 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
     else:
         profiler = SimulatorProfiler(seeds=config.seeds, check_variant=variant, cache=ProfileCache(memory))
     search = BeamSearch(profiler, agents, config, memory, ProgressLine(), cancel)
-    print(f"optimizing {os.path.relpath(args.kernel)} for {task.key} on {args.hardware} (simulator) with {who}",
-          file=sys.stderr)
+    print(f"optimizing {os.path.relpath(args.kernel)} for {task.key} on {args.hardware} ({profiler.backend} backend) "
+          f"with {who}", file=sys.stderr)
     try:
         result = search.run(source, task, args.hardware, task.load().family, resume=args.resume)
     except SearchError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import linecache
 
-from .profiling import ProfileResult, as_percent
+from .profiling import ProfileResult, as_percent, measured_on
 
 ENGINES = (("tensor", "tensor_engine_active_time_percent"), ("vector", "vector_engine_active_time_percent"),
            ("scalar", "scalar_engine_active_time_percent"), ("gpsimd", "gpsimd_engine_active_time_percent"),
@@ -30,7 +30,7 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
     """The summary, engine activity bars and the most expensive kernel lines."""
     p = result.profile
     out = [f"kernel    {result.kernel}",
-           f"task      {result.task}    hardware {result.hardware} (simulated)    backend {result.backend}"]
+           f"task      {result.task}    {measured_on(result)}"]
     if result.error:
         out.append(f"error     {result.error}")
         return "\n".join(out)

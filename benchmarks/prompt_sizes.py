@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from accelopt_core.agents.base import Candidate, SearchContext
 from accelopt_core.agents.llm import prompts
+from accelopt_core.hardware import available_hardware
 from accelopt_core.memory import Experience
 from accelopt_core.profiling import SimulatorProfiler, TaskRef
 from accelopt_core.profiling.profiler import kernel_hash
@@ -126,7 +127,7 @@ def cost(rows: list[Row], price: tuple[float, float]) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["silu", "matmul", "mamba"])
-    parser.add_argument("--hardware", choices=("trn1", "trn2"), default="trn1")
+    parser.add_argument("--hardware", choices=available_hardware(), default="trn1")
     parser.add_argument("--tiktoken", metavar="ENCODING", help="count with tiktoken (e.g. o200k_base) if it loads")
     parser.add_argument("--json", help="also write the numbers to this JSON file")
     args = parser.parse_args()

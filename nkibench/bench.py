@@ -6,6 +6,7 @@ on its seeds, then timed by the performance model.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
+from accelopt_core.hardware import available_hardware
 from accelopt_core.nki import KernelLoadError
 from accelopt_core.nki.loader import read_source
 from accelopt_core.profiling import ProfileResult, SimulatorProfiler, TaskRef
@@ -151,8 +153,28 @@ def run_bench(tasks: Sequence[str], hardware: str = "trn1", small: bool = False,
     return [rows[name] for name in tasks]
 
 
-def main(args: Any) -> int:
-    """Entry point for `accelopt bench` (arguments parsed by accelopt_core.cli)."""
+HELP = "check and profile the NKIBench baselines, print a table"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="accelopt bench", description=HELP)
+    parser.add_argument("--hardware", choices=available_hardware(), default="trn1")
+    parser.add_argument("--tasks", nargs="+", help="task names (default: all 14)")
+    parser.add_argument("--small", action="store_true", help="the small size variants (seconds, not minutes)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds checked per task (default 1)")
+    parser.add_argument("--no-check", action="store_true", help="time only (trace-only mode)")
+    parser.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    parser.add_argument("--json", help="write all results to this JSON file")
+    parser.add_argument("--plot", help="write a bar chart of %% of peak per task to this PNG file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`accelopt bench [options]`: the arguments after `bench`."""
+    return run_bench_command(build_parser().parse_args(argv))
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
     tasks = args.tasks or bench_task_names()
     start = time.perf_counter()
     rows = run_bench(tasks, args.hardware, args.small, args.seeds, not args.no_check, args.workers)

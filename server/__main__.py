@@ -7,6 +7,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+HELP = "start the language server (stdio by default; --tcp PORT for debugging)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelopt lsp", description="The AccelOpt language server: profiles, "
@@ -25,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 else logging.StreamHandler(sys.stderr))
     logging.basicConfig(level=getattr(logging, args.log_level), handlers=[handler],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .server import create_server
+    from .features import create_server
 
     server = create_server()
     if args.tcp is not None:

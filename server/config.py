@@ -9,9 +9,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
+from accelopt_core.hardware import available_hardware
+
 log = logging.getLogger(__name__)
 
-HARDWARE = ("trn1", "trn2")
 PRESETS = ("quick", "default", "paper")
 PROFILE_ON = ("save", "change")
 
@@ -97,8 +98,8 @@ def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _valid(name: str, value: Any) -> Any:
     """The value converted to the field's type, or ValueError saying what is wrong."""
-    if name == "hardware" and value not in HARDWARE:
-        raise ValueError(f"hardware must be one of {', '.join(HARDWARE)}")
+    if name == "hardware" and value not in available_hardware():
+        raise ValueError(f"hardware must be one of {', '.join(available_hardware())}")
     if name == "search_preset" and value not in PRESETS:
         raise ValueError(f"searchPreset must be one of {', '.join(PRESETS)}")
     if name == "profile_on" and value not in PROFILE_ON:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from accelopt_core.profiling import ProfileResult
+from accelopt_core.profiling import ProfileResult, measured_on
 
 from .findings import line_share, trip_counts
 from .format import flops, fraction, ms, nbytes, percent
@@ -98,7 +98,7 @@ def line_markdown(doc: KernelDocument, line: int) -> str | None:
     if entry is not None:
         share = line_share(result).get(old, 0.0)
         parts.append(f"**{ms(entry['time_ms'])}** · {fraction(share)} of the kernel's busy time "
-                     f"({result.hardware}, simulated)")
+                     f"({measured_on(result)})")
         engines = sorted((entry.get("engines") or {}).items(), key=lambda item: -item[1])
         detail = ", ".join(f"{name} {ms(t)}" for name, t in engines)
         parts.append(f"- engine: **{entry['engine']}**" + (f" ({detail})" if len(engines) > 1 else ""))
@@ -122,7 +122,7 @@ def summary_markdown(doc: KernelDocument) -> str | None:
         if doc.task_error:
             return f"**{doc.info.function}** · task `{link.label if link else '?'}`\n\nthe task fails: {doc.task_error}"
         return None
-    title = f"**{doc.info.function}** · task `{link.label if link else result.task}` · {result.hardware} (simulated)"
+    title = f"**{doc.info.function}** · task `{link.label if link else result.task}` · {measured_on(result)}"
     if result.error:
         where = f" (line {result.error_line})" if result.error_line else ""
         return f"{title}\n\nthe kernel fails{where}: {result.error}"

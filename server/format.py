@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from accelopt_core.profiling import ProfileResult, as_percent
+from accelopt_core.profiling import ProfileResult, as_percent, measured_on
 
 
 def ms(value: float | None) -> str:
@@ -49,11 +49,11 @@ def flops(value: float | None) -> str:
 
 
 def headline(result: ProfileResult) -> str:
-    """`1.33 ms · 40% of peak · trn1 · vector-bound`: the code lens over a kernel."""
+    """`1.33 ms · 40% of peak · simulated trn1 · vector-bound`: the code lens over a kernel."""
     parts = [ms(result.latency_ms)]
     if result.peak_percent is not None:
         parts.append(f"{result.peak_percent:.0f}% of peak")
-    parts.append(result.hardware)
+    parts.append(measured_on(result))
     if result.bottleneck and result.bottleneck != "none":
         parts.append(f"{result.bottleneck}-bound")
     return " · ".join(parts)

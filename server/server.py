@@ -113,12 +113,3 @@ class AccelOptServer(LanguageServer):
         # whether it shows `accelopt/report` in a panel of its own (then no text report is opened).
         self.client_name: str | None = None
         self.report_panel = False
-
-
-def create_server() -> AccelOptServer:
-    """A server with every feature registered (a fresh one per call, so tests can build their own)."""
-    from .features import register_all
-
-    server = AccelOptServer()
-    register_all(server)
-    return server

@@ -1,7 +1,8 @@
-"""Trainium NeuronCore profiles (trn1, trn2) as data for the performance model."""
+"""Trainium NeuronCore profiles as data for the simulator and the performance model: one TOML file per
+generation in this folder, which is also the list of generations (`available_hardware()`)."""
 
 from accelopt_core.hardware.profile import (
-    BUILTIN_PROFILES,
+    HARDWARE_DIR,
     ComputeEngineSpec,
     DmaSpec,
     HardwareProfile,
@@ -15,7 +16,7 @@ from accelopt_core.hardware.profile import (
 )
 
 __all__ = [
-    "BUILTIN_PROFILES",
+    "HARDWARE_DIR",
     "ComputeEngineSpec",
     "DmaSpec",
     "HardwareProfile",

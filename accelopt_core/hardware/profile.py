@@ -1,9 +1,11 @@
 """NeuronCore hardware profiles, read from TOML data files.
 
-The numbers live in `trn1.toml` / `trn2.toml` (each with its source beside it) rather than in code,
-so the performance model can be recalibrated or pointed at a custom profile without edits. Loading
-is strict: a missing or unknown key is an error, because a silently defaulted constant would skew
-every estimate without anyone noticing.
+The numbers live in one TOML file per generation in this folder (`trn1.toml`, `trn2.toml`, each with its
+source beside it) rather than in code, so the performance model can be recalibrated or pointed at a custom
+profile without edits. The files are also the registry of generations: every list of hardware names (CLI
+choices, editor settings, service schema, prompts) is `available_hardware()`, so a new generation is one
+file. Loading is strict: a missing or unknown key is an error, because a silently defaulted constant would
+skew every estimate without anyone noticing.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-_DATA_DIR = Path(__file__).resolve().parent
-BUILTIN_PROFILES: tuple[str, ...] = ("trn1", "trn2")
+HARDWARE_DIR = Path(__file__).resolve().parent  # the built-in generations: one `<name>.toml` each
 
 
 class HardwareProfileError(ValueError):
@@ -146,6 +147,7 @@ class HardwareProfile:
 
     name: str
     description: str
+    neuron_core_version: int  # NeuronCore-v2 (trn1), -v3 (trn2): what the ISA and the compiler allow
     base_clock_hz: float
     tensor: TensorEngineSpec
     vector: ComputeEngineSpec
@@ -168,30 +170,44 @@ class HardwareProfile:
 
 
 def available_hardware() -> tuple[str, ...]:
-    """Names accepted by `load_hardware` besides a path to a TOML file."""
-    return BUILTIN_PROFILES
+    """The built-in generations, oldest first: the names accepted by `load_hardware` besides a path."""
+    return _generations(HARDWARE_DIR)
+
+
+@functools.cache
+def _generations(folder: Path) -> tuple[str, ...]:
+    return tuple(sorted((path.stem for path in folder.glob("*.toml")), key=_generation_order))
+
+
+def _generation_order(name: str) -> tuple[str, int]:
+    """"trn2" before "trn10": the family, then the generation number."""
+    family = name.rstrip("0123456789")
+    return family, int(name[len(family):] or 0)
 
 
 def load_hardware(name: str | os.PathLike[str]) -> HardwareProfile:
-    """Load a built-in profile ("trn1", "trn2") or a custom TOML file given by path."""
+    """Load a built-in profile (one of `available_hardware()`) or a custom TOML file given by path."""
     text = os.fspath(name)
     key = text.strip().lower()
-    if key in BUILTIN_PROFILES:
-        return _load_builtin(key)
+    if key in available_hardware():
+        return _load_builtin(HARDWARE_DIR / f"{key}.toml")
     path = Path(text).expanduser()
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
             raise HardwareProfileError(f"hardware profile file not found: {path}")
         return _load_file(path)
-    known = ", ".join(BUILTIN_PROFILES)
+    known = ", ".join(available_hardware())
     raise HardwareProfileError(
         f"unknown hardware {text!r}: use one of {known}, or a path to a .toml profile"
     )
 
 
 @functools.cache
-def _load_builtin(key: str) -> HardwareProfile:
-    return _load_file(_DATA_DIR / f"{key}.toml")
+def _load_builtin(path: Path) -> HardwareProfile:
+    profile = _load_file(path)
+    if profile.name != path.stem:  # the file name is what every front end offers: it must be the profile's
+        raise HardwareProfileError(f"{path}: name = {profile.name!r}, but the file says {path.stem!r}")
+    return profile
 
 
 def _load_file(path: Path) -> HardwareProfile:
@@ -205,8 +221,8 @@ def _load_file(path: Path) -> HardwareProfile:
 
 def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareProfile:
     """Validate parsed TOML data and build the profile; every key must be present and known."""
-    top = _take(data, source, "", {"name", "description", "base_clock_hz", "tensor", "vector",
-                                   "scalar", "gpsimd", "dma", "memory", "peak"})
+    top = _take(data, source, "", {"name", "description", "neuron_core_version", "base_clock_hz", "tensor",
+                                   "vector", "scalar", "gpsimd", "dma", "memory", "peak"})
     tensor_data = dict(_section(top, source, "tensor"))
     dtype_table = tensor_data.pop("dtype_factor", None)
     if not isinstance(dtype_table, dict) or not dtype_table:
@@ -220,6 +236,7 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareP
     return HardwareProfile(
         name=str(top["name"]),
         description=str(top["description"]),
+        neuron_core_version=_generation_number(top["neuron_core_version"], source),
         base_clock_hz=_number(top["base_clock_hz"], source, "base_clock_hz"),
         tensor=_build(TensorEngineSpec, tensor_data, source, "tensor"),
         vector=_build(ComputeEngineSpec, _section(top, source, "vector"), source, "vector"),
@@ -255,6 +272,12 @@ def _number(value: Any, source: str, key: str) -> float:
         raise HardwareProfileError(f"{source}: {key} must be a number, got {value!r}")
     if not math.isfinite(value) or value < 0:
         raise HardwareProfileError(f"{source}: {key} must be a finite non-negative number")
+    return value
+
+
+def _generation_number(value: Any, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise HardwareProfileError(f"{source}: neuron_core_version must be a positive integer, got {value!r}")
     return value
 
 

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..hardware import available_hardware
 from .experiences import Experience
 from .schema import SchemaError
 from .store import Memory
@@ -35,7 +36,7 @@ def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     listing = sub.add_parser("list", parents=[common], help="list the kept experiences")
     listing.add_argument("--task", help="only this task or task family")
-    listing.add_argument("--hardware", help="only this hardware (trn1, trn2)")
+    listing.add_argument("--hardware", help=f"only this hardware ({', '.join(available_hardware())})")
     listing.add_argument("--json", action="store_true", help="print a JSON array")
 
     show = sub.add_parser("show", parents=[common], help="one experience with its summary and kernel diff")

@@ -46,15 +46,16 @@ class reduce_cmd:  # noqa: N801
 
 
 class nc_version(IntEnum):  # noqa: N801  (NKI's own name)
-    """NeuronCore generations: gen2 is trn1 (and inf2), gen3 is trn2."""
+    """NeuronCore generations: gen2 is trn1 (and inf2), gen3 is trn2, gen4 is trn3 (nki.isa.nc_version)."""
 
     gen2 = 2
     gen3 = 3
+    gen4 = 4
 
 
 def get_nc_version() -> nc_version:
     """The NeuronCore generation the kernel is being run for."""
-    return nc_version.gen3 if current().limits.name == "trn2" else nc_version.gen2
+    return nc_version(current().limits.neuron_core_version)
 
 
 def nc_matmul(stationary: Tile, moving: Tile, is_stationary_onezero: bool = False,

@@ -19,7 +19,7 @@ import numpy as np
 from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location
 from .indexing import IndexExpr, Mask, as_mask
-from .tensor import HBM, PSUM, SBUF, Tile, allocate, close_accumulation, current, running
+from .tensor import HBM, PSUM, SBUF, Limits, Tile, allocate, close_accumulation, current, running
 from .trace import Called, Engine, Instruction
 
 # --------------------------------------------------------------------------------------------
@@ -1025,7 +1025,7 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
                                     "engine reads its inputs from SBUF only")
         if t.ndim < 2:
             raise KernelUsageError(f"matmul {role} operand must be a 2-D tile, got shape {t.shape}")
-    rows = _double_rows(stationary, moving, perf_mode, limits.name)
+    rows = _double_rows(stationary, moving, perf_mode, limits)
     k, m = stationary.shape[0], math.prod(stationary.shape[1:]) // rows
     k2, n = moving.shape[0], math.prod(moving.shape[1:]) // rows
     if k != k2:
@@ -1061,7 +1061,7 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
     return out
 
 
-def _double_rows(stationary: Tile, moving: Tile, perf_mode: str | None, hardware: str) -> int:
+def _double_rows(stationary: Tile, moving: Tile, perf_mode: str | None, limits: Limits) -> int:
     """How many rows one matmul contracts per partition: 2 in double_row performance mode, else 1,
     checking the mode's own limits (nki.isa.nc_matmul: NeuronCore-v3 and later, FP8, [K, 2, free])."""
     mode = str(getattr(perf_mode, "name", perf_mode) or "none")
@@ -1069,9 +1069,9 @@ def _double_rows(stationary: Tile, moving: Tile, perf_mode: str | None, hardware
         return 1
     if mode not in ("double_row", "double_row_gen3"):
         raise UnsupportedApiError(f"matmul perf_mode {mode!r} is not simulated (known: double_row)")
-    if hardware == "trn1":
-        raise HardwareRuleError(f"matmul perf_mode {mode!r} needs NeuronCore-v3 (trn2) or later; NeuronCore-v2 "
-                                "(trn1) has no performance modes")
+    if limits.neuron_core_version < 3:
+        raise HardwareRuleError(f"matmul perf_mode {mode!r} needs NeuronCore-v3 (trn2) or later; NeuronCore-"
+                                f"v{limits.neuron_core_version} ({limits.name}) has no performance modes")
     for t, role in ((stationary, "stationary"), (moving, "moving")):
         if t.ndim != 3 or t.shape[1] != 2:
             raise HardwareRuleError(f"double_row matmul {role} tile must be [K, 2, free], got {t.shape}")

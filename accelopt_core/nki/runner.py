@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..hardware import available_hardware
 from . import dtypes
 from .errors import KernelUsageError
 from .hook import nki_imports
@@ -137,7 +138,7 @@ def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs:
     kwargs = dict(kwargs or {})
     if hardware is None:
         target = kernel.options.get("platform_target") if isinstance(kernel, Kernel) else None
-        hardware = target if target in ("trn1", "trn2") else "trn1"
+        hardware = target if target in available_hardware() else "trn1"
     func = kernel.func if isinstance(kernel, Kernel) else kernel
     gen = generation or (kernel.generation if isinstance(kernel, Kernel) else "legacy")
     if grid is None and isinstance(kernel, Kernel):

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..hardware import HardwareProfileError, load_hardware
 from . import dtypes
 from .allocation import Placement, Slots, place
 from .errors import HardwareRuleError, KernelUsageError, kernel_location
@@ -55,23 +56,33 @@ class ParDim:
 
 @dataclass(frozen=True)
 class Limits:
-    """The hardware facts the compiler checks (shared/nki-facts.md A.3, A.4)."""
+    """The hardware facts the compiler checks (shared/nki-facts.md A.3, A.4), read from the generation's
+    profile so the simulator and the performance model cannot disagree about a generation."""
 
-    name: str = "trn1"
-    pmax: int = 128
-    sbuf_partition_bytes: int = 192 * 1024
-    psum_bank_bytes: int = 2 * 1024
-    stationary_fmax: int = 128
-    moving_fmax: int = 512
-    scalar_tensor_scalar: bool = False  # the Scalar engine runs tensor_scalar from NC-v3 (nki-facts B.7)
+    name: str
+    neuron_core_version: int
+    pmax: int
+    sbuf_partition_bytes: int
+    psum_bank_bytes: int
+    stationary_fmax: int
+    moving_fmax: int
+
+    @property
+    def scalar_tensor_scalar(self) -> bool:
+        """The Scalar engine runs tensor_scalar from NC-v3 on (nki-facts B.7)."""
+        return self.neuron_core_version >= 3
 
     @staticmethod
     def for_hardware(name: str) -> Limits:
-        if name == "trn1":
-            return Limits()
-        if name == "trn2":
-            return Limits(name="trn2", sbuf_partition_bytes=224 * 1024, scalar_tensor_scalar=True)
-        raise KernelUsageError(f"unknown hardware {name!r} (expected trn1 or trn2)", "<config>", 0)
+        try:
+            profile = load_hardware(name)
+        except HardwareProfileError as exc:
+            raise KernelUsageError(str(exc), "<config>", 0) from None
+        return Limits(name=profile.name, neuron_core_version=profile.neuron_core_version,
+                      pmax=profile.memory.sbuf_partitions,
+                      sbuf_partition_bytes=profile.memory.sbuf_bytes_per_partition,
+                      psum_bank_bytes=profile.memory.psum_bank_bytes,
+                      stationary_fmax=profile.tensor.stationary_free_max, moving_fmax=profile.tensor.moving_free_max)
 
 
 class Simulation:

@@ -2,7 +2,8 @@
 
 from .profiler import Profiler, SimulatorProfiler, TaskRef
 from .remote import RemoteProfiler
-from .result import ProfileResult, as_percent
+from .result import ProfileResult, as_percent, measured_on
 from .sandbox import SandboxLimits
 
-__all__ = ["ProfileResult", "Profiler", "RemoteProfiler", "SandboxLimits", "SimulatorProfiler", "TaskRef", "as_percent"]
+__all__ = ["ProfileResult", "Profiler", "RemoteProfiler", "SandboxLimits", "SimulatorProfiler", "TaskRef", "as_percent",
+           "measured_on"]

@@ -19,6 +19,16 @@ def as_percent(fraction: float | None) -> float | None:
     return None if fraction is None else 100.0 * fraction
 
 
+def measured_on(result: ProfileResult) -> str:
+    """Where the result's numbers come from, from its own backend: "simulated trn1" (the performance model)
+    or "measured on trn1 (host)" (a Trainium host's NeuronCore, also when a profiling service measured it)."""
+    if result.backend == "simulator":
+        return f"simulated {result.hardware}"
+    if result.backend == "neuron":
+        return f"measured on {result.hardware} (host)"
+    return f"{result.hardware}, {result.backend} backend"  # a remote job that failed before any backend ran
+
+
 def _fractions_from_format_1(profile: dict[str, Any], backend: str | None) -> dict[str, Any]:
     """A version-1 profile with its percent-scaled `*_percent` fields brought to fractions."""
     def scaled(name: str) -> bool:

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..hardware import available_hardware
 from ..profiling.sandbox import SandboxLimits
 from .jobs import JobFinishedError, JobManager, QueueFullError, Runner
 from .spec import EvaluatorConfig, JobSpec, SpecError, private_directory, validate_spec
@@ -54,7 +55,8 @@ class JobRequest(BaseModel):
     kernel: str = Field(description="kernel module source (Python, NKI)")
     reference: str | None = Field(None, description="reference module source (native or NKIBench form)")
     task: str | None = Field(None, max_length=170, description="a named task instead, e.g. `silu` or `silu:small`")
-    hardware: Literal["trn1", "trn2"] = "trn1"
+    hardware: str = Field("trn1", json_schema_extra=lambda schema: schema.update(enum=list(available_hardware())),
+                          description="the Trainium generation to profile on")
     check: bool = Field(True, description="check correctness on random seeds (false: time only)")
     kernel_name: str | None = Field(None, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     kernel_label: str | None = Field(None, max_length=255, description="file name used in error messages")
@@ -65,6 +67,13 @@ class JobRequest(BaseModel):
         None, max_length=32, description="explicit seeds (such jobs are not cached)")
     grid: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
         None, min_length=1, max_length=8, description="SPMD launch grid instead of the reference's own")
+
+    @field_validator("hardware")
+    @classmethod
+    def _known_hardware(cls, value: str) -> str:
+        if value not in available_hardware():
+            raise ValueError(f"hardware must be one of {', '.join(available_hardware())}")
+        return value
 
     @field_validator("kernel", "reference", "task", "kernel_label", "reference_name")
     @classmethod

@@ -10,6 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ..hardware import available_hardware
+
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
@@ -26,7 +28,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one kernel may run (default 300)")
     parser.add_argument("--memory-mb", type=int, help="address-space limit of a kernel's process in MiB (0: none; "
                         "default 8192 on the simulator, none on the Neuron backend, whose runtime maps device memory)")
-    parser.add_argument("--neuron-hardware", choices=("trn1", "trn2"),
+    parser.add_argument("--neuron-hardware", choices=available_hardware(),
                         help="this host's Trainium generation; jobs for the other one are refused")
     parser.add_argument("--neuron-profile", metavar="PATH", help="the neuron-profile executable (default: from PATH, "
                         "else /opt/aws/neuron/bin/neuron-profile)")

@@ -15,10 +15,10 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..hardware import available_hardware
 from ..nki.loader import check_source, parse_source
 from ..profiling.sandbox import SandboxLimits
 
-HARDWARE = ("trn1", "trn2")
 SAFE_FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,120}\.py$")
 TASK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}(:[A-Za-z0-9_-]{1,64})?$")
 
@@ -73,8 +73,8 @@ def validate_spec(spec: JobSpec) -> None:
     """Reject, without running anything, what cannot be evaluated: raises SpecError."""
     if (spec.task is None) == (spec.reference is None):
         raise SpecError("give exactly one of `task` (a name) or `reference` (source text)")
-    if spec.hardware not in HARDWARE:
-        raise SpecError(f"unknown hardware {spec.hardware!r}; use one of {', '.join(HARDWARE)}")
+    if spec.hardware not in available_hardware():
+        raise SpecError(f"unknown hardware {spec.hardware!r}; use one of {', '.join(available_hardware())}")
     try:
         check_source(spec.kernel, spec.kernel_label, spec.kernel_name)
     except Exception as exc:  # KernelLoadError, or the parser giving up on pathological input

@@ -1,5 +1,5 @@
-"""Code lenses over each kernel: the headline (`1.33 ms · 40% of peak · trn1 · vector-bound`), then
-Optimize, Profile on the other generation, and Show report."""
+"""Code lenses over each kernel: the headline (`1.33 ms · 40% of peak · simulated trn1 · vector-bound`), then
+Optimize, Profile on each other generation, and Show report."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from accelopt_core.hardware import available_hardware
+
 from ..format import headline, short_error
 from ..state import KernelDocument
 
 if TYPE_CHECKING:
     from ..server import AccelOptServer
 
-OTHER = {"trn1": "trn2", "trn2": "trn1"}
 REFRESH_DELAY_S = 0.05
 
 
@@ -59,7 +60,8 @@ def lenses(doc: KernelDocument, hardware: str) -> list[tuple[str, str, list[obje
     else:
         out.append(("Optimize", "accelopt.optimize", [doc.uri]))
     current = doc.hardware(hardware)
-    out.append((f"Profile on {OTHER.get(current, 'trn2')}", "accelopt.profile", [doc.uri, OTHER.get(current, "trn2")]))
+    out += [(f"Profile on {other}", "accelopt.profile", [doc.uri, other]) for other in available_hardware()
+            if other != current]
     out.append(("Show report", "accelopt.showReport", [doc.uri]))
     return out
 

@@ -13,7 +13,8 @@ from typing import Any
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
-from ..config import HARDWARE
+from accelopt_core.hardware import available_hardware
+
 from ..describe import report
 from ..memory_view import memory_markdown
 from ..server import AccelOptServer  # at run time: pygls reads command handlers' type hints
@@ -128,7 +129,8 @@ def register(server: AccelOptServer) -> None:
         doc = ls.session.documents.get(uri)
         if doc is None:
             return {"error": "unknown document"}
-        hardware = args[1] if len(args) > 1 and args[1] in HARDWARE else doc.hardware(ls.session.settings.hardware)
+        asked = args[1] if len(args) > 1 else None
+        hardware = asked if asked in available_hardware() else doc.hardware(ls.session.settings.hardware)
         doc.hardware_override = None if hardware == ls.session.settings.hardware else hardware
         ls.session.schedule(doc, delay=0.0)
         return {"hardware": hardware}

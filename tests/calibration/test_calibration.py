@@ -39,9 +39,12 @@ def _point(points: tuple[Point, ...], name: str) -> Point:
 
 
 def _check(point: Point, tolerance: float = TOLERANCE) -> float:
-    if point.name in SUPERSEDED:
-        pytest.skip(f"{point.name}: {SUPERSEDED[point.name]}")
     predicted = predicted_ms(point)
+    if point.name in SUPERSEDED:
+        # measured with the 2024 compiler, which was slower where the reason says; the model prices the
+        # 2025 compiler of the calibration set, so it must come out faster than that measurement
+        assert predicted < point.measured_ms, f"{point.name}: {SUPERSEDED[point.name]}; predicted {predicted:.3f} ms"
+        return predicted
     error = (predicted - point.measured_ms) / point.measured_ms
     assert abs(error) <= tolerance, (
         f"{point.name} ({point.shape_label}): measured {point.measured_ms} ms ({point.source}), "
@@ -96,12 +99,13 @@ def test_mamba_v2() -> None:
     _check(_point(MAMBA_POINTS, "mamba v2 seq512"))
 
 
-def test_mamba_v2_long_sequence_spills() -> None:
-    """Measured 53.33 ms at seq 8192, where v2's whole-sequence tiles overflow SBUF and spill
-    (VectorE only 58.9% active). Needs spill reloads on the critical path to come close."""
+def test_mamba_v2_long_sequence() -> None:
+    """Measured 53.33 ms at seq 8192 with the 2024 compiler, where v2's whole-sequence tiles overflowed
+    SBUF and spilled (VectorE only 58.9% active). The model prices the 2025 compiler, which allocates
+    them per block (no spill): faster than that measurement (SUPERSEDED)."""
     point = _point(MAMBA_POINTS, "mamba v2 seq8192")
     _check(point)
-    assert predicted_ms(point) > 0 and _spilled(point)
+    assert not _spilled(point)
 
 
 def test_mamba_v3_tiles_the_sequence() -> None:
@@ -116,14 +120,6 @@ def test_mamba_reorder_beats_v1() -> None:
     """v2 (loads hoisted, loops reordered) beat v1 at seq 512: 1.61 vs 2.34 ms."""
     v1, v2 = _point(MAMBA_POINTS, "mamba v1 ch4096"), _point(MAMBA_POINTS, "mamba v2 seq512")
     assert predicted_ms(v2) < predicted_ms(v1)
-
-
-def test_mamba_sequence_tiling_beats_v2_at_8192() -> None:
-    """v3 beat v2 at seq 8192: 27.8 vs 53.33 ms."""
-    v2, v3 = _point(MAMBA_POINTS, "mamba v2 seq8192"), _point(MAMBA_POINTS, "mamba v3 seq8192")
-    if v2.name in SUPERSEDED:
-        pytest.skip(f"{v2.name}: {SUPERSEDED[v2.name]}")
-    assert predicted_ms(v3) < predicted_ms(v2)
 
 
 # A subset of the scaling table keeps this file fast; benchmarks/calibration.py runs every row.

@@ -34,5 +34,5 @@ def test_neovim_receives_diagnostics_hover_and_lenses(workspace: Path, memory_db
     assert seen["waited"] and seen["diagnostics"]
     assert all(d["message"] for d in seen["diagnostics"])
     assert "| latency |" in seen["hover"] and "| % of peak |" in seen["hover"]
-    assert seen["lenses"] and " · trn1 · " in seen["lenses"][0] and "Optimize" in seen["lenses"]
+    assert seen["lenses"] and " · simulated trn1 · " in seen["lenses"][0] and "Optimize" in seen["lenses"]
     assert os.path.exists(memory_db)

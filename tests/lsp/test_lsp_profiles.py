@@ -13,7 +13,7 @@ from lsprotocol import types
 
 pytestmark = pytest.mark.asyncio
 
-LENS = re.compile(r"^\d+(\.\d+)? (ms|µs) · \d+% of peak · trn1 · \w+-bound")
+LENS = re.compile(r"^\d+(\.\d+)? (ms|µs) · \d+% of peak · simulated trn1 · \w+-bound")
 
 
 async def test_open_profile_lens_hover_and_instant_reopen(workspace: Path, memory_db: Path) -> None:
@@ -69,7 +69,7 @@ async def test_report_request_and_profile_on_trn2(workspace: Path, memory_db: Pa
         assert "kernel " in report["text"] and "latency" in report["text"]
 
         assert (await editor.command("accelopt.profile", uri, "trn2"))["hardware"] == "trn2"
-        await wait_for(lambda: _lens_mentions(editor, uri, "· trn2 ·"), 60, 0.1, "a trn2 lens")
+        await wait_for(lambda: _lens_mentions(editor, uri, "· simulated trn2 ·"), 60, 0.1, "a trn2 lens")
         titles = [lens.command.title for lens in await editor.lenses(uri) if lens.command]
         assert "Profile on trn1" in titles
 
@@ -84,7 +84,8 @@ async def test_settings_from_workspace_configuration(workspace: Path, memory_db:
         uri = editor.open(workspace / "silu_small.py", SMALL_SILU)
         report = await editor.profiled(uri)
         assert report["hardware"] == "trn2" and len(report["result"]["seeds"]) == 2
-        assert any("· trn2 ·" in (lens.command.title if lens.command else "") for lens in await editor.lenses(uri))
+        titles = [lens.command.title if lens.command else "" for lens in await editor.lenses(uri)]
+        assert any("· simulated trn2 ·" in title for title in titles)
 
 
 async def test_missing_task_hint_and_directive_quick_fix(workspace: Path, memory_db: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 def test_bench_small_prints_a_table_and_writes_json_and_plot(tmp_path: Path) -> None:
     out, plot = tmp_path / "bench.json", tmp_path / "peak.png"
-    run = subprocess.run([sys.executable, "-m", "accelopt_core", "bench", "--small", "--tasks", "silu", "adamw",
+    run = subprocess.run([sys.executable, "-m", "accelopt", "bench", "--small", "--tasks", "silu", "adamw",
                           "--json", str(out), "--plot", str(plot)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert "geometric mean % of peak" in run.stdout and "silu" in run.stdout and "adamw" in run.stdout
@@ -21,6 +21,6 @@ def test_bench_small_prints_a_table_and_writes_json_and_plot(tmp_path: Path) -> 
 
 
 def test_bench_rejects_unknown_tasks() -> None:
-    run = subprocess.run([sys.executable, "-m", "accelopt_core", "bench", "--small", "--tasks", "nope"],
+    run = subprocess.run([sys.executable, "-m", "accelopt", "bench", "--small", "--tasks", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "unknown NKIBench task" in run.stderr

@@ -68,6 +68,8 @@ def test_counted_work_matches_the_hand_formula_at_the_full_size(name: str) -> No
     check_agreement(name, "full")
 
 
+# the public swiglu reference's sigmoid overflows exp on its own inputs (harmless: 1 / inf is 0)
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 @pytest.mark.parametrize("name", CHEAP_PUBLIC)
 def test_a_public_reference_counts_the_work_of_the_formula(name: str) -> None:
     if name not in CALIBRATION:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from ...hardware import available_hardware, load_hardware
 from ...nki.loader import parse_source
 from ...profiling import ProfileResult
 
 SPLIT = "<!-- user message -->"
 ROLES = ("planner", "executor", "summarizer", "fixer")
-HARDWARE = {"trn1": "trn1: Trainium1, one NeuronCore-v2", "trn2": "trn2: Trainium2, one NeuronCore-v3"}
 
 # The neuron-profile summary fields a planner sees, in this order, when the profile has them.
 PROFILE_FIELDS = (
@@ -223,7 +223,10 @@ def _reference_path(task_key: str) -> str | None:
 
 
 def hardware_line(hardware: str) -> str:
-    return HARDWARE.get(hardware, hardware)
+    """The generation with its description from the hardware registry ("trn1: AWS Trainium1, ...")."""
+    if hardware not in available_hardware():
+        return hardware
+    return f"{hardware}: {load_hardware(hardware).description}"
 
 
 # --- the four prompts, as the agent sends them (the prompt-size benchmark renders the same) -----------

@@ -10,7 +10,6 @@ from .hoist import HoistInvariant
 from .interchange import InterchangeLoops
 from .interleave import InterleaveIterations
 from .merge_dma import MergeDma
-from .seq_to_affine import SequentialToAffine
 from .shrink_blocks import ShrinkBlocks
 from .tile_size import RetuneTileSize
 from .unroll_jam import JamMatmulLoops
@@ -20,5 +19,5 @@ def default_rules() -> list[Rule]:
     """One instance of every rule: data-movement rules first (the baselines are mostly DMA-bound),
     then compute fusion and balancing, then tuning, then footprint."""
     return [HoistInvariant(), InterchangeLoops(), FuseElementwise(), MergeDma(), FuseLoops(),
-            SequentialToAffine(), BalanceEngines(), JamMatmulLoops(), InterleaveIterations(), RetuneTileSize(),
+            BalanceEngines(), JamMatmulLoops(), InterleaveIterations(), RetuneTileSize(),
             ShrinkBlocks()]
