@@ -174,7 +174,7 @@ async function main() {
         const found = (await lensTexts()).find((t) => /of peak/.test(t));
         return found;
       }, TIMEOUT.profile);
-      const pattern = /\d[\d.]*\s*(ms|µs|us)\s*·\s*\d[\d.]*% of peak\s*·\s*trn1\s*·\s*[\w-]+-bound/;
+      const pattern = /\d[\d.]*\s*(ms|µs|us)\s*·\s*\d[\d.]*% of peak\s*·\s*simulated trn1\s*·\s*[\w-]+-bound/;
       if (!pattern.test(text)) {
         throw new Error(`lens text "${text}" does not match ${pattern}`);
       }

@@ -1,4 +1,4 @@
-// Starting, watching and restarting the AccelOpt language server (`python -m accelopt_core lsp --stdio`).
+// Starting, watching and restarting the AccelOpt language server (`python -m server --stdio`, what `accelopt lsp` runs).
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
