@@ -87,23 +87,47 @@ class _BlockIndex:
 
     def __init__(self, trace: Trace) -> None:
         self.tensors = trace.tensors
-        axes = {tid: max(0, info.partition_axis) for tid, info in trace.tensors.items() if info.buffer != "hbm"}
-        self.reads: list[list[tuple[Access, list[Block]]]] = []
-        self.writes: list[list[tuple[Access, list[Block]]]] = []
-        for inst in trace.instructions:
-            for accesses, out in ((inst.reads, self.reads), (inst.writes, self.writes)):
-                out.append([(acc, _own_blocks(acc, axes[acc.tensor])) for acc in accesses
-                            if acc.buffer != "hbm" and acc.tensor in axes])
+        # a tensor without block dimensions is one block: every access to it shares that one tuple
+        whole: dict[int, tuple[Block, ...]] = {}
+        self.block_axes: dict[int, int] = {}  # tensor with block dimensions -> its partition axis
+        blocked = self.block_axes
+        for tid, info in trace.tensors.items():
+            if info.buffer != "hbm":
+                if info.partition_axis > 0:
+                    blocked[tid] = info.partition_axis
+                else:
+                    whole[tid] = ((tid, ()),)
+
+        def owned(accesses: tuple[Access, ...]) -> list[tuple[Access, tuple[Block, ...]]]:
+            out = []
+            for acc in accesses:
+                if acc.buffer == "hbm":
+                    continue
+                own = whole.get(acc.tensor)
+                if own is None:
+                    axis = blocked.get(acc.tensor)
+                    if axis is None:
+                        continue
+                    own = _own_blocks(acc, axis)
+                out.append((acc, own))
+            return out
+
+        self.reads: list[list[tuple[Access, tuple[Block, ...]]]] = [owned(inst.reads) for inst in trace.instructions]
+        self.writes: list[list[tuple[Access, tuple[Block, ...]]]] = [owned(inst.writes) for inst in trace.instructions]
         self.alias: dict[Block, Block] = {}
 
     def spans(self) -> dict[Block, tuple[int, int]]:
         """First and last access of every block, in program order."""
-        spans: dict[Block, tuple[int, int]] = {}
+        first: dict[Block, int] = {}
+        last: dict[Block, int] = {}
         for i, (reads, writes) in enumerate(zip(self.reads, self.writes, strict=True)):
-            for _, own in (*reads, *writes):
-                for b in own:
-                    spans[b] = (spans.get(b, (i, i))[0], i)
-        return spans
+            for accesses in (reads, writes):
+                for _, own in accesses:
+                    for b in own:
+                        if b not in last:
+                            first[b] = i
+                        last[b] = i
+        return {b: (at, last[b]) for b, at in first.items()}
 
     def reuse(self, alias: dict[Block, Block], spans: dict[Block, tuple[int, int]]) -> None:
         """From now on, accesses to the blocks of `alias` go to the blocks they reuse (only the
@@ -117,7 +141,7 @@ class _BlockIndex:
             for mine in (self.reads[i], self.writes[i]):
                 for k, (acc, own) in enumerate(mine):
                     if own[0] in alias or (len(own) > 1 and any(b in alias for b in own)):
-                        mine[k] = (acc, [alias.get(b, b) for b in own])
+                        mine[k] = (acc, tuple(alias.get(b, b) for b in own))
 
     def size(self, block: Block) -> float:
         """Bytes per partition of one block."""
@@ -129,13 +153,12 @@ class _BlockIndex:
         return self.tensors[block[0]].buffer
 
 
-def _own_blocks(acc: Access, axis: int) -> list[Block]:
-    if axis == 0:
-        return [(acc.tensor, ())]
+def _own_blocks(acc: Access, axis: int) -> tuple[Block, ...]:
+    """The blocks an access to a tensor with block dimensions in front of partition `axis` touches."""
     region = acc.region[:axis]
     if all(hi - lo == 1 for lo, hi in region):
-        return [(acc.tensor, tuple(lo for lo, _ in region))]
-    return [(acc.tensor, b) for b in itertools.product(*(range(lo, hi) for lo, hi in region))]
+        return ((acc.tensor, tuple(lo for lo, _ in region)),)
+    return tuple((acc.tensor, b) for b in itertools.product(*(range(lo, hi) for lo, hi in region)))
 
 
 def _inner(acc: Access, info: TensorInfo) -> Region:
@@ -168,8 +191,9 @@ def _reuse(trace: Trace, blocks: _BlockIndex, capacity: dict[str, int]) -> list[
     for _, group in sorted(by_statement.items()):
         trial = dict(kept)
         for _, _, own, kept_block in group:
-            first, last = trial.get(kept_block, spans[kept_block])
-            trial[kept_block] = (first, max(last, spans[own][1]))
+            first, last = trial.get(kept_block) or spans[kept_block]
+            until = spans[own][1]
+            trial[kept_block] = (first, until if until > last else last)
         if _fits(trial, blocks, capacity, len(trace.instructions)):
             kept = trial
             for i, j, own, kept_block in group:
@@ -207,7 +231,7 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
     block it writes, the block the earlier one wrote); and each one's depth in its chain of moves.
     `moved`: the on-chip tensors some move reads (values elsewhere are never looked up)."""
     tensors = trace.tensors
-    axes = {tid: max(0, info.partition_axis) for tid, info in tensors.items()}
+    axes = blocks.block_axes  # every other on-chip tensor has its partition axis first
     values: dict[tuple[int, tuple[int, ...]], dict[Region, int]] = {}  # on-chip block -> region -> value
     hbm_version: dict[int, int] = {}
     seen: dict[tuple, tuple[int, int, Block, Region]] = {}
@@ -218,13 +242,14 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
     written_by: dict[Block, int] = {}  # block -> the earlier block it repeats (-1 when written otherwise)
     fresh = itertools.count(1)
     hbm_values: dict[tuple, int] = {}
-    for i, inst in enumerate(trace.instructions):
-        for acc in inst.writes:
-            if acc.buffer == "hbm":
-                hbm_version[acc.tensor] = hbm_version.get(acc.tensor, 0) + 1
+    for i, (inst, writes) in enumerate(zip(trace.instructions, blocks.writes, strict=True)):
+        if len(writes) < len(inst.writes):  # some write goes to HBM
+            for acc in inst.writes:
+                if acc.buffer == "hbm":
+                    hbm_version[acc.tensor] = hbm_version.get(acc.tensor, 0) + 1
         if inst.op not in _MOVES:
             # computed values never repeat here (arithmetic is left as written): forget what was there
-            for acc, own in blocks.writes[i]:
+            for acc, own in writes:
                 tracked = acc.tensor in moved
                 for b in own:
                     if tracked:
@@ -233,22 +258,22 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
                         conflicted.add(b)
             continue
         reads = inst.reads
+        attrs = inst.attrs or {}
         if len(reads) == 1 and reads[0].buffer == "hbm" and inst.writes and inst.writes[0].buffer != "hbm" \
-                and not (inst.attrs or {}).get("indirect"):
+                and not attrs.get("indirect"):
             # the common case, a load: its value is the HBM region as last written
             src, out = reads[0], inst.writes[0]
             ident = (src.tensor, src.region, hbm_version.get(src.tensor, 0))
             value = hbm_values.get(ident)
             if value is None:
                 value = hbm_values[ident] = next(fresh)
-            key: tuple | None = (inst.op, (value,), out.shape, out.dtype, out.nbytes,
-                                 bool((inst.attrs or {}).get("transpose")))
+            key: tuple | None = (inst.op, (value,), out.shape, out.dtype, out.nbytes, bool(attrs.get("transpose")))
             made = 1
         else:
             key = _move_key(inst, tensors, values, hbm_version, hbm_values, fresh)
             made = 1 + max((depth_of.get(v, 0) for v in key[1]), default=0) if key is not None else 1
-        for acc, own in blocks.writes[i]:
-            inner = acc.region[axes[acc.tensor]:]
+        for acc, own in writes:
+            inner = acc.region[axes.get(acc.tensor, 0):]
             single = len(own) == 1
             earlier = seen.get(key) if key is not None and single else None
             if earlier is not None and earlier[3] == inner and earlier[2] != own[0]:
@@ -481,7 +506,7 @@ class _Allocator:
             for b in here:
                 self._advance(b, i)
 
-    def _read(self, i: int, acc: Access, own: list[Block], here: set[Block]) -> None:
+    def _read(self, i: int, acc: Access, own: tuple[Block, ...], here: set[Block]) -> None:
         share = acc.nbytes // max(1, len(own))
         for b in own:
             if b not in self.sizes:
@@ -504,7 +529,7 @@ class _Allocator:
             else:
                 self._admit(b)
 
-    def _write(self, inst: Instruction, own: list[Block], here: set[Block]) -> None:
+    def _write(self, inst: Instruction, own: tuple[Block, ...], here: set[Block]) -> None:
         for b in own:
             if b not in self.sizes:
                 continue
