@@ -243,28 +243,31 @@ def _loops(sched: Schedule, start: np.ndarray, end: np.ndarray,
     last = np.zeros(count)
     np.minimum.at(first, nest, start)
     np.maximum.at(last, nest, end)
-    per_line: dict[int, dict[str, Any]] = {}
-    seen: dict[int, set[int]] = {}
-    for info in sched.nests:
-        k = info.index
-        for loop in info.loops:
-            entry = per_line.get(loop.line)
-            if entry is None:
-                entry = per_line[loop.line] = {
-                    "line": loop.line, "kind": loop.kind, "executions": 0, "iterations": 0,
-                    "instructions": 0, "time_ms": 0.0, "_first": np.inf, "_last": 0.0}
-                seen[loop.line] = set()
-            if id(loop) not in seen[loop.line]:
-                seen[loop.line].add(id(loop))
-                entry["executions"] += 1
-                entry["iterations"] += loop.trip_count
-            entry["instructions"] += int(number[k])
-            entry["time_ms"] += float(busy[k]) * 1e3
-            entry["_first"] = min(entry["_first"], float(first[k]))
-            entry["_last"] = max(entry["_last"], float(last[k]))
+    # every (nest, loop) pair, nests in order and each nest's loops outermost first: the order in
+    # which a loop's time is summed
+    pair_loop = [loop for nest_loops in sched.nests for loop, _ in nest_loops]
+    if not pair_loop:
+        return []
+    pair_nest = np.repeat(np.arange(count), [len(nest_loops) for nest_loops in sched.nests])
+    _, first_pair, pair_distinct = np.unique(np.fromiter(map(id, pair_loop), dtype=np.int64, count=len(pair_loop)),
+                                             return_index=True, return_inverse=True)
+    distinct = [pair_loop[k] for k in first_pair.tolist()]  # each loop statement execution once
+    lines, distinct_line = np.unique(np.asarray([loop.line for loop in distinct], dtype=np.int64), return_inverse=True)
+    pair_line = distinct_line[pair_distinct]
+    size = len(lines)
+    time_ms = np.bincount(pair_line, weights=busy[pair_nest] * 1e3, minlength=size)
+    instructions = np.bincount(pair_line, weights=number[pair_nest], minlength=size)
+    executions = np.bincount(distinct_line, minlength=size)
+    iterations = np.bincount(distinct_line, weights=[loop.trip_count for loop in distinct], minlength=size)
+    line_first = np.full(size, np.inf)
+    line_last = np.zeros(size)
+    np.minimum.at(line_first, pair_line, first[pair_nest])
+    np.maximum.at(line_last, pair_line, last[pair_nest])
+    _, first_of_line = np.unique(pair_line, return_index=True)
     result = []
-    for entry in per_line.values():
-        span = entry.pop("_last") - entry.pop("_first")
-        entry["span_ms"] = max(0.0, span) * 1e3 if entry["instructions"] else 0.0
-        result.append(entry)
+    for k, line in enumerate(lines.tolist()):
+        span = float(line_last[k]) - float(line_first[k])
+        result.append({"line": line, "kind": pair_loop[int(first_of_line[k])].kind, "executions": int(executions[k]),
+                       "iterations": int(iterations[k]), "instructions": int(instructions[k]),
+                       "time_ms": float(time_ms[k]), "span_ms": max(0.0, span) * 1e3 if instructions[k] else 0.0})
     return sorted(result, key=lambda e: (-e["time_ms"], e["line"]))
