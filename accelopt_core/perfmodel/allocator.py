@@ -116,28 +116,24 @@ class _BlockIndex:
         self.writes: list[list[tuple[Access, tuple[Block, ...]]]] = [owned(inst.writes) for inst in trace.instructions]
         self.alias: dict[Block, Block] = {}
 
-    def spans(self) -> dict[Block, tuple[int, int]]:
-        """First and last access of every block, in program order."""
-        first: dict[Block, int] = {}
-        last: dict[Block, int] = {}
+    def accessed_at(self) -> dict[Block, list[int]]:
+        """The instructions that access each block, in program order (the first and last are its span)."""
+        at: dict[Block, list[int]] = {}
         for i, (reads, writes) in enumerate(zip(self.reads, self.writes, strict=True)):
             for accesses in (reads, writes):
                 for _, own in accesses:
                     for b in own:
-                        if b not in last:
-                            first[b] = i
-                        last[b] = i
-        return {b: (at, last[b]) for b, at in first.items()}
+                        seen = at.get(b)
+                        if seen is None:
+                            at[b] = [i]
+                        elif seen[-1] != i:
+                            seen.append(i)
+        return at
 
-    def reuse(self, alias: dict[Block, Block], spans: dict[Block, tuple[int, int]]) -> None:
-        """From now on, accesses to the blocks of `alias` go to the blocks they reuse (only the
-        instructions within those blocks' spans can touch them)."""
+    def reuse(self, alias: dict[Block, Block], accessed_at: dict[Block, list[int]]) -> None:
+        """From now on, accesses to the blocks of `alias` go to the blocks they reuse."""
         self.alias = alias
-        touched = np.zeros(len(self.reads) + 1, dtype=np.int64)
-        bounds = np.asarray([spans[b] for b in alias], dtype=np.int64)
-        np.add.at(touched, bounds[:, 0], 1)
-        np.add.at(touched, bounds[:, 1] + 1, -1)
-        for i in np.flatnonzero(np.cumsum(touched[:-1])).tolist():
+        for i in sorted({i for b in alias for i in accessed_at[b]}):
             for mine in (self.reads[i], self.writes[i]):
                 for k, (acc, own) in enumerate(mine):
                     if own[0] in alias or (len(own) > 1 and any(b in alias for b in own)):
@@ -182,7 +178,7 @@ def _reuse(trace: Trace, blocks: _BlockIndex, capacity: dict[str, int]) -> list[
     candidates, depth = _repeats(trace, blocks, moved)
     if not candidates:
         return same_as
-    spans = blocks.spans()
+    accessed_at = blocks.accessed_at()
     alias: dict[Block, Block] = {}
     kept: dict[Block, tuple[int, int]] = {}  # kept block -> its extended (first, last) access
     by_statement: dict[tuple[int, int], list[tuple[int, int, Block, Block]]] = {}
@@ -191,8 +187,8 @@ def _reuse(trace: Trace, blocks: _BlockIndex, capacity: dict[str, int]) -> list[
     for _, group in sorted(by_statement.items()):
         trial = dict(kept)
         for _, _, own, kept_block in group:
-            first, last = trial.get(kept_block) or spans[kept_block]
-            until = spans[own][1]
+            first, last = trial.get(kept_block) or (accessed_at[kept_block][0], accessed_at[kept_block][-1])
+            until = accessed_at[own][-1]
             trial[kept_block] = (first, until if until > last else last)
         if _fits(trial, blocks, capacity, len(trace.instructions)):
             kept = trial
@@ -200,7 +196,7 @@ def _reuse(trace: Trace, blocks: _BlockIndex, capacity: dict[str, int]) -> list[
                 same_as[i] = j
                 alias[own] = kept_block
     if alias:
-        blocks.reuse(alias, spans)
+        blocks.reuse(alias, accessed_at)
     return same_as
 
 
