@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -133,11 +134,22 @@ class _BlockIndex:
     def reuse(self, alias: dict[Block, Block], accessed_at: dict[Block, list[int]]) -> None:
         """From now on, accesses to the blocks of `alias` go to the blocks they reuse."""
         self.alias = alias
-        for i in sorted({i for b in alias for i in accessed_at[b]}):
+        for i in {i for b in alias for i in accessed_at[b]}:  # each instruction's entries change on their own
             for mine in (self.reads[i], self.writes[i]):
                 for k, (acc, own) in enumerate(mine):
                     if own[0] in alias or (len(own) > 1 and any(b in alias for b in own)):
                         mine[k] = (acc, tuple(alias.get(b, b) for b in own))
+
+    def sizes(self, blocks: Iterable[Block]) -> dict[Block, float]:
+        """Bytes per partition of each block (one block of a tensor is as large as any other)."""
+        per_tensor: dict[int, float] = {}
+        sizes: dict[Block, float] = {}
+        for b in blocks:
+            size = per_tensor.get(b[0])
+            if size is None:
+                size = per_tensor[b[0]] = self.size(b)
+            sizes[b] = size
+        return sizes
 
     def size(self, block: Block) -> float:
         """Bytes per partition of one block."""
@@ -408,7 +420,7 @@ def _rotate(trace: Trace, uses: dict[Block, list[int]], buffers: int, reuses_buf
     tensors = trace.tensors
     sites: dict[tuple, list[Block]] = {}
     nests: dict[int, tuple[int, ...]] = {}  # innermost loop execution -> the lines of its nest
-    for b in sorted(uses, key=lambda b: uses[b][0]):
+    for b in uses:  # in the order of their first use (see _sbuf_uses)
         info = tensors[b[0]]
         if info.partition_axis > 0:
             site: tuple = (b[0],)
@@ -434,11 +446,13 @@ def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dic
     statement at every use, a computed one by a spill)."""
     if not uses:
         return
-    sizes = {b: blocks.size(b) for b in uses}
+    sizes = blocks.sizes(uses)
+    # each block adds its size where it becomes live and takes it off after its last use, block by block
+    changes = np.asarray([(at[0], at[-1] + 1) for at in uses.values()], dtype=np.int64).ravel()
+    amounts = np.repeat(np.fromiter(sizes.values(), dtype=np.float64, count=len(sizes)), 2)
+    amounts[1::2] *= -1.0
     timeline = np.zeros(len(trace.instructions) + 1)
-    for b, at in uses.items():
-        timeline[at[0]] += sizes[b]
-        timeline[at[-1] + 1] -= sizes[b]
+    np.add.at(timeline, changes, amounts)
     plan.peak_bytes_per_partition = round(float(np.cumsum(timeline).max()))
     if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
         return
@@ -446,18 +460,22 @@ def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dic
 
 
 def _sbuf_uses(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> dict[Block, list[int]]:
-    """Every executed access to each SBUF block, in program order."""
+    """Every executed access to each SBUF block, in program order; the blocks in the order of their
+    first use."""
     uses: dict[Block, list[int]] = {}
-    for i in range(len(trace.instructions)):
+    for i, (reads, writes) in enumerate(zip(blocks.reads, blocks.writes, strict=True)):
         if dropped[i]:
             continue
-        for acc, own in (*blocks.reads[i], *blocks.writes[i]):
-            if acc.buffer != "sbuf":
-                continue
-            for b in own:
-                at = uses.setdefault(b, [])
-                if not at or at[-1] != i:
-                    at.append(i)
+        for accesses in (reads, writes):
+            for acc, own in accesses:
+                if acc.buffer != "sbuf":
+                    continue
+                for b in own:
+                    at = uses.get(b)
+                    if at is None:
+                        uses[b] = [i]
+                    elif at[-1] != i:
+                        at.append(i)
     return uses
 
 

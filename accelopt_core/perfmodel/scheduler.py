@@ -180,12 +180,12 @@ def _last_accesses(instructions: list[Instruction]) -> tuple[dict[int, int], dic
 
 
 def _folded_memset(inst: Instruction, code: int) -> bool:
-    """`nl.zeros(..., buffer=nl.psum)` before a `+=` matmul chain is the legacy accumulation idiom:
-    the compiler folds the zeroing into the first matmul's start-of-group flag (a matmul may not
-    accumulate onto PSUM another engine initialised, fact sheet A.3), so a zero memset into PSUM
-    costs no engine time and orders only by data."""
-    return (inst.op == "memset" and code != 0 and bool(inst.writes)
-            and inst.writes[0].buffer == "psum" and (inst.attrs or {}).get("value") == 0)
+    """Whether a memset costs nothing. `nl.zeros(..., buffer=nl.psum)` before a `+=` matmul chain is
+    the legacy accumulation idiom: the compiler folds the zeroing into the first matmul's
+    start-of-group flag (a matmul may not accumulate onto PSUM another engine initialised, fact
+    sheet A.3), so a zero memset into PSUM costs no engine time and orders only by data."""
+    return (code != 0 and bool(inst.writes) and inst.writes[0].buffer == "psum"
+            and (inst.attrs or {}).get("value") == 0)
 
 
 class _ListScheduler:
@@ -249,7 +249,7 @@ class _ListScheduler:
 
             # Start from when the engine (or the soonest DMA queue) is free: the start cannot be earlier,
             # and it lets dependency queries skip every entry that finished before that.
-            folded = _folded_memset(inst, code)
+            folded = inst.op == "memset" and _folded_memset(inst, code)
             if folded:
                 bound, p = 0.0, -1
             elif code == _DMA_CODE:
