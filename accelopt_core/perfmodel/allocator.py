@@ -76,7 +76,7 @@ def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffer
     if any(any(a.buffer != "hbm" for a in instructions[i].reads) for i in itertools.compress(range(n), dropped)):
         _drop_dead(trace, blocks, dropped)  # a repeat of on-chip data may leave its inputs' producers dead
     plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n, 0, sbuf_capacity)
-    uses = _sbuf_uses(trace, blocks, dropped)
+    uses = blocks.uses("sbuf", dropped)  # every executed access to each SBUF block
     _rotate(trace, uses, buffers, plan.reuses_buffer_of)
     _allocate(trace, blocks, plan, uses)
     return plan
@@ -117,12 +117,17 @@ class _BlockIndex:
         self.writes: list[list[tuple[Access, tuple[Block, ...]]]] = [owned(inst.writes) for inst in trace.instructions]
         self.alias: dict[Block, Block] = {}
 
-    def accessed_at(self) -> dict[Block, list[int]]:
-        """The instructions that access each block, in program order (the first and last are its span)."""
+    def uses(self, buffer: str | None = None, dropped: list[bool] | None = None) -> dict[Block, list[int]]:
+        """The instructions that access each block, in program order, the blocks in the order of their
+        first access: all accesses, or only those in `buffer` by the instructions not `dropped`."""
         at: dict[Block, list[int]] = {}
         for i, (reads, writes) in enumerate(zip(self.reads, self.writes, strict=True)):
+            if dropped is not None and dropped[i]:
+                continue
             for accesses in (reads, writes):
-                for _, own in accesses:
+                for acc, own in accesses:
+                    if buffer is not None and acc.buffer != buffer:
+                        continue
                     for b in own:
                         seen = at.get(b)
                         if seen is None:
@@ -190,7 +195,7 @@ def _reuse(trace: Trace, blocks: _BlockIndex, capacity: dict[str, int]) -> list[
     candidates, depth = _repeats(trace, blocks, moved)
     if not candidates:
         return same_as
-    accessed_at = blocks.accessed_at()
+    accessed_at = blocks.uses()
     alias: dict[Block, Block] = {}
     kept: dict[Block, tuple[int, int]] = {}  # kept block -> its extended (first, last) access
     by_statement: dict[tuple[int, int], list[tuple[int, int, Block, Block]]] = {}
@@ -420,7 +425,7 @@ def _rotate(trace: Trace, uses: dict[Block, list[int]], buffers: int, reuses_buf
     tensors = trace.tensors
     sites: dict[tuple, list[Block]] = {}
     nests: dict[int, tuple[int, ...]] = {}  # innermost loop execution -> the lines of its nest
-    for b in uses:  # in the order of their first use (see _sbuf_uses)
+    for b in uses:  # in the order of their first use
         info = tensors[b[0]]
         if info.partition_axis > 0:
             site: tuple = (b[0],)
@@ -457,26 +462,6 @@ def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dic
     if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
         return
     _Allocator(trace, blocks, plan, uses, sizes).run()
-
-
-def _sbuf_uses(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> dict[Block, list[int]]:
-    """Every executed access to each SBUF block, in program order; the blocks in the order of their
-    first use."""
-    uses: dict[Block, list[int]] = {}
-    for i, (reads, writes) in enumerate(zip(blocks.reads, blocks.writes, strict=True)):
-        if dropped[i]:
-            continue
-        for accesses in (reads, writes):
-            for acc, own in accesses:
-                if acc.buffer != "sbuf":
-                    continue
-                for b in own:
-                    at = uses.get(b)
-                    if at is None:
-                        uses[b] = [i]
-                    elif at[-1] != i:
-                        at.append(i)
-    return uses
 
 
 class _Allocator:

@@ -127,6 +127,14 @@ class _TensorDeps:
         rmax.append(finish if not rmax or finish > rmax[-1] else rmax[-1])
 
 
+class _DepsByTensor(dict[int, _TensorDeps]):
+    """Each tensor's (or PSUM bank's) dependency records; `deps[t]` starts an empty one, `deps.get(t)` does not."""
+
+    def __missing__(self, tensor: int) -> _TensorDeps:
+        deps = self[tensor] = _TensorDeps()
+        return deps
+
+
 class Schedule:
     """Times of every instruction after list scheduling, plus what the report needs."""
 
@@ -208,7 +216,7 @@ class _ListScheduler:
         self.timeline = DmaTimeline(self.queues, self.aggregate)
         self.lanes = [_Lane() for _ in ENGINES]
         self.tails = [costs.tail(name) for name in ENGINES]
-        self.deps: dict[int, _TensorDeps] = {}
+        self.deps = _DepsByTensor()
         self.full_region: dict[int, tuple[tuple[int, int], ...] | None] = {}
         self.nest_cache: dict[int, int] = {}  # id of a loop nest -> its index in Schedule.nests
         self.psum = _PsumBanks(trace.tensors, memory)
@@ -311,10 +319,7 @@ class _ListScheduler:
         for acc in inst.writes:
             t = acc.tensor
             if last[t] > i:
-                d = deps.get(t)
-                if d is None:
-                    d = deps[t] = _TensorDeps()
-                d.add_write(acc.region, at, at, False, i, False)
+                deps[t].add_write(acc.region, at, at, False, i, False)
 
     def _after_data(self, inst: Instruction, bound: float, p: int,
                     tensor_engine: bool) -> tuple[float, int, list[int]]:
@@ -440,32 +445,20 @@ class _ListScheduler:
         for acc in inst.reads:
             t = acc.tensor
             if last_write.get(t, -1) > i:
-                d = deps.get(t)
-                if d is None:
-                    d = deps[t] = _TensorDeps()
-                d.add_read(acc.region, e, i)
+                deps[t].add_read(acc.region, e, i)
             if acc.buffer == "psum":
                 for key in self.psum.keys(acc):
-                    d = deps.get(key)
-                    if d is None:
-                        d = deps[key] = _TensorDeps()
-                    d.add_read(_BANK_BOX, e, i)
+                    deps[key].add_read(_BANK_BOX, e, i)
         last = self.last
         for acc in inst.writes:
             t = acc.tensor
             if last[t] > i:
-                d = deps.get(t)
-                if d is None:
-                    d = deps[t] = _TensorDeps()
                 full = self.full_region.get(t, 0)
                 if full == 0:
                     full = self.full_region[t] = _full_region(t, self.tensors)
-                d.add_write(acc.region, r, e, tensor_engine, i, acc.region == full)
+                deps[t].add_write(acc.region, r, e, tensor_engine, i, acc.region == full)
         for key in psum_write_banks:
-            d = deps.get(key)
-            if d is None:
-                d = deps[key] = _TensorDeps()
-            d.add_write(_BANK_BOX, r, e, tensor_engine, i, True)
+            deps[key].add_write(_BANK_BOX, r, e, tensor_engine, i, True)
 
 
 class _Lane:
