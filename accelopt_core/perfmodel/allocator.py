@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,7 +76,7 @@ def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffer
     if any(any(a.buffer != "hbm" for a in instructions[i].reads) for i in itertools.compress(range(n), dropped)):
         _drop_dead(trace, blocks, dropped)  # a repeat of on-chip data may leave its inputs' producers dead
     plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n, 0, sbuf_capacity)
-    uses = _sbuf_uses(trace, blocks, dropped)
+    uses = blocks.uses("sbuf", dropped)  # every executed access to each SBUF block
     _rotate(trace, uses, buffers, plan.reuses_buffer_of)
     _allocate(trace, blocks, plan, uses)
     return plan
@@ -87,37 +88,73 @@ class _BlockIndex:
 
     def __init__(self, trace: Trace) -> None:
         self.tensors = trace.tensors
-        axes = {tid: max(0, info.partition_axis) for tid, info in trace.tensors.items() if info.buffer != "hbm"}
-        self.reads: list[list[tuple[Access, list[Block]]]] = []
-        self.writes: list[list[tuple[Access, list[Block]]]] = []
-        for inst in trace.instructions:
-            for accesses, out in ((inst.reads, self.reads), (inst.writes, self.writes)):
-                out.append([(acc, _own_blocks(acc, axes[acc.tensor])) for acc in accesses
-                            if acc.buffer != "hbm" and acc.tensor in axes])
+        # a tensor without block dimensions is one block: every access to it shares that one tuple
+        whole: dict[int, tuple[Block, ...]] = {}
+        self.block_axes: dict[int, int] = {}  # tensor with block dimensions -> its partition axis
+        blocked = self.block_axes
+        for tid, info in trace.tensors.items():
+            if info.buffer != "hbm":
+                if info.partition_axis > 0:
+                    blocked[tid] = info.partition_axis
+                else:
+                    whole[tid] = ((tid, ()),)
+
+        def owned(accesses: tuple[Access, ...]) -> list[tuple[Access, tuple[Block, ...]]]:
+            out = []
+            for acc in accesses:
+                if acc.buffer == "hbm":
+                    continue
+                own = whole.get(acc.tensor)
+                if own is None:
+                    axis = blocked.get(acc.tensor)
+                    if axis is None:
+                        continue
+                    own = _own_blocks(acc, axis)
+                out.append((acc, own))
+            return out
+
+        self.reads: list[list[tuple[Access, tuple[Block, ...]]]] = [owned(inst.reads) for inst in trace.instructions]
+        self.writes: list[list[tuple[Access, tuple[Block, ...]]]] = [owned(inst.writes) for inst in trace.instructions]
         self.alias: dict[Block, Block] = {}
 
-    def spans(self) -> dict[Block, tuple[int, int]]:
-        """First and last access of every block, in program order."""
-        spans: dict[Block, tuple[int, int]] = {}
+    def uses(self, buffer: str | None = None, dropped: list[bool] | None = None) -> dict[Block, list[int]]:
+        """The instructions that access each block, in program order, the blocks in the order of their
+        first access: all accesses, or only those in `buffer` by the instructions not `dropped`."""
+        at: dict[Block, list[int]] = {}
         for i, (reads, writes) in enumerate(zip(self.reads, self.writes, strict=True)):
-            for _, own in (*reads, *writes):
-                for b in own:
-                    spans[b] = (spans.get(b, (i, i))[0], i)
-        return spans
+            if dropped is not None and dropped[i]:
+                continue
+            for accesses in (reads, writes):
+                for acc, own in accesses:
+                    if buffer is not None and acc.buffer != buffer:
+                        continue
+                    for b in own:
+                        seen = at.get(b)
+                        if seen is None:
+                            at[b] = [i]
+                        elif seen[-1] != i:
+                            seen.append(i)
+        return at
 
-    def reuse(self, alias: dict[Block, Block], spans: dict[Block, tuple[int, int]]) -> None:
-        """From now on, accesses to the blocks of `alias` go to the blocks they reuse (only the
-        instructions within those blocks' spans can touch them)."""
+    def reuse(self, alias: dict[Block, Block], accessed_at: dict[Block, list[int]]) -> None:
+        """From now on, accesses to the blocks of `alias` go to the blocks they reuse."""
         self.alias = alias
-        touched = np.zeros(len(self.reads) + 1, dtype=np.int64)
-        bounds = np.asarray([spans[b] for b in alias], dtype=np.int64)
-        np.add.at(touched, bounds[:, 0], 1)
-        np.add.at(touched, bounds[:, 1] + 1, -1)
-        for i in np.flatnonzero(np.cumsum(touched[:-1])).tolist():
+        for i in {i for b in alias for i in accessed_at[b]}:  # each instruction's entries change on their own
             for mine in (self.reads[i], self.writes[i]):
                 for k, (acc, own) in enumerate(mine):
                     if own[0] in alias or (len(own) > 1 and any(b in alias for b in own)):
-                        mine[k] = (acc, [alias.get(b, b) for b in own])
+                        mine[k] = (acc, tuple(alias.get(b, b) for b in own))
+
+    def sizes(self, blocks: Iterable[Block]) -> dict[Block, float]:
+        """Bytes per partition of each block (one block of a tensor is as large as any other)."""
+        per_tensor: dict[int, float] = {}
+        sizes: dict[Block, float] = {}
+        for b in blocks:
+            size = per_tensor.get(b[0])
+            if size is None:
+                size = per_tensor[b[0]] = self.size(b)
+            sizes[b] = size
+        return sizes
 
     def size(self, block: Block) -> float:
         """Bytes per partition of one block."""
@@ -129,13 +166,12 @@ class _BlockIndex:
         return self.tensors[block[0]].buffer
 
 
-def _own_blocks(acc: Access, axis: int) -> list[Block]:
-    if axis == 0:
-        return [(acc.tensor, ())]
+def _own_blocks(acc: Access, axis: int) -> tuple[Block, ...]:
+    """The blocks an access to a tensor with block dimensions in front of partition `axis` touches."""
     region = acc.region[:axis]
     if all(hi - lo == 1 for lo, hi in region):
-        return [(acc.tensor, tuple(lo for lo, _ in region))]
-    return [(acc.tensor, b) for b in itertools.product(*(range(lo, hi) for lo, hi in region))]
+        return ((acc.tensor, tuple(lo for lo, _ in region)),)
+    return tuple((acc.tensor, b) for b in itertools.product(*(range(lo, hi) for lo, hi in region)))
 
 
 def _inner(acc: Access, info: TensorInfo) -> Region:
@@ -159,7 +195,7 @@ def _reuse(trace: Trace, blocks: _BlockIndex, capacity: dict[str, int]) -> list[
     candidates, depth = _repeats(trace, blocks, moved)
     if not candidates:
         return same_as
-    spans = blocks.spans()
+    accessed_at = blocks.uses()
     alias: dict[Block, Block] = {}
     kept: dict[Block, tuple[int, int]] = {}  # kept block -> its extended (first, last) access
     by_statement: dict[tuple[int, int], list[tuple[int, int, Block, Block]]] = {}
@@ -168,15 +204,16 @@ def _reuse(trace: Trace, blocks: _BlockIndex, capacity: dict[str, int]) -> list[
     for _, group in sorted(by_statement.items()):
         trial = dict(kept)
         for _, _, own, kept_block in group:
-            first, last = trial.get(kept_block, spans[kept_block])
-            trial[kept_block] = (first, max(last, spans[own][1]))
+            first, last = trial.get(kept_block) or (accessed_at[kept_block][0], accessed_at[kept_block][-1])
+            until = accessed_at[own][-1]
+            trial[kept_block] = (first, until if until > last else last)
         if _fits(trial, blocks, capacity, len(trace.instructions)):
             kept = trial
             for i, j, own, kept_block in group:
                 same_as[i] = j
                 alias[own] = kept_block
     if alias:
-        blocks.reuse(alias, spans)
+        blocks.reuse(alias, accessed_at)
     return same_as
 
 
@@ -207,7 +244,7 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
     block it writes, the block the earlier one wrote); and each one's depth in its chain of moves.
     `moved`: the on-chip tensors some move reads (values elsewhere are never looked up)."""
     tensors = trace.tensors
-    axes = {tid: max(0, info.partition_axis) for tid, info in tensors.items()}
+    axes = blocks.block_axes  # every other on-chip tensor has its partition axis first
     values: dict[tuple[int, tuple[int, ...]], dict[Region, int]] = {}  # on-chip block -> region -> value
     hbm_version: dict[int, int] = {}
     seen: dict[tuple, tuple[int, int, Block, Region]] = {}
@@ -218,13 +255,14 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
     written_by: dict[Block, int] = {}  # block -> the earlier block it repeats (-1 when written otherwise)
     fresh = itertools.count(1)
     hbm_values: dict[tuple, int] = {}
-    for i, inst in enumerate(trace.instructions):
-        for acc in inst.writes:
-            if acc.buffer == "hbm":
-                hbm_version[acc.tensor] = hbm_version.get(acc.tensor, 0) + 1
+    for i, (inst, writes) in enumerate(zip(trace.instructions, blocks.writes, strict=True)):
+        if len(writes) < len(inst.writes):  # some write goes to HBM
+            for acc in inst.writes:
+                if acc.buffer == "hbm":
+                    hbm_version[acc.tensor] = hbm_version.get(acc.tensor, 0) + 1
         if inst.op not in _MOVES:
             # computed values never repeat here (arithmetic is left as written): forget what was there
-            for acc, own in blocks.writes[i]:
+            for acc, own in writes:
                 tracked = acc.tensor in moved
                 for b in own:
                     if tracked:
@@ -233,22 +271,22 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
                         conflicted.add(b)
             continue
         reads = inst.reads
+        attrs = inst.attrs or {}
         if len(reads) == 1 and reads[0].buffer == "hbm" and inst.writes and inst.writes[0].buffer != "hbm" \
-                and not (inst.attrs or {}).get("indirect"):
+                and not attrs.get("indirect"):
             # the common case, a load: its value is the HBM region as last written
             src, out = reads[0], inst.writes[0]
             ident = (src.tensor, src.region, hbm_version.get(src.tensor, 0))
             value = hbm_values.get(ident)
             if value is None:
                 value = hbm_values[ident] = next(fresh)
-            key: tuple | None = (inst.op, (value,), out.shape, out.dtype, out.nbytes,
-                                 bool((inst.attrs or {}).get("transpose")))
+            key: tuple | None = (inst.op, (value,), out.shape, out.dtype, out.nbytes, bool(attrs.get("transpose")))
             made = 1
         else:
             key = _move_key(inst, tensors, values, hbm_version, hbm_values, fresh)
             made = 1 + max((depth_of.get(v, 0) for v in key[1]), default=0) if key is not None else 1
-        for acc, own in blocks.writes[i]:
-            inner = acc.region[axes[acc.tensor]:]
+        for acc, own in writes:
+            inner = acc.region[axes.get(acc.tensor, 0):]
             single = len(own) == 1
             earlier = seen.get(key) if key is not None and single else None
             if earlier is not None and earlier[3] == inner and earlier[2] != own[0]:
@@ -387,7 +425,7 @@ def _rotate(trace: Trace, uses: dict[Block, list[int]], buffers: int, reuses_buf
     tensors = trace.tensors
     sites: dict[tuple, list[Block]] = {}
     nests: dict[int, tuple[int, ...]] = {}  # innermost loop execution -> the lines of its nest
-    for b in sorted(uses, key=lambda b: uses[b][0]):
+    for b in uses:  # in the order of their first use
         info = tensors[b[0]]
         if info.partition_axis > 0:
             site: tuple = (b[0],)
@@ -413,31 +451,17 @@ def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dic
     statement at every use, a computed one by a spill)."""
     if not uses:
         return
-    sizes = {b: blocks.size(b) for b in uses}
+    sizes = blocks.sizes(uses)
+    # each block adds its size where it becomes live and takes it off after its last use, block by block
+    changes = np.asarray([(at[0], at[-1] + 1) for at in uses.values()], dtype=np.int64).ravel()
+    amounts = np.repeat(np.fromiter(sizes.values(), dtype=np.float64, count=len(sizes)), 2)
+    amounts[1::2] *= -1.0
     timeline = np.zeros(len(trace.instructions) + 1)
-    for b, at in uses.items():
-        timeline[at[0]] += sizes[b]
-        timeline[at[-1] + 1] -= sizes[b]
+    np.add.at(timeline, changes, amounts)
     plan.peak_bytes_per_partition = round(float(np.cumsum(timeline).max()))
     if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
         return
     _Allocator(trace, blocks, plan, uses, sizes).run()
-
-
-def _sbuf_uses(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> dict[Block, list[int]]:
-    """Every executed access to each SBUF block, in program order."""
-    uses: dict[Block, list[int]] = {}
-    for i in range(len(trace.instructions)):
-        if dropped[i]:
-            continue
-        for acc, own in (*blocks.reads[i], *blocks.writes[i]):
-            if acc.buffer != "sbuf":
-                continue
-            for b in own:
-                at = uses.setdefault(b, [])
-                if not at or at[-1] != i:
-                    at.append(i)
-    return uses
 
 
 class _Allocator:
@@ -481,7 +505,7 @@ class _Allocator:
             for b in here:
                 self._advance(b, i)
 
-    def _read(self, i: int, acc: Access, own: list[Block], here: set[Block]) -> None:
+    def _read(self, i: int, acc: Access, own: tuple[Block, ...], here: set[Block]) -> None:
         share = acc.nbytes // max(1, len(own))
         for b in own:
             if b not in self.sizes:
@@ -504,7 +528,7 @@ class _Allocator:
             else:
                 self._admit(b)
 
-    def _write(self, inst: Instruction, own: list[Block], here: set[Block]) -> None:
+    def _write(self, inst: Instruction, own: tuple[Block, ...], here: set[Block]) -> None:
         for b in own:
             if b not in self.sizes:
                 continue

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from accelopt_core.hardware import HardwareProfile
-from accelopt_core.nki.trace import Engine, Trace, collector_paused
+from accelopt_core.nki.trace import Access, Engine, Trace, collector_paused
 from accelopt_core.perfmodel.costs import CostModel
 from accelopt_core.perfmodel.report import PerfReport
 from accelopt_core.perfmodel.scheduler import ENGINES, Schedule, schedule
@@ -25,7 +25,7 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
     n = len(trace.instructions)
     plan = sched.plan
     latency = sched.latency
-    summary = executed_summary(trace, plan.dropped)
+    traffic = _Traffic(trace, plan.dropped, hardware.tensor.fp32_counted_flops_factor)
     codes = np.asarray(sched.engine, dtype=np.int64)
     start = np.asarray(sched.start, dtype=np.float64)
     end = np.asarray(sched.end, dtype=np.float64)
@@ -42,9 +42,9 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
 
     spill_save = sched.spill_save
     spill_reload = sched.spill_reload
-    hbm_read = summary["hbm_read_bytes"] + spill_reload + sched.refetch
-    hbm_write = summary["hbm_write_bytes"] + spill_save
-    hw_flops, tr_flops = _counted_flops(trace, plan.dropped, hardware.tensor.fp32_counted_flops_factor)
+    hbm_read = traffic.read["hbm"] + spill_reload + sched.refetch
+    hbm_write = traffic.write["hbm"] + spill_save
+    hw_flops, tr_flops = traffic.hardware_flops, traffic.transpose_flops
     peak = hardware.peak
     critical = _critical_path(sched)
     bottleneck = max(critical, key=lambda name: critical[name]) if latency > 0 else "none"
@@ -87,10 +87,10 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         matmul_instruction_count=int(counts[0]),
         hbm_read_bytes=int(hbm_read),
         hbm_write_bytes=int(hbm_write),
-        sbuf_read_bytes=int(summary["sbuf_read_bytes"] + spill_save),
-        sbuf_write_bytes=int(summary["sbuf_write_bytes"] + spill_reload + sched.refetch),
-        psum_read_bytes=int(summary["psum_read_bytes"]),
-        psum_write_bytes=int(summary["psum_write_bytes"]),
+        sbuf_read_bytes=int(traffic.read["sbuf"] + spill_save),
+        sbuf_write_bytes=int(traffic.write["sbuf"] + spill_reload + sched.refetch),
+        psum_read_bytes=int(traffic.read["psum"]),
+        psum_write_bytes=int(traffic.write["psum"]),
         spill_save_bytes=spill_save,
         spill_reload_bytes=spill_reload,
         sbuf_peak_live_bytes_per_partition=plan.peak_bytes_per_partition,
@@ -111,32 +111,42 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         critical_path_time=critical,
         engine_busy_time=busy,
         idle_percent=idle,
-        lines=_lines(trace, codes, busy_time),
+        lines=_lines(trace, codes, busy_time, traffic.by_line),
         loops=_loops(sched, start, end, busy_time),
         notes=notes,
     )
 
 
-def executed_summary(trace: Trace, dropped: list[bool]) -> dict[str, Any]:
-    """`Trace.summary` over the instructions the hardware executes (the compiler's plan drops some)."""
-    if not any(dropped):
-        return trace.summary()
-    executed = Trace([inst for inst, gone in zip(trace.instructions, dropped, strict=True) if not gone],
-                     trace.tensors)
-    return executed.summary()
+class _Traffic:
+    """Bytes and flops counted in one pass over the trace: per memory level over the instructions the
+    hardware executes (`Trace.summary`'s split: HBM, SBUF, the rest PSUM), the matmul flops as
+    neuron-profile counts them, and per source line the bytes as written (every instruction)."""
 
+    def __init__(self, trace: Trace, dropped: list[bool], fp32_factor: float) -> None:
+        self.read = {"hbm": 0, "sbuf": 0, "psum": 0}
+        self.write = {"hbm": 0, "sbuf": 0, "psum": 0}
+        self.hardware_flops = 0.0
+        self.transpose_flops = 0.0
+        self.by_line: dict[int, dict[str, int]] = {}
+        for inst, gone in zip(trace.instructions, dropped, strict=True):
+            levels = self.by_line.get(inst.line)
+            if levels is None:
+                levels = self.by_line[inst.line] = {}
+            self._count(inst.reads, levels, None if gone else self.read)
+            self._count(inst.writes, levels, None if gone else self.write)
+            if not gone and inst.engine == Engine.TENSOR:
+                flops = inst.flops * (fp32_factor if inst.dtype == "float32" else 1.0)
+                self.hardware_flops += flops
+                if inst.attrs and inst.attrs.get("is_transpose"):
+                    self.transpose_flops += flops
 
-def _counted_flops(trace: Trace, dropped: list[bool], fp32_factor: float) -> tuple[float, float]:
-    """hardware_flops and transpose_flops as neuron-profile counts them over the executed matmuls."""
-    total = transpose = 0.0
-    for inst, gone in zip(trace.instructions, dropped, strict=True):
-        if gone or inst.engine != Engine.TENSOR:
-            continue
-        flops = inst.flops * (fp32_factor if inst.dtype == "float32" else 1.0)
-        total += flops
-        if inst.attrs and inst.attrs.get("is_transpose"):
-            transpose += flops
-    return total, transpose
+    @staticmethod
+    def _count(accesses: tuple[Access, ...], levels: dict[str, int], executed: dict[str, int] | None) -> None:
+        for acc in accesses:
+            buffer = acc.buffer
+            levels[buffer] = levels.get(buffer, 0) + acc.nbytes
+            if executed is not None:
+                executed[buffer if buffer == "hbm" or buffer == "sbuf" else "psum"] += acc.nbytes
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:
@@ -192,7 +202,8 @@ def _bottleneck_summary(bottleneck: str, critical: dict[str, float],
             f" idle: {others}")
 
 
-def _lines(trace: Trace, codes: np.ndarray, duration: np.ndarray) -> list[dict[str, Any]]:
+def _lines(trace: Trace, codes: np.ndarray, duration: np.ndarray,
+           traffic: dict[int, dict[str, int]]) -> list[dict[str, Any]]:
     """Busy time per kernel source line, the engine that dominates it, sorted by time."""
     if not len(codes):
         return []
@@ -210,11 +221,6 @@ def _lines(trace: Trace, codes: np.ndarray, duration: np.ndarray) -> list[dict[s
         entry["engines"][ENGINES[code]] = t * 1e3
         entry["time_ms"] += t * 1e3
         entry["instructions"] += c
-    traffic: dict[int, dict[str, int]] = {}
-    for inst in trace.instructions:
-        levels = traffic.setdefault(inst.line, {})
-        for access in (*inst.reads, *inst.writes):
-            levels[access.buffer] = levels.get(access.buffer, 0) + access.nbytes
     for entry in per_line.values():
         engines = entry["engines"]
         entry["engine"] = max(engines, key=lambda name: engines[name])
@@ -235,28 +241,31 @@ def _loops(sched: Schedule, start: np.ndarray, end: np.ndarray,
     last = np.zeros(count)
     np.minimum.at(first, nest, start)
     np.maximum.at(last, nest, end)
-    per_line: dict[int, dict[str, Any]] = {}
-    seen: dict[int, set[int]] = {}
-    for info in sched.nests:
-        k = info.index
-        for loop in info.loops:
-            entry = per_line.get(loop.line)
-            if entry is None:
-                entry = per_line[loop.line] = {
-                    "line": loop.line, "kind": loop.kind, "executions": 0, "iterations": 0,
-                    "instructions": 0, "time_ms": 0.0, "_first": np.inf, "_last": 0.0}
-                seen[loop.line] = set()
-            if id(loop) not in seen[loop.line]:
-                seen[loop.line].add(id(loop))
-                entry["executions"] += 1
-                entry["iterations"] += loop.trip_count
-            entry["instructions"] += int(number[k])
-            entry["time_ms"] += float(busy[k]) * 1e3
-            entry["_first"] = min(entry["_first"], float(first[k]))
-            entry["_last"] = max(entry["_last"], float(last[k]))
+    # every (nest, loop) pair, nests in order and each nest's loops outermost first: the order in
+    # which a loop's time is summed
+    pair_loop = [loop for nest_loops in sched.nests for loop, _ in nest_loops]
+    if not pair_loop:
+        return []
+    pair_nest = np.repeat(np.arange(count), [len(nest_loops) for nest_loops in sched.nests])
+    _, first_pair, pair_distinct = np.unique(np.fromiter(map(id, pair_loop), dtype=np.int64, count=len(pair_loop)),
+                                             return_index=True, return_inverse=True)
+    distinct = [pair_loop[k] for k in first_pair.tolist()]  # each loop statement execution once
+    lines, distinct_line = np.unique(np.asarray([loop.line for loop in distinct], dtype=np.int64), return_inverse=True)
+    pair_line = distinct_line[pair_distinct]
+    size = len(lines)
+    time_ms = np.bincount(pair_line, weights=busy[pair_nest] * 1e3, minlength=size)
+    instructions = np.bincount(pair_line, weights=number[pair_nest], minlength=size)
+    executions = np.bincount(distinct_line, minlength=size)
+    iterations = np.bincount(distinct_line, weights=[loop.trip_count for loop in distinct], minlength=size)
+    line_first = np.full(size, np.inf)
+    line_last = np.zeros(size)
+    np.minimum.at(line_first, pair_line, first[pair_nest])
+    np.maximum.at(line_last, pair_line, last[pair_nest])
+    _, first_of_line = np.unique(pair_line, return_index=True)
     result = []
-    for entry in per_line.values():
-        span = entry.pop("_last") - entry.pop("_first")
-        entry["span_ms"] = max(0.0, span) * 1e3 if entry["instructions"] else 0.0
-        result.append(entry)
+    for k, line in enumerate(lines.tolist()):
+        span = float(line_last[k]) - float(line_first[k])
+        result.append({"line": line, "kind": pair_loop[int(first_of_line[k])].kind, "executions": int(executions[k]),
+                       "iterations": int(iterations[k]), "instructions": int(instructions[k]),
+                       "time_ms": float(time_ms[k]), "span_ms": max(0.0, span) * 1e3 if instructions[k] else 0.0})
     return sorted(result, key=lambda e: (-e["time_ms"], e["line"]))

@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
-from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Instruction, Loop, Trace
+from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Instruction, LoopNest, Trace
 from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline
@@ -62,35 +62,34 @@ def _overlaps(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) ->
 
 
 class _TensorDeps:
-    """Earlier writes and reads of one tensor that may still delay a later access."""
+    """Earlier writes and reads of one tensor that may still delay a later access.
 
-    __slots__ = ("rbox", "rfinish", "ridx", "rmax", "wbox", "wfinish", "widx", "wmax", "wready", "wtensor")
+    A write is (region, ready, finish, by the Tensor engine, index), a read (region, finish, index);
+    beside each list runs the maximum of its times so far, which lets a query stop early."""
+
+    __slots__ = ("reads", "rmax", "wmax", "writes")
 
     def __init__(self) -> None:
-        self.wbox: list[tuple[tuple[int, int], ...]] = []
-        self.wready: list[float] = []
-        self.wfinish: list[float] = []
-        self.wtensor: list[bool] = []  # written by the Tensor engine (PSUM accumulation)
-        self.widx: list[int] = []
-        self.wmax: list[float] = []  # running max of wready: lets a query stop early
-        self.rbox: list[tuple[tuple[int, int], ...]] = []
-        self.rfinish: list[float] = []
-        self.ridx: list[int] = []
+        self.writes: list[tuple[tuple[tuple[int, int], ...], float, float, bool, int]] = []
+        self.wmax: list[float] = []  # running max of the writes' ready times
+        self.reads: list[tuple[tuple[tuple[int, int], ...], float, int]] = []
         self.rmax: list[float] = []
 
     def after_writes(self, box: tuple[tuple[int, int], ...], bound: float, pred: int,
                      tensor_reader: bool) -> tuple[float, int]:
         """Raise `bound` to when every overlapping earlier write's result is usable."""
         wmax = self.wmax
-        wready = self.wready
+        writes = self.writes
         i = len(wmax) - 1
         while i >= 0 and wmax[i] > bound:
-            if wready[i] > bound and _overlaps(self.wbox[i], box):
+            write = writes[i]
+            ready = write[1]
+            if ready > bound and _overlaps(write[0], box):
                 # back-to-back matmuls into one PSUM region accumulate near memory: no init gap
-                t = self.wfinish[i] if tensor_reader and self.wtensor[i] else wready[i]
+                t = write[2] if tensor_reader and write[3] else ready
                 if t > bound:
                     bound = t
-                    pred = self.widx[i]
+                    pred = write[4]
             i -= 1
         return bound, pred
 
@@ -98,12 +97,13 @@ class _TensorDeps:
                     pred: int) -> tuple[float, int]:
         """Raise `bound` to when every overlapping earlier read has finished."""
         rmax = self.rmax
-        rfinish = self.rfinish
+        reads = self.reads
         i = len(rmax) - 1
         while i >= 0 and rmax[i] > bound:
-            if rfinish[i] > bound and _overlaps(self.rbox[i], box):
-                bound = rfinish[i]
-                pred = self.ridx[i]
+            read = reads[i]
+            if read[1] > bound and _overlaps(read[0], box):
+                bound = read[1]
+                pred = read[2]
             i -= 1
         return bound, pred
 
@@ -111,42 +111,28 @@ class _TensorDeps:
                   tensor: bool, index: int, covers_all: bool) -> None:
         if covers_all:
             # This write waited for every earlier access, so none of them can matter any more.
-            self.wbox = [box]
-            self.wready = [ready]
-            self.wfinish = [finish]
-            self.wtensor = [tensor]
-            self.widx = [index]
+            self.writes = [(box, ready, finish, tensor, index)]
             self.wmax = [ready]
-            if self.rbox:
-                self.rbox = []
-                self.rfinish = []
-                self.ridx = []
+            if self.reads:
+                self.reads = []
                 self.rmax = []
             return
-        self.wbox.append(box)
-        self.wready.append(ready)
-        self.wfinish.append(finish)
-        self.wtensor.append(tensor)
-        self.widx.append(index)
+        self.writes.append((box, ready, finish, tensor, index))
         wmax = self.wmax
         wmax.append(ready if not wmax or ready > wmax[-1] else wmax[-1])
 
     def add_read(self, box: tuple[tuple[int, int], ...], finish: float, index: int) -> None:
-        self.rbox.append(box)
-        self.rfinish.append(finish)
-        self.ridx.append(index)
+        self.reads.append((box, finish, index))
         rmax = self.rmax
         rmax.append(finish if not rmax or finish > rmax[-1] else rmax[-1])
 
 
-class _NestInfo:
-    """What the report needs from one loop nest, computed once per distinct nest tuple."""
+class _DepsByTensor(dict[int, _TensorDeps]):
+    """Each tensor's (or PSUM bank's) dependency records; `deps[t]` starts an empty one, `deps.get(t)` does not."""
 
-    __slots__ = ("index", "loops")
-
-    def __init__(self, index: int, loops: tuple[Loop, ...]) -> None:
-        self.index = index
-        self.loops = loops
+    def __missing__(self, tensor: int) -> _TensorDeps:
+        deps = self[tensor] = _TensorDeps()
+        return deps
 
 
 class Schedule:
@@ -163,7 +149,7 @@ class Schedule:
         self.busy = [0.0] * n
         self.engine = [0] * n
         self.nest = [0] * n
-        self.nests: list[_NestInfo] = []
+        self.nests: list[LoopNest] = []  # every distinct loop nest, in first-seen order
         self.dma_data: list[tuple[float, float]] = []
         self.dma_transfers = 0
         self.dma_bytes = 0
@@ -181,8 +167,15 @@ class Schedule:
 
 def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Schedule:
     """Place every instruction of `trace` in time; see the module docstring for the rules."""
-    instructions = trace.instructions
-    n = len(instructions)
+    memory = hardware.memory
+    plan = plan_allocation(trace, memory.sbuf_usable_bytes_per_partition, memory.psum_bytes_per_partition,
+                           memory.rotating_buffers)
+    return _ListScheduler(trace, hardware, costs, plan).run()
+
+
+def _last_accesses(instructions: list[Instruction]) -> tuple[dict[int, int], dict[int, int]]:
+    """Per tensor, the last instruction that touches it and the last one that writes it: an access
+    after which nothing touches the tensor again constrains nobody and is not recorded."""
     last: dict[int, int] = {}
     last_write: dict[int, int] = {}
     for i, inst in enumerate(instructions):
@@ -191,95 +184,162 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
         for acc in inst.writes:
             last[acc.tensor] = i
             last_write[acc.tensor] = i
-    memory = hardware.memory
-    plan = plan_allocation(trace, memory.sbuf_usable_bytes_per_partition, memory.psum_bytes_per_partition,
-                           memory.rotating_buffers)
-    dropped, same_as, refetch, refetch_line = plan.dropped, plan.same_as, plan.refetch, plan.refetch_line
-    reload_bytes, save_bytes, rotation = plan.reload, plan.save, plan.reuses_buffer_of
-    depth = memory.stream_buffers
-    streams: dict[int, list[int]] = {}  # streamed load statement (-1: spill) -> the instructions its loads fed
-    saved_at: dict[int, float] = {}  # instruction -> when the spill saves after it are done
+    return last, last_write
 
-    sched = Schedule(n, plan)
-    start, end, ready, pred, busy = sched.start, sched.end, sched.ready, sched.pred, sched.busy
-    queues = hardware.dma.queues_per_engine
-    aggregate = costs.aggregate_dma_rate
-    engine_codes, nest_of = sched.engine, sched.nest
-    timeline = DmaTimeline(queues, aggregate)
-    lanes = [_Lane() for _ in ENGINES]
-    port_shared = False  # GpSimd has used the SBUF port Vector shares with it
-    tails = [costs.tail(name) for name in ENGINES]
-    deps: dict[int, _TensorDeps] = {}
-    full_region: dict[int, tuple[tuple[int, int], ...] | None] = {}
-    tensors = trace.tensors
-    nest_cache: dict[int, _NestInfo] = {}
-    psum = _PsumBanks(tensors, hardware.memory)
-    last_dma = -1
-    latency = 0.0
-    # NC-v2: Vector and GpSimd share the SBUF port, so their SBUF-touching instructions take turns;
-    # without this, moving work to GpSimd would look like free parallelism on trn1.
-    shared_port = {_CODE[Engine.VECTOR], _CODE[Engine.GPSIMD]} if hardware.memory.vector_gpsimd_share_sbuf else set()
-    port_free, port_last = 0.0, -1
-    # SPMD: one NeuronCore runs the programs of a launch one after another: nothing of a program
-    # starts before everything of the programs before it has finished
-    program_starts = set(trace.program_starts) - {0}
-    program_floor, floor_pred = 0.0, -1
 
-    for i, inst in enumerate(instructions):
-        code = _CODE.get(inst.engine)
-        if code is None:
-            raise ValueError(f"instruction {i} runs on unknown engine {inst.engine!r}")
-        choices = tuple(_CODE[name] for name in inst.attrs["engines"]) if inst.attrs and "engines" in inst.attrs else ()
-        if choices:
-            code = min(choices, key=lambda c: lanes[c].floor())  # the dependency queries start from the sooner
-        engine_codes[i] = code
-        nest_key = id(inst.loops)
-        info = nest_cache.get(nest_key)
-        if info is None:
-            info = _NestInfo(len(sched.nests), tuple(loop for loop, _ in inst.loops))
-            nest_cache[nest_key] = info
-            sched.nests.append(info)
-        nest_of[i] = info.index
-        if dropped[i]:
-            _skip(i, inst, sched, same_as[i], program_floor, deps, last)
-            continue
+def _folded_memset(inst: Instruction, code: int) -> bool:
+    """Whether a memset costs nothing. `nl.zeros(..., buffer=nl.psum)` before a `+=` matmul chain is
+    the legacy accumulation idiom: the compiler folds the zeroing into the first matmul's
+    start-of-group flag (a matmul may not accumulate onto PSUM another engine initialised, fact
+    sheet A.3), so a zero memset into PSUM costs no engine time and orders only by data."""
+    return (code != 0 and bool(inst.writes) and inst.writes[0].buffer == "psum"
+            and (inst.attrs or {}).get("value") == 0)
 
-        # Start from when the engine (or the soonest DMA queue) is free: the start cannot be earlier,
-        # and it lets dependency queries skip every entry that finished before that.
-        # `nl.zeros(..., buffer=nl.psum)` before a `+=` matmul chain is the legacy accumulation idiom:
-        # the compiler folds the zeroing into the first matmul's start-of-group flag (a matmul may
-        # not accumulate onto PSUM another engine initialised, fact sheet A.3), so a zero memset
-        # into PSUM costs no engine time and orders only by data.
-        folded = (inst.op == "memset" and code != 0 and inst.writes
-                  and inst.writes[0].buffer == "psum" and (inst.attrs or {}).get("value") == 0)
-        if folded:
-            bound, p = 0.0, -1
-        elif code == _DMA_CODE:
-            bound, p = timeline.earliest()
-        else:
-            bound = lanes[code].floor()
-            p = -1
-        if i in program_starts:
-            program_floor, floor_pred = latency, i - 1
-        if program_floor > bound:
-            bound, p = program_floor, floor_pred
 
-        tensor_engine = code == 0
-        psum_write_banks: list[int] = []
+class _ListScheduler:
+    """One pass of list scheduling: the engines' lanes, the DMA queues, what each tensor's earlier
+    accesses still constrain, and the compiler's extra transfers from the allocation plan."""
+
+    def __init__(self, trace: Trace, hardware: HardwareProfile, costs: CostModel, plan: AllocationPlan) -> None:
+        self.instructions = trace.instructions
+        self.tensors = trace.tensors
+        self.costs = costs
+        self.plan = plan
+        self.sched = Schedule(len(trace.instructions), plan)
+        self.last, self.last_write = _last_accesses(trace.instructions)
+        memory = hardware.memory
+        self.depth = memory.stream_buffers
+        self.streams: dict[int, list[int]] = {}  # streamed load statement (-1: spill) -> the instructions its loads fed
+        self.saved_at: dict[int, float] = {}  # instruction -> when the spill saves after it are done
+        self.queues = hardware.dma.queues_per_engine
+        self.aggregate = costs.aggregate_dma_rate
+        self.timeline = DmaTimeline(self.queues, self.aggregate)
+        self.lanes = [_Lane() for _ in ENGINES]
+        self.tails = [costs.tail(name) for name in ENGINES]
+        self.deps = _DepsByTensor()
+        self.full_region: dict[int, tuple[tuple[int, int], ...] | None] = {}
+        self.nest_cache: dict[int, int] = {}  # id of a loop nest -> its index in Schedule.nests
+        self.psum = _PsumBanks(trace.tensors, memory)
+        self.last_dma = -1
+        # NC-v2: Vector and GpSimd share the SBUF port, so their SBUF-touching instructions take turns;
+        # without this, moving work to GpSimd would look like free parallelism on trn1.
+        self.shared_port = {_CODE[Engine.VECTOR], _CODE[Engine.GPSIMD]} if memory.vector_gpsimd_share_sbuf else set()
+        self.port_shared = False  # GpSimd has used the SBUF port Vector shares with it
+        self.port_free, self.port_last = 0.0, -1
+        # SPMD: one NeuronCore runs the programs of a launch one after another: nothing of a program
+        # starts before everything of the programs before it has finished
+        self.program_starts = set(trace.program_starts) - {0}
+
+    def run(self) -> Schedule:
+        """Place the instructions in program order."""
+        sched, plan, lanes, timeline = self.sched, self.plan, self.lanes, self.timeline
+        dropped, same_as, rotation = plan.dropped, plan.same_as, plan.reuses_buffer_of
+        refetch, reload_bytes, save_bytes = plan.refetch, plan.reload, plan.save
+        start, end, ready, pred, busy, engine_codes, nest_of = (
+            sched.start, sched.end, sched.ready, sched.pred, sched.busy, sched.engine, sched.nest)
+        nest_cache, program_starts = self.nest_cache, self.program_starts
+        latency = 0.0
+        program_floor, floor_pred = 0.0, -1
+        for i, inst in enumerate(self.instructions):
+            code = _CODE.get(inst.engine)
+            if code is None:
+                raise ValueError(f"instruction {i} runs on unknown engine {inst.engine!r}")
+            attrs = inst.attrs
+            choices = tuple(_CODE[name] for name in attrs["engines"]) if attrs and "engines" in attrs else ()
+            if choices:
+                code = min(choices, key=lambda c: lanes[c].floor())  # the dependency queries start from the sooner
+            engine_codes[i] = code
+            k = nest_cache.get(id(inst.loops))
+            nest_of[i] = k if k is not None else self._new_nest(inst)
+            if dropped[i]:
+                self._skip(i, inst, same_as[i], program_floor)
+                continue
+
+            # Start from when the engine (or the soonest DMA queue) is free: the start cannot be earlier,
+            # and it lets dependency queries skip every entry that finished before that.
+            folded = inst.op == "memset" and _folded_memset(inst, code)
+            if folded:
+                bound, p = 0.0, -1
+            elif code == _DMA_CODE:
+                bound, p = timeline.earliest()
+            else:
+                bound = lanes[code].floor()
+                p = -1
+            if i in program_starts:
+                program_floor, floor_pred = latency, i - 1
+            if program_floor > bound:
+                bound, p = program_floor, floor_pred
+            tensor_engine = code == 0
+            bound, p, psum_write_banks = self._after_data(inst, bound, p, tensor_engine)
+            if rotation[i] >= 0 and end[rotation[i]] > bound:
+                bound, p = end[rotation[i]], rotation[i]  # its physical buffer frees when the tile before is dead
+            if refetch[i]:
+                bound, p = self._refetch(i, inst, bound, p)
+            if reload_bytes[i]:
+                bound, p = self._reload(i, inst, bound, p)
+
+            if folded:
+                s = e = r = bound
+                busy[i] = 0.0
+            elif code == _DMA_CODE:
+                s, e, p = self._run_dma(i, inst, bound, p)
+                r = e
+            else:
+                s, e, p = self._run_compute(i, inst, code, choices, bound, p)
+                r = e + self.tails[engine_codes[i]]
+            start[i] = s
+            end[i] = e
+            if save_bytes[i]:
+                done = self._save(i, inst, s)
+                if done > latency:
+                    latency = done
+            ready[i] = r
+            pred[i] = p
+            if r > latency:
+                latency = r
+            self._record(i, inst, e, r, tensor_engine, psum_write_banks)
+        sched.latency = latency
+        return sched
+
+    def _new_nest(self, inst: Instruction) -> int:
+        """Index of a loop nest met for the first time (the report sums time per nest)."""
+        nests = self.sched.nests
+        self.nest_cache[id(inst.loops)] = index = len(nests)
+        nests.append(inst.loops)
+        return index
+
+    def _skip(self, i: int, inst: Instruction, same_as: int, floor: float) -> None:
+        """An instruction the compiler does not execute: no time of its own; a repeated move's result is
+        the earlier one's, so what reads it waits for that."""
+        sched = self.sched
+        at = sched.ready[same_as] if same_as >= 0 else floor
+        sched.start[i] = sched.end[i] = sched.ready[i] = at
+        sched.pred[i] = same_as
+        deps, last = self.deps, self.last
+        for acc in inst.writes:
+            t = acc.tensor
+            if last[t] > i:
+                deps[t].add_write(acc.region, at, at, False, i, False)
+
+    def _after_data(self, inst: Instruction, bound: float, p: int,
+                    tensor_engine: bool) -> tuple[float, int, list[int]]:
+        """Raise the start to when what the instruction reads is written (RAW) and what it writes is no
+        longer read or written by earlier ones (WAR/WAW), its PSUM banks included; also the banks it writes."""
+        deps = self.deps
         for acc in inst.reads:
             d = deps.get(acc.tensor)
             if d is not None and d.wmax:
                 bound, p = d.after_writes(acc.region, bound, p, tensor_engine)
+        psum_write_banks: list[int] = []
         for acc in inst.writes:
-            t = acc.tensor
-            d = deps.get(t)
+            d = deps.get(acc.tensor)
             if d is not None:
                 if d.wmax:
                     bound, p = d.after_writes(acc.region, bound, p, tensor_engine)
                 if d.rmax:
                     bound, p = d.after_reads(acc.region, bound, p)
             if acc.buffer == "psum":
-                for key in psum.keys(acc):
+                for key in self.psum.keys(acc):
                     psum_write_banks.append(key)
                     d = deps.get(key)
                     if d is not None:
@@ -287,140 +347,118 @@ def schedule(trace: Trace, hardware: HardwareProfile, costs: CostModel) -> Sched
                             bound, p = d.after_writes(_BANK_BOX, bound, p, tensor_engine)
                         if d.rmax:
                             bound, p = d.after_reads(_BANK_BOX, bound, p)
+        return bound, p, psum_write_banks
 
-        if rotation[i] >= 0 and end[rotation[i]] > bound:
-            bound, p = end[rotation[i]], rotation[i]  # its physical buffer frees when the tile before is dead
-        if refetch[i]:
-            # a load issued again at its use is a load into rotating buffers: it may start once the use
-            # `stream_buffers` loads earlier has finished with its buffer
-            fed = streams.setdefault(refetch_line[i], [])
-            free_at = end[fed[-depth]] if len(fed) >= depth else 0.0
-            fed.append(i)
-            cost = costs.spill_dma(refetch[i], inst.partitions, _item_size(inst.reads))
-            _, data_start, done = timeline.issue(free_at, cost, -1)
-            sched.add_transfer(cost, data_start, done)
-            sched.refetch += refetch[i]
-            if done > bound:
-                bound, p = done, last_dma
-        if reload_bytes[i]:
-            # The 2025 compiler issues its spill reloads ahead, into rotating buffers like any load
-            # (calibration set: bmm_softmax and gqa_full reload 0.76 / 1.13 GB and still run at the
-            # pace of their engines), but not before the data is saved.
-            fed = streams.setdefault(-1, [])
-            free_at = end[fed[-depth]] if len(fed) >= depth else 0.0
-            saved = saved_at.get(plan.reload_after[i], 0.0)
-            free_at = saved if saved > free_at else free_at
-            fed.append(i)
-            cost = costs.spill_dma(reload_bytes[i], inst.partitions, _item_size(inst.reads))
-            _, data_start, done = timeline.issue(free_at, cost, -1)
-            sched.add_transfer(cost, data_start, done)
-            sched.spill_reload += reload_bytes[i]
-            if done > bound:
-                bound, p = done, last_dma
+    def _fed_buffer_free(self, stream: int, i: int) -> float:
+        """When a rotating buffer of a compiler stream is free for instruction i's data: once the use
+        `stream_buffers` loads earlier has finished with it."""
+        fed = self.streams.setdefault(stream, [])
+        depth = self.depth
+        free_at = self.sched.end[fed[-depth]] if len(fed) >= depth else 0.0
+        fed.append(i)
+        return free_at
 
-        if folded:
-            s = e = r = bound
-            busy[i] = 0.0
-        elif code == _DMA_CODE:
-            cost = costs.dma(inst)
-            s, data_start, e = timeline.issue(bound, cost, i)
-            if e > s + cost.standalone * (1.0 + 1e-9) + 1e-15 and last_dma >= 0:
-                p = last_dma  # stretched by other transfers sharing the bandwidth
-            sched.add_transfer(cost, data_start, e)
-            last_dma = i
-            r = e
-            busy[i] = cost.work_bytes / aggregate + cost.fixed / queues
+    def _compiler_load(self, inst: Instruction, payload: int, free_at: float) -> float:
+        """Book a transfer the compiler adds in front of an instruction; when its data is there."""
+        cost = self.costs.spill_dma(payload, inst.partitions, _item_size(inst.reads))
+        _, data_start, done = self.timeline.issue(free_at, cost, -1)
+        self.sched.add_transfer(cost, data_start, done)
+        return done
+
+    def _refetch(self, i: int, inst: Instruction, bound: float, p: int) -> tuple[float, int]:
+        """A load issued again at its use is a load into rotating buffers: it may start once the use
+        `stream_buffers` loads earlier has finished with its buffer."""
+        plan = self.plan
+        done = self._compiler_load(inst, plan.refetch[i], self._fed_buffer_free(plan.refetch_line[i], i))
+        self.sched.refetch += plan.refetch[i]
+        return (done, self.last_dma) if done > bound else (bound, p)
+
+    def _reload(self, i: int, inst: Instruction, bound: float, p: int) -> tuple[float, int]:
+        """The 2025 compiler issues its spill reloads ahead, into rotating buffers like any load
+        (calibration set: bmm_softmax and gqa_full reload 0.76 / 1.13 GB and still run at the pace of
+        their engines), but not before the data is saved."""
+        plan = self.plan
+        free_at = self._fed_buffer_free(-1, i)
+        saved = self.saved_at.get(plan.reload_after[i], 0.0)
+        done = self._compiler_load(inst, plan.reload[i], saved if saved > free_at else free_at)
+        self.sched.spill_reload += plan.reload[i]
+        return (done, self.last_dma) if done > bound else (bound, p)
+
+    def _save(self, i: int, inst: Instruction, started: float) -> float:
+        """What gave way to this instruction's blocks is saved while it runs; when that is done."""
+        sched = self.sched
+        payload = self.plan.save[i]
+        cost = self.costs.spill_dma(payload, inst.partitions, _item_size(inst.writes))
+        _, data_start, done = self.timeline.issue(started, cost, -1)
+        sched.add_transfer(cost, data_start, done)
+        sched.spill_save += payload
+        self.saved_at[i] = done
+        return done
+
+    def _run_dma(self, i: int, inst: Instruction, bound: float, p: int) -> tuple[float, float, int]:
+        """Book a DMA instruction on the queues; (start, end, the instruction that fixed its time)."""
+        cost = self.costs.dma(inst)
+        s, data_start, e = self.timeline.issue(bound, cost, i)
+        if e > s + cost.standalone * (1.0 + 1e-9) + 1e-15 and self.last_dma >= 0:
+            p = self.last_dma  # stretched by other transfers sharing the bandwidth
+        self.sched.add_transfer(cost, data_start, e)
+        self.last_dma = i
+        self.sched.busy[i] = cost.work_bytes / self.aggregate + cost.fixed / self.queues
+        return s, e, p
+
+    def _run_compute(self, i: int, inst: Instruction, code: int, choices: tuple[int, ...], bound: float,
+                     p: int) -> tuple[float, float, int]:
+        """Place a compute instruction on its engine (the compiler's choice where it may pick one);
+        (start, end of its occupancy, the instruction that fixed its time)."""
+        lanes, costs = self.lanes, self.costs
+        if choices:
+            code = _placed(inst, choices, bound, lanes, costs)
+            self.sched.engine[i] = code
+        lane = lanes[code]
+        on_port = code in self.shared_port and _touches_sbuf(inst)
+        if code == _GPSIMD_CODE and on_port:
+            self.port_shared = True
+        occupancy = costs.occupancy(inst, ENGINES[code])
+        if on_port and self.port_shared:
+            # Vector and GpSimd both on the SBUF port: each in its program order, taking turns
+            if lane.free > bound:
+                bound, p = lane.free, lane.last
+            if self.port_free > bound:
+                bound, p = self.port_free, self.port_last
+            s = lane.append(bound, occupancy, i)
+            self.port_free, self.port_last = s + occupancy, i
         else:
-            if choices:
-                code = _placed(inst, choices, bound, lanes, costs)
-                engine_codes[i] = code
-            lane = lanes[code]
-            on_port = code in shared_port and _touches_sbuf(inst)
-            if code == _GPSIMD_CODE and on_port:
-                port_shared = True
-            occupancy = costs.occupancy(inst, ENGINES[code])
-            if on_port and port_shared:
-                # Vector and GpSimd both on the SBUF port: each in its program order, taking turns
-                if lane.free > bound:
-                    bound, p = lane.free, lane.last
-                if port_free > bound:
-                    bound, p = port_free, port_last
-                s = lane.append(bound, occupancy, i)
-                port_free, port_last = s + occupancy, i
-            else:
-                s, waited = lane.place(bound, occupancy, i)
-                if waited >= 0:
-                    p = waited
-                if on_port and s + occupancy > port_free:
-                    port_free, port_last = s + occupancy, i
-            busy[i] = occupancy
-            e = s + occupancy
-            r = e + tails[code]
-        start[i] = s
-        end[i] = e
+            s, waited = lane.place(bound, occupancy, i)
+            if waited >= 0:
+                p = waited
+            if on_port and s + occupancy > self.port_free:
+                self.port_free, self.port_last = s + occupancy, i
+        self.sched.busy[i] = occupancy
+        return s, s + occupancy, p
 
-        if save_bytes[i]:
-            # what gave way to this instruction's blocks is saved while it runs
-            cost = costs.spill_dma(save_bytes[i], inst.partitions, _item_size(inst.writes))
-            _, data_start, done = timeline.issue(s, cost, -1)
-            sched.add_transfer(cost, data_start, done)
-            sched.spill_save += save_bytes[i]
-            saved_at[i] = done
-            if done > latency:
-                latency = done
-        ready[i] = r
-        pred[i] = p
-        if r > latency:
-            latency = r
-
+    def _record(self, i: int, inst: Instruction, e: float, r: float, tensor_engine: bool,
+                psum_write_banks: list[int]) -> None:
+        """Remember the instruction's reads (finished at `e`) and writes (usable at `r`) for the later
+        accesses they constrain."""
+        deps = self.deps
+        last_write = self.last_write
         for acc in inst.reads:
             t = acc.tensor
             if last_write.get(t, -1) > i:
-                d = deps.get(t)
-                if d is None:
-                    d = deps[t] = _TensorDeps()
-                d.add_read(acc.region, e, i)
+                deps[t].add_read(acc.region, e, i)
             if acc.buffer == "psum":
-                for key in psum.keys(acc):
-                    d = deps.get(key)
-                    if d is None:
-                        d = deps[key] = _TensorDeps()
-                    d.add_read(_BANK_BOX, e, i)
+                for key in self.psum.keys(acc):
+                    deps[key].add_read(_BANK_BOX, e, i)
+        last = self.last
         for acc in inst.writes:
             t = acc.tensor
             if last[t] > i:
-                d = deps.get(t)
-                if d is None:
-                    d = deps[t] = _TensorDeps()
-                full = full_region.get(t, 0)
+                full = self.full_region.get(t, 0)
                 if full == 0:
-                    full = _full_region(t, tensors)
-                    full_region[t] = full
-                d.add_write(acc.region, r, e, tensor_engine, i, acc.region == full)
+                    full = self.full_region[t] = _full_region(t, self.tensors)
+                deps[t].add_write(acc.region, r, e, tensor_engine, i, acc.region == full)
         for key in psum_write_banks:
-            d = deps.get(key)
-            if d is None:
-                d = deps[key] = _TensorDeps()
-            d.add_write(_BANK_BOX, r, e, tensor_engine, i, True)
-
-    sched.latency = latency
-    return sched
-
-
-def _skip(i: int, inst: Instruction, sched: Schedule, same_as: int, floor: float, deps: dict[int, _TensorDeps],
-          last: dict[int, int]) -> None:
-    """An instruction the compiler does not execute: no time of its own; a repeated move's result is
-    the earlier one's, so what reads it waits for that."""
-    at = sched.ready[same_as] if same_as >= 0 else floor
-    sched.start[i] = sched.end[i] = sched.ready[i] = at
-    sched.pred[i] = same_as
-    for acc in inst.writes:
-        t = acc.tensor
-        if last[t] > i:
-            d = deps.get(t)
-            if d is None:
-                d = deps[t] = _TensorDeps()
-            d.add_write(acc.region, at, at, False, i, False)
+            deps[key].add_write(_BANK_BOX, r, e, tensor_engine, i, True)
 
 
 class _Lane:
