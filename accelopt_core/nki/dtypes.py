@@ -7,6 +7,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .errors import KernelUsageError
+
 float32 = np.dtype(np.float32)
 float16 = np.dtype(np.float16)
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
@@ -23,6 +25,21 @@ uint16 = np.dtype(np.uint16)
 uint32 = np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
 
+# Every dtype a kernel's tensors may have, by name: NumPy's plain numbers and NKI's narrow floats. A
+# kernel's outputs and a trace's tensors are checked against it (anything else, `object` or `V8`, is refused).
+NAMED: dict[str, np.dtype] = {
+    d.name: d for d in (bool_, int8, int16, int32, np.dtype(np.int64), uint8, uint16, uint32, np.dtype(np.uint64),
+                        float16, float32, np.dtype(np.float64), bfloat16, float8_e4m3, float8_e4m3fn, float8_e5m2)}
+
+
+_ALLOWED = frozenset(NAMED.values())
+
+
+def named(name: str) -> np.dtype | None:
+    """The allowed dtype called `name`, or None."""
+    return NAMED.get(name)
+
+
 _FLOAT_RANK = {float8_e4m3: 1, float8_e4m3fn: 1, float8_e5m2: 1, bfloat16: 2, float16: 2, float32: 3}
 
 
@@ -38,12 +55,19 @@ def name_of(dtype: np.dtype) -> str:
 
 
 def as_dtype(value: Any) -> np.dtype:
-    """Accept what kernels pass as a dtype: nl.float32, np.float32, 'float32', a tensor's .dtype."""
-    if isinstance(value, np.dtype):
+    """Accept what kernels pass as a dtype: nl.float32, np.float32, 'float32', a tensor's .dtype; only the
+    dtypes NKI has (NAMED), so no object or void arrays are ever made."""
+    if isinstance(value, np.dtype) and value in _ALLOWED:
         return value
-    if isinstance(value, str) and value in ("bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn"):
-        return globals()[value]
-    return np.dtype(value)
+    if isinstance(value, str) and value in NAMED:
+        return NAMED[value]
+    try:
+        dtype = np.dtype(value)
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype not in _ALLOWED:
+        raise KernelUsageError(f"{value!r} is not a dtype NKI has (use one of {', '.join(NAMED)})")
+    return dtype
 
 
 def is_float(dtype: np.dtype) -> bool:

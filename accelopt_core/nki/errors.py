@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -13,8 +15,37 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIPPED = (_PACKAGE_DIR, "<frozen ")
 
 
+class _Replaying(threading.local):
+    """The kernel line a replayed instruction was recorded at (None: not replaying on this thread)."""
+
+    location: tuple[str, int] | None = None
+
+
+_replaying = _Replaying()
+
+
+@contextmanager
+def replaying(filename: str) -> Iterator[Callable[[int], None]]:
+    """Inside, the kernel location is `filename` at the line last given to the function yielded (a
+    replay has no kernel frame on its stack: it says where each recorded call was made)."""
+    saved = _replaying.location
+
+    def at_line(line: int) -> None:
+        _replaying.location = (filename, line)
+
+    at_line(0)
+    try:
+        yield at_line
+    finally:
+        _replaying.location = saved
+
+
 def kernel_location(skip_internal: bool = True) -> tuple[str, int]:
-    """The innermost stack frame outside the simulator: the kernel line being executed."""
+    """The innermost stack frame outside the simulator: the kernel line being executed (while
+    replaying, the line the instruction was recorded at)."""
+    fixed = _replaying.location
+    if fixed is not None:
+        return fixed
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename

@@ -169,38 +169,55 @@ class IndexExpr:
 
 class DynamicIndex(IndexExpr):
     """Indices read from a tile at run time (indirect DMA). The tile is an operand of the instruction
-    and the positions it may address are the whole dimension. Its values (numeric mode only; zeros
-    when tracing) count in the dimension it indexes, of `size` positions, which may be a view of step
-    `step` from `start` of the tensor; they are clipped into that dimension so masked-off garbage
-    never addresses outside, and `check` rejects an active element whose index is out of range."""
+    and the positions it may address are the whole dimension. Its values count in the dimension it
+    indexes, of `size` positions, which may be a view of step `step` from `start` of the tensor; they
+    are read when the instruction that uses them runs, as the DMA engine reads them (numeric mode
+    only; zeros when tracing), clipped into that dimension so masked-off garbage never addresses
+    outside, and `check` rejects an active element whose index is out of range."""
 
-    __slots__ = ("raw", "size", "source")
+    __slots__ = ("size", "source", "start", "step")
 
-    def __init__(self, source: Any, raw: np.ndarray, size: int, step: int = 1, start: int = 0):
-        super().__init__(raw.shape, values=np.clip(raw, 0, size - 1) * step + start)
+    def __init__(self, source: Any, size: int, step: int = 1, start: int = 0):
+        super().__init__(tuple(source.shape), values=_UNREAD)
         self.source = source
-        self.raw = raw
         self.size = size
+        self.step = step
+        self.start = start
 
-    @staticmethod
-    def of(tile: Any, size: int) -> DynamicIndex:
-        data = tile.read() if tile.storage.data is not None else np.zeros(tile.shape)
+    @property
+    def raw(self) -> np.ndarray:
+        """The indices the source tile holds now."""
+        tile = self.source
+        if tile.storage.data is None:
+            return np.zeros(tile.shape, dtype=np.int64)
+        data = np.asarray(tile.read())
         if data.dtype.kind == "f" and not np.all(np.isfinite(data) & (data == np.floor(data))):
             raise KernelUsageError(f"indices in {tile.name} must be integers")
-        return DynamicIndex(tile, np.asarray(data).astype(np.int64), size)
+        return data.astype(np.int64)
+
+    @property
+    def values(self) -> np.ndarray:
+        return np.clip(self.raw, 0, self.size - 1) * self.step + self.start
+
+    def bounds(self) -> tuple[int, int]:
+        return self.start, self.start + (self.size - 1) * self.step
 
     def mapped(self, step: int, start: int) -> DynamicIndex:
         """The same indices, addressing the tensor a view of step `step` from `start` was taken from."""
-        return DynamicIndex(self.source, self.raw, self.size, step, start)
+        return DynamicIndex(self.source, self.size, self.step * step, self.start * step + start)
 
     def check(self, name: str, active: np.ndarray | None, shape: tuple[int, ...]) -> None:
-        outside = np.broadcast_to((self.raw < 0) | (self.raw >= self.size), shape)
+        raw = self.raw
+        outside = np.broadcast_to((raw < 0) | (raw >= self.size), shape)
         if active is not None:
             outside = outside & active
         if outside.any():
-            bad = np.broadcast_to(self.raw, shape)[outside]
+            bad = np.broadcast_to(raw, shape)[outside]
             raise HardwareRuleError(f"indirect index {int(bad[0])} from {self.source.name} is out of bounds for "
                                     f"{name} (size {self.size})")
+
+
+_UNREAD = np.zeros(0, dtype=np.int64)  # a DynamicIndex's stand-in for stored values: it reads them when used
 
 
 def _as_int(value: Any) -> int:
@@ -446,6 +463,14 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
             items.append(slice(start, stop, step))
             shape.append(count)
             region.append((start, start + (count - 1) * step + 1) if count else (start, start))
+        elif isinstance(k, DynamicIndex):  # indices read from a tile, as a replayed subscript names them
+            lo, hi = k.bounds()
+            if lo < 0 or hi >= size:
+                raise HardwareRuleError(f"indirect indices address [{lo}, {hi}], outside dimension {dim} of {name} "
+                                        f"(size {size})")
+            items.append(k)
+            region.append((lo, hi + 1))
+            adv_shape = _broadcast(adv_shape, k.shape)
         elif isinstance(k, (IndexExpr, np.ndarray)):
             expr = k if isinstance(k, IndexExpr) else IndexExpr(k.shape, values=k.astype(np.int64))
             lo, hi = expr.bounds()
@@ -464,7 +489,7 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
             if k.buffer == "hbm":
                 raise HardwareRuleError(f"{name}: indices for indirect addressing must be in SBUF; "
                                         f"{k.name} is in HBM")
-            expr = DynamicIndex.of(k, size)
+            expr = DynamicIndex(k, size)
             items.append(expr)
             region.append((0, size))
             adv_shape = _broadcast(adv_shape, expr.shape)

@@ -18,7 +18,7 @@ import numpy as np
 from . import dtypes, ops
 from .errors import HardwareRuleError, KernelUsageError, missing_api
 from .indexing import Mask, arange, ds, mgrid  # noqa: F401  (re-exported NKI names)
-from .tensor import HBM, PSUM, SBUF, Buffer, ParDim, Tile, allocate, current
+from .tensor import HBM, PSUM, SBUF, Buffer, ParDim, Tile, allocate, current, host_fill, running
 from .trace import LoopKind
 
 # --- data types --------------------------------------------------------------------------------
@@ -79,8 +79,7 @@ def ndarray(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **_: Any
 def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str = "", **_: Any) -> Tile:
     tile = allocate(shape, dtype, buffer, name)
     if tile.buffer == HBM:
-        if tile.storage.data is not None:
-            tile.storage.data[...] = fill_value
+        host_fill(tile, fill_value)
         return tile
     blocks = tile.storage.shape[:tile.storage.partition_axis]
     if blocks:  # one memset per block tile
@@ -115,8 +114,9 @@ def shared_constant(constant: Any, dtype: Any = None, **_: Any) -> Tile:
     """A constant tensor in HBM built from host data."""
     values = np.asarray(constant)
     dtype = dtypes.as_dtype(dtype) if dtype is not None else values.dtype
-    data = values.astype(dtype) if current().numeric else None
-    return allocate(values.shape, dtype, hbm, "constant", data=data)
+    tile = allocate(values.shape, dtype, hbm, "constant")
+    host_fill(tile, values.astype(dtype))
+    return tile
 
 
 def shared_identity_matrix(n: int, dtype: Any = uint8, **_: Any) -> Tile:
@@ -176,9 +176,8 @@ class KernelRange:
         self.steps = builtins.range(*args)
 
     def __iter__(self) -> Iterator[int]:
-        from .tensor import _current
-
-        return _current[-1].loop(self.kind, self.args) if _current else iter(self.steps)
+        sim = running()
+        return sim.loop(self.kind, self.args) if sim is not None else iter(self.steps)
 
     def __len__(self) -> int:
         return len(self.steps)

@@ -8,18 +8,19 @@ as the hardware does (shared/nki-facts.md A.5, B.7).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from . import dtypes
-from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError
+from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location
 from .indexing import IndexExpr, Mask, as_mask
-from .tensor import HBM, PSUM, SBUF, Limits, Tile, allocate, close_accumulation, current
-from .trace import Engine, Instruction
+from .tensor import HBM, PSUM, SBUF, Limits, Tile, allocate, close_accumulation, current, running
+from .trace import Called, Engine, Instruction
 
 # --------------------------------------------------------------------------------------------
 # Operator tables
@@ -141,6 +142,45 @@ def _activation_fn(op: Any) -> tuple[str, Callable[[np.ndarray], np.ndarray]]:
 
 
 # --------------------------------------------------------------------------------------------
+# Recording: the kernel's calls, replayable (trace.py)
+# --------------------------------------------------------------------------------------------
+
+REPLAYABLE: dict[str, Callable[..., Any]] = {}  # every instruction a trace may ask for, by name
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def instruction(fn: F) -> F:
+    """Mark a public instruction: when the simulation records (trace-only runs in the sandbox), each
+    call the kernel's own code makes is appended to the trace's tape with its arguments by name, so the
+    trusted side can replay exactly this call; the calls it makes in turn are part of it."""
+    code = fn.__code__
+    names = code.co_varnames[:code.co_argcount]
+    op = fn.__name__
+
+    @functools.wraps(fn)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        sim = running()
+        if sim is None or sim.tape is None or sim.depth:
+            return fn(*args, **kwargs)
+        arguments = dict(zip(names, args, strict=False))
+        arguments.update(kwargs)
+        call = Called(op, arguments, kernel_location()[1], sim.nest, sim.ids_used, len(sim.trace.instructions))
+        sim.tape.append(call)
+        sim.depth += 1
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            call.raised = True
+            raise
+        finally:
+            sim.depth -= 1
+            call.finish(sim.ids_used, len(sim.trace.instructions))
+
+    REPLAYABLE[op] = recorded
+    return recorded  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
 
@@ -172,8 +212,15 @@ def _work(shape: tuple[int, ...], mask: Mask | None) -> tuple[int, int, int]:
     mask = as_mask(mask)
     if mask is None:
         return partitions, free, partitions * free
-    active = np.broadcast_to(mask.values, shape).reshape(partitions, -1)
-    per_partition = active.sum(axis=1)
+    values = mask.values
+    if values.ndim > len(shape) or np.broadcast_shapes(values.shape, shape) != tuple(shape):
+        np.broadcast_to(values, shape)  # raises the mismatch
+    # count on the mask's own elements: a dimension it broadcasts along multiplies its counts
+    values = values.reshape((1,) * (len(shape) - values.ndim) + values.shape) if shape else values.reshape(())
+    repeat = math.prod(n for n, m in zip(shape[1:], values.shape[1:], strict=True) if m == 1)
+    per_partition = values.reshape(values.shape[0] if shape else 1, -1).sum(axis=1) * repeat
+    if per_partition.shape[0] != partitions:  # the mask is the same on every partition
+        per_partition = np.broadcast_to(per_partition, (partitions,))
     return int((per_partition > 0).sum()), int(per_partition.max(initial=0)), int(per_partition.sum())
 
 
@@ -271,6 +318,7 @@ def _engine(engine: Any, default: str, allowed: tuple[str, ...]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+@instruction
 def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype: Any = None,
              axes: tuple[int, ...] | None = None) -> Tile:
     """One DMA transfer (nl.load, nl.store, nisa.dma_copy). A new SBUF tile when `dst` is None.
@@ -318,6 +366,7 @@ class LoopReduction:
         self.tile, self.op, self.dtype, self.mask = tile, op, dtype, mask
 
 
+@instruction
 def assign(dst: Tile, value: Any) -> None:
     """`dst[...] = value`: retarget the instruction that just produced `value`, else copy."""
     if isinstance(value, LoopReduction):
@@ -371,6 +420,7 @@ def assign(dst: Tile, value: Any) -> None:
         tensor_copy(value, dst=dst)
 
 
+@instruction
 def accumulate(dst: Tile, other: Any, op: str) -> None:
     """`dst += other` (and -=, *=, /=): PSUM accumulation for matmul results, else an ALU op."""
     sim = current()
@@ -418,6 +468,7 @@ def _operand_values(x: Any, ndim: int, bits: bool = False) -> Any:
     return np.int64(x) if bits else np.float32(x)
 
 
+@instruction
 def binary(op: Any, a: Any, b: Any, *, dtype: Any = None, mask: Mask | None = None, engine: Any = None,
            dst: Tile | None = None) -> Tile:
     """nl.add and friends: tensor_tensor for two tiles, tensor_scalar when one side is a scalar or
@@ -458,6 +509,7 @@ BN_STATS_FMAX = 512  # elements per partition one bn_stats reads (nl.tile_size.b
 _IDENTITY = {"add": 0.0, "mean": 0.0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1.0}
 
 
+@instruction
 def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask: Mask | None = None,
                   engine: Any = None, dst: Tile | None = None) -> Tile:
     name, fn = _alu(op)
@@ -508,6 +560,7 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
 _COMPILER_PLACED = (Engine.SCALAR, Engine.VECTOR)
 
 
+@instruction
 def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None,
                   operand1: Any = None, reverse1: bool = False, *, dtype: Any = None,
                   mask: Mask | None = None, engine: Any = None, dst: Tile | None = None) -> Tile:
@@ -555,6 +608,7 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
     return out
 
 
+@instruction
 def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, *,
                reduce_op: Any = None, reduce_res: Tile | None = None, dtype: Any = None,
                mask: Mask | None = None, dst: Tile | None = None) -> Tile:
@@ -608,6 +662,7 @@ def _reducer(op: Any, what: str, table: dict[str, Callable[..., np.ndarray]] = R
     return name, reducer
 
 
+@instruction
 def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepdims: bool = False,
                   dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     name, reducer = _reducer(op, "tensor_reduce")
@@ -641,6 +696,7 @@ def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepd
     return out
 
 
+@instruction
 def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask | None = None,
                 dst: Tile | None = None) -> Tile:
     _on_chip(src, "tensor_copy")
@@ -672,6 +728,7 @@ def _column(tile: Tile, partitions: int, what: str) -> None:
                                f"got {tile.shape}")
 
 
+@instruction
 def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile, *,
                          reverse0: bool = False, dtype: Any = None, mask: Mask | None = None,
                          dst: Tile | None = None) -> Tile:
@@ -712,6 +769,7 @@ def _reduce_rows(res: Tile, values: np.ndarray, name: str, reducer: Callable[...
     res.write(reduced.reshape(res.shape), keep.any(axis=1).reshape(res.shape))
 
 
+@instruction
 def bn_stats(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     """Vector engine: per partition, the count, mean and count x variance of the even-indexed and then of
     the odd-indexed elements (six values), for at most 512 elements (nki-facts B.6)."""
@@ -739,6 +797,7 @@ def bn_stats(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Ti
     return out
 
 
+@instruction
 def bn_aggr(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     """Vector engine: combine (count, mean, count x variance) triples, as bn_stats writes them, into the
     mean and the variance of every partition."""
@@ -766,6 +825,7 @@ _PARTITION_REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
     "add": np.sum, "maximum": np.max, "bitwise_or": np.bitwise_or.reduce, "bitwise_and": np.bitwise_and.reduce}
 
 
+@instruction
 def tensor_partition_reduce(op: Any, data: Tile, *, dtype: Any = None, mask: Mask | None = None,
                             dst: Tile | None = None) -> Tile:
     """GpSimd: reduce across the partitions of `data`, one partition of result."""
@@ -781,6 +841,7 @@ def tensor_partition_reduce(op: Any, data: Tile, *, dtype: Any = None, mask: Mas
     return out
 
 
+@instruction
 def random_seed(seed: Tile, *, mask: Mask | None = None) -> None:
     """Vector engine: seed the random numbers `dropout` draws with the value of a one-element tile."""
     _on_chip(seed, "random_seed")
@@ -791,6 +852,7 @@ def random_seed(seed: Tile, *, mask: Mask | None = None) -> None:
         sim.random = np.random.default_rng(int(np.asarray(_f32(seed)).reshape(-1)[0]))
 
 
+@instruction
 def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     """Vector engine: replace each element with 0 with probability `prob` (a scalar or a [P, 1] tile).
     The draws come from the simulator's generator (seeded by random_seed), not the device's."""
@@ -808,6 +870,7 @@ def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = Non
     return out
 
 
+@instruction
 def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None, mask: Mask | None = None,
            buffer: str = SBUF, dst: Tile | None = None) -> Tile:
     eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.GPSIMD))
@@ -820,6 +883,7 @@ def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None
     return out
 
 
+@instruction
 def iota(expr: Any, dtype: Any, *, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     """GpSimd: materialise an index expression as a tile."""
     if not isinstance(expr, IndexExpr):
@@ -831,6 +895,7 @@ def iota(expr: Any, dtype: Any, *, mask: Mask | None = None, dst: Tile | None = 
     return out
 
 
+@instruction
 def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, engine: Any = None,
                dst: Tile | None = None) -> Tile:
     """1/x on the Vector engine (precise, ~8 cycles per element) or the Scalar engine."""
@@ -845,6 +910,7 @@ def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, engin
     return out
 
 
+@instruction
 def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: Any, *, reverse0: bool = False,
                        reverse1: bool = False, dtype: Any = None, mask: Mask | None = None,
                        dst: Tile | None = None) -> Tile:
@@ -880,6 +946,7 @@ def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: An
     return out
 
 
+@instruction
 def scalar_tensor_tensor(data: Tile, op0: Any, operand0: Any, op1: Any, operand1: Tile, *,
                          reverse0: bool = False, reverse1: bool = False, dtype: Any = None,
                          mask: Mask | None = None, dst: Tile | None = None) -> Tile:
@@ -901,6 +968,7 @@ def scalar_tensor_tensor(data: Tile, op0: Any, operand0: Any, op1: Any, operand1
     return out
 
 
+@instruction
 def select(predicate: Any, on_true: Any, on_false: Any, *, dtype: Any = None, mask: Mask | None = None,
            engine: str = Engine.VECTOR, dst: Tile | None = None) -> Tile:
     """nl.where / nisa.affine_select: pick per element from two tiles or scalars."""
@@ -942,6 +1010,7 @@ def _choice_values(x: Any, shape: tuple[int, ...]) -> Any:
 DOUBLE_ROW_DTYPES = frozenset({"float8_e4m3", "float8_e4m3fn", "float8_e5m2"})
 
 
+@instruction
 def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mask: Mask | None = None,
               dst: Tile | None = None, accumulate: bool = False, onezero: bool = False,
               perf_mode: str | None = None) -> Tile:
@@ -1012,6 +1081,7 @@ def _double_rows(stationary: Tile, moving: Tile, perf_mode: str | None, limits: 
     return 2
 
 
+@instruction
 def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mask | None = None,
                  dst: Tile | None = None) -> Tile:
     """Swap partition and free axes: Tensor engine (<=128x128, into PSUM) or Vector (<=32x32)."""

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import gc
 import inspect
 import operator
 from collections.abc import Callable, Sequence
@@ -19,8 +18,8 @@ from . import dtypes
 from .errors import KernelUsageError
 from .hook import nki_imports
 from .indexing import full_subscript
-from .tensor import HBM, Simulation, Storage, Tile, pop, push
-from .trace import Trace
+from .tensor import HBM, Simulation, Storage, Tile, pop, push, running
+from .trace import Trace, collector_paused
 
 
 @dataclass(frozen=True)
@@ -83,12 +82,11 @@ class Kernel:
         return launched
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from .tensor import _current
-
-        if _current:  # called from inside a kernel or its host wrapper: trace into it
+        sim = running()
+        if sim is not None:  # called from inside a kernel or its host wrapper: trace into it
             if self.grid is None:
                 return self.func(*args, **kwargs)
-            return run_programs(_current[-1], self.grid, lambda: self.func(*args, **kwargs))
+            return run_programs(sim, self.grid, lambda: self.func(*args, **kwargs))
         result = run_kernel(self, args, kwargs, numeric=True)
         outputs = result.outputs
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -122,20 +120,21 @@ def _as_input(sim: Simulation, name: str, value: Any) -> Any:
                                        "<inputs>", 0)
             data = np.array(value, dtype=spec.dtype, copy=True)
         storage = Storage(sim, name, HBM, spec.shape, spec.dtype, -1, data)
+        sim.declared(storage, "input")
         return Tile(storage, full_subscript(spec.shape))
     return value
 
 
 def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any] | None = None,
                numeric: bool = True, hardware: str | None = None, generation: str | None = None,
-               grid: tuple[int, ...] | None = None) -> RunResult:
+               grid: tuple[int, ...] | None = None, record: bool = False) -> RunResult:
     """Run a kernel on the simulator. Array arguments become HBM tensors; others pass through.
     Positional arrays fill the parameters `kwargs` does not name, in order, so Python values may sit
     between arrays (`kernel(x, eps, gamma)` with kwargs {"eps": 1e-5}).
 
     `grid` (else the kernel's own, `kernel[2, 2]`) launches that many programs, one after another.
     `hardware` defaults to the kernel's `platform_target=` option (`@nki.jit(platform_target=...)`),
-    else trn1."""
+    else trn1. `record` keeps the trace's tape, its replayable form (trace.py)."""
     kwargs = dict(kwargs or {})
     if hardware is None:
         target = kernel.options.get("platform_target") if isinstance(kernel, Kernel) else None
@@ -144,26 +143,21 @@ def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs:
     gen = generation or (kernel.generation if isinstance(kernel, Kernel) else "legacy")
     if grid is None and isinstance(kernel, Kernel):
         grid = kernel.grid
-    sim = Simulation(numeric=numeric, hardware=hardware, generation=gen)
+    sim = Simulation(numeric=numeric, hardware=hardware, generation=gen, record=record)
     sim.force_auto_alloc = bool(kernel.options.get("force_auto_alloc")) if isinstance(kernel, Kernel) else False
     sim.trace.kernel_name = getattr(func, "__name__", "kernel")
     sim.trace.kernel_file = inspect.getsourcefile(func) or "" if callable(func) else ""
     positional, named = bind_arguments(func, list(args), kwargs)
-    # The trace is hundreds of thousands of small acyclic objects: the cyclic collector would
-    # rescan them over and over while they are built, for nothing.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
     push(sim)
     try:
-        tiles = [_as_input(sim, name, a) for name, a in positional]
-        kw_tiles = {k: _as_input(sim, k, v) for k, v in named.items()}
-        with nki_imports():  # kernels may import NKI inside their body
-            call = lambda: func(*tiles, **kw_tiles)  # noqa: E731
-            returned = call() if grid is None else run_programs(sim, grid, call)
+        with collector_paused():
+            tiles = [_as_input(sim, name, a) for name, a in positional]
+            kw_tiles = {k: _as_input(sim, k, v) for k, v in named.items()}
+            with nki_imports():  # kernels may import NKI inside their body
+                call = lambda: func(*tiles, **kw_tiles)  # noqa: E731
+                returned = call() if grid is None else run_programs(sim, grid, call)
     finally:
         pop()
-        if gc_was_enabled:
-            gc.enable()
     return _collect(sim, returned, tiles + list(kw_tiles.values()))
 
 
@@ -217,12 +211,25 @@ def run_programs(sim: Simulation, grid: tuple[int, ...], call: Callable[[], Any]
         for index in np.ndindex(*grid):
             sim.program_id = tuple(int(i) for i in index)
             sim.shared_cursor = 0
-            sim.trace.program_starts.append(len(sim.trace.instructions))
+            start_program(sim)
             returned = call()
     finally:
         sim.grid, sim.program_id, sim.shared, sim.shared_cursor = saved
-    sim.trace.launches.append(grid)
+    end_launch(sim, grid)
     return returned
+
+
+def start_program(sim: Simulation) -> None:
+    """An SPMD program starts: a barrier for the performance model (and an entry of the tape)."""
+    sim.trace.program_starts.append(len(sim.trace.instructions))
+    if sim.tape is not None:
+        sim.tape.append(("program",))
+
+
+def end_launch(sim: Simulation, grid: tuple[int, ...]) -> None:
+    sim.trace.launches.append(grid)
+    if sim.tape is not None:
+        sim.tape.append(("launch", grid))
 
 
 def storage_root(trace: Trace, tensor: int) -> int:
@@ -252,5 +259,7 @@ def _collect(sim: Simulation, returned: Any, inputs: list[Any]) -> RunResult:
         returned_input = returned_input or storage_root(sim.trace, item.storage.id) in input_ids
         shapes.append(item.shape)
         outputs.append(np.array(item.read()) if sim.numeric else None)
+    if sim.tape is not None:
+        sim.tape.append(("return", tuple(items)))
     return RunResult(outputs, sim.trace, shapes, returned_input, input_ids)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ from . import dtypes
 from .allocation import Placement, Slots, place
 from .errors import HardwareRuleError, KernelUsageError, kernel_location
 from .indexing import Subscript, compose, full_subscript, normalize
-from .trace import DTYPE_SIZES, Access, Instruction, Loop, LoopKind, LoopNest, TensorInfo, Trace
+from .trace import DTYPE_SIZES, Access, Declared, Instruction, Loop, LoopKind, LoopNest, TensorInfo, Trace
 
 HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
 
@@ -87,7 +88,8 @@ class Limits:
 class Simulation:
     """One kernel run: mode, limits, loop nest and the trace being recorded."""
 
-    def __init__(self, numeric: bool = True, hardware: str = "trn1", generation: str = "legacy"):
+    def __init__(self, numeric: bool = True, hardware: str = "trn1", generation: str = "legacy",
+                 record: bool = False):
         self.numeric = numeric
         self.limits = Limits.for_hardware(hardware)
         self.generation = generation
@@ -103,6 +105,15 @@ class Simulation:
         self.random = np.random.default_rng(0)  # what dropout draws from; nl.random_seed reseeds it
         self._placements: dict[tuple[Any, ...], Slots] = {}  # direct allocations by site (see placed)
         self._next_id = 0
+        # The replayable record (trace.py): what the kernel's own code asked for, in order. `depth` counts
+        # the recorded calls under way, so only the kernel's own calls are recorded, not their inner ones.
+        self.tape: list[Any] | None = None
+        if record:
+            self.tape = self.trace.tape = []
+        self.depth = 0
+        # A replay's view of the tensors (replay.py): every storage by id, and the bytes they may hold.
+        self.registry: dict[int, Storage] | None = None
+        self.memory: MemoryBudget | None = None
 
     def placed(self, placement: Placement, dims: tuple[int, ...], partition_axis: int, dtype: np.dtype) -> Slots:
         """The physical tiles of a directly allocated tensor. The legacy compiler traces an affine or
@@ -122,6 +133,16 @@ class Simulation:
     def new_id(self) -> int:
         self._next_id += 1
         return self._next_id
+
+    @property
+    def ids_used(self) -> int:
+        """How many tensor ids were handed out: the next tensor's id is one more."""
+        return self._next_id
+
+    def declared(self, storage: Storage, role: str, init: Any = None) -> None:
+        """Record a tensor the kernel's own code created (not an instruction's result)."""
+        if self.tape is not None and not self.depth:
+            self.tape.append(Declared(storage, role, init))
 
     def emit(self, engine: str, op: str, reads: tuple[Access, ...], writes: tuple[Access, ...],
              partitions: int, free_elements: int, flops: int = 0, attrs: dict[str, Any] | None = None,
@@ -152,22 +173,54 @@ class Simulation:
             self.nest = outer
 
 
-_current: list[Simulation] = []
+class MemoryBudget:
+    """The bytes a replay may hold in tensors at once: a trace declares its tensors, so a forged one could
+    ask the trusted side for any amount of memory."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+
+    def reserve(self, nbytes: int) -> None:
+        if self.used + nbytes > self.limit:
+            raise MemoryError(f"the trace's tensors need more than {self.limit / 2**20:.0f} MiB at once")
+        self.used += nbytes
+
+    def release(self, nbytes: int) -> None:
+        self.used -= nbytes
+
+
+class _Running(threading.local):
+    """The simulations running on this thread, innermost last: the trusted side replays traces in the
+    search's worker threads, each with its own simulation."""
+
+    def __init__(self) -> None:
+        self.stack: list[Simulation] = []
+
+
+_running = _Running()
+
+
+def running() -> Simulation | None:
+    """The innermost simulation of this thread, None outside a kernel run."""
+    stack = _running.stack
+    return stack[-1] if stack else None
 
 
 def current() -> Simulation:
-    if not _current:
+    stack = _running.stack
+    if not stack:
         raise KernelUsageError("NKI API called outside a kernel run (use nki.simulate_kernel or the "
                                "accelopt checker to run a kernel)")
-    return _current[-1]
+    return stack[-1]
 
 
 def push(sim: Simulation) -> None:
-    _current.append(sim)
+    _running.stack.append(sim)
 
 
 def pop() -> None:
-    _current.pop()
+    _running.stack.pop()
 
 
 class Storage:
@@ -226,6 +279,8 @@ class Storage:
                               1 if slots.block_ndim else 0, per_partition, line, sim.nest,
                               placement=tuple(slots.locations))
         sim.trace.tensors[self.id] = info
+        if sim.registry is not None:
+            sim.registry[self.id] = self
 
 
 class Tile:
@@ -321,6 +376,7 @@ class Tile:
         alias = Storage(sim, f"{self.storage.name}_reshaped", self.storage.buffer, new_shape,
                         self.storage.dtype, max(pa, 0), data)
         sim.trace.tensors[alias.id].alias_of = self.storage.id
+        sim.declared(alias, "view", self.storage.id)
         return Tile(alias, full_subscript(new_shape))
 
     def broadcast_to(self, shape: Any) -> Tile:
@@ -475,8 +531,7 @@ def _uninitialized(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.full(shape, fill, dtype=dtype)
 
 
-def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = "",
-             data: np.ndarray | None = None) -> Tile:
+def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = "") -> Tile:
     """Allocate a tensor, checking the partition and capacity rules the compiler enforces."""
     sim = current()
     kind = buffer.kind if isinstance(buffer, (Buffer, Placement)) else (buffer or SBUF)
@@ -490,16 +545,6 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
         partition_axis = next((i for i, s in enumerate(dims) if isinstance(s, ParDim)), 0)
         dims = tuple(int(s) for s in dims)
     dtype = dtypes.as_dtype(dtype)
-    if dims and min(dims) <= 0:
-        raise KernelUsageError(f"tensor {name or ''} has an empty or negative dimension: {dims}")
-    slots = None
-    if isinstance(buffer, Placement) and not sim.force_auto_alloc:
-        slots = sim.placed(buffer, dims, partition_axis, dtype)
-        # the capacity rules apply to what is allocated: one block per physical tile
-        _check_on_chip(sim.limits, kind, slots.physical_shape(dims[partition_axis:]), 1 if slots.block_ndim else 0,
-                       dtype, name)
-    elif kind != HBM:
-        _check_on_chip(sim.limits, kind, dims, partition_axis, dtype, name)
     shared = isinstance(buffer, Buffer) and buffer.name == "shared_hbm"
     if shared:
         index = sim.shared_cursor
@@ -508,12 +553,51 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
             storage = sim.shared[index]
             if storage.shape == dims and storage.dtype == dtype:
                 return Tile(storage, full_subscript(dims))
-    if data is None and sim.numeric:
+    placement = buffer if isinstance(buffer, Placement) and not sim.force_auto_alloc else None
+    tile = declare(kind, dims, partition_axis, dtype, name, placement)
+    if shared:
+        sim.shared.append(tile.storage)
+    return tile
+
+
+def declare(kind: str, dims: tuple[int, ...], partition_axis: int, dtype: np.dtype, name: str = "",
+            placement: Placement | None = None) -> Tile:
+    """A new tensor of `kind`, its blocks where `placement` puts them (None: the compiler allocates),
+    after the rules the compiler checks. What `allocate` creates, and what a replay rebuilds."""
+    sim = current()
+    if dims and min(dims) <= 0:
+        raise KernelUsageError(f"tensor {name or ''} has an empty or negative dimension: {dims}")
+    slots = None
+    if placement is not None:
+        slots = sim.placed(placement, dims, partition_axis, dtype)
+        # the capacity rules apply to what is allocated: one block per physical tile
+        _check_on_chip(sim.limits, kind, slots.physical_shape(dims[partition_axis:]), 1 if slots.block_ndim else 0,
+                       dtype, name)
+    elif kind != HBM:
+        _check_on_chip(sim.limits, kind, dims, partition_axis, dtype, name)
+    data = None
+    if sim.numeric:
+        if sim.memory is not None:
+            sim.memory.reserve(math.prod(dims) * dtype.itemsize)
         data = _uninitialized(dims, dtype)
     storage = Storage(sim, name, kind, dims, dtype, partition_axis, data, slots)
-    if shared:
-        sim.shared.append(storage)
+    sim.declared(storage, "tensor")
     return Tile(storage, full_subscript(dims))
+
+
+def host_fill(tile: Tile, values: Any) -> None:
+    """Write host data into a whole HBM tensor without an instruction (`nl.full` in HBM, constants): one
+    value for every element, or an array of the tensor's shape."""
+    storage = tile.storage
+    if storage.buffer != HBM or not tile.is_whole:
+        raise KernelUsageError(f"host data fills a whole HBM tensor; {storage.name} is {storage.buffer.upper()}")
+    if isinstance(values, np.ndarray) and values.shape != storage.shape:
+        raise KernelUsageError(f"host data of shape {values.shape} for {storage.name} of shape {storage.shape}")
+    sim = current()
+    if storage.data is not None:
+        storage.data[...] = values
+    sim.trace.host_written.add(storage.id)
+    sim.declared(storage, "fill", values)
 
 
 def _label(kind: str, name: str, dims: tuple[int, ...]) -> str:

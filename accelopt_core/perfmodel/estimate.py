@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 import numpy as np
 
 from accelopt_core.hardware import HardwareProfile
-from accelopt_core.nki.trace import Access, Engine, Trace
+from accelopt_core.nki.trace import Access, Engine, Trace, collector_paused
 from accelopt_core.perfmodel.costs import CostModel
 from accelopt_core.perfmodel.report import PerfReport
 from accelopt_core.perfmodel.scheduler import ENGINES, Schedule, schedule
@@ -17,16 +16,9 @@ from accelopt_core.perfmodel.scheduler import ENGINES, Schedule, schedule
 def estimate(trace: Trace, hardware: HardwareProfile) -> PerfReport:
     """Estimated latency, engine activity, traffic, bottleneck and per-line time of a trace."""
     costs = CostModel(hardware)
-    # The scheduler allocates many small, acyclic records; the cyclic collector would rescan the
-    # whole trace over and over while they pile up, so it is paused for the duration.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():  # the scheduler allocates many small, acyclic records
         sched = schedule(trace, hardware, costs)
         return _report(trace, hardware, costs, sched)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Schedule) -> PerfReport:

@@ -1,11 +1,12 @@
 """What a kernel's child process hands back to the trusted side: plain data only.
 
-The child writes `result.json` and one `.npy` file per output array into its job folder. Nothing in
-them is ever executed: JSON is parsed, arrays are loaded with `allow_pickle=False` as the unsigned
-integers of their element size and only then viewed as the dtype the JSON names (NumPy cannot store
-ml_dtypes' bf16/fp8 in a .npy header; they would come back as opaque `|V2`). The trusted side checks
-every name, path, dtype, shape and size; anything else is a `MalformedResultError`, which the caller turns
-into one failed evaluation.
+The child writes `result.json` and, per recorded run, a `trace-K.json` (the trace's tape, nki/trace.py)
+into its job folder; the neuron backend's child writes one `.npy` file per output array instead (the
+hardware's outputs are the measurement there). Nothing in them is ever executed: JSON is parsed, arrays
+are loaded with `allow_pickle=False` as the unsigned integers of their element size and only then viewed
+as the dtype the JSON names (NumPy cannot store ml_dtypes' bf16/fp8 in a .npy header; they would come
+back as opaque `|V2`). The trusted side checks every name, path, dtype, shape and size; anything else is
+a `MalformedResultError`, which the caller turns into one failed evaluation.
 """
 
 from __future__ import annotations
@@ -19,16 +20,16 @@ from typing import Any
 import numpy as np
 
 from ..nki import dtypes
+from ..nki.trace import collector_paused
 
 RESULT_FILE = "result.json"
-MAX_RESULT_BYTES = 64 * 1024 * 1024  # the report and the line table; arrays travel as .npy files
+MAX_RESULT_BYTES = 64 * 1024 * 1024  # the report and the line table; arrays and traces travel in files of their own
+# A trace's tape: the 66,336-instruction full-size NKIBench matmul is 15 MB, a 155,904-instruction per-block
+# matmul 24 MB (benchmarks/replay_cost.py). Parsed JSON takes about ten times its size in memory.
+MAX_TRACE_BYTES = 128 * 1024 * 1024
 _ARRAY_FILE = re.compile(r"out-\d{1,6}-\d{1,6}\.npy")
-# the dtypes an output may have, by name: NumPy's plain numbers and NKI's narrow floats
-DTYPES: dict[str, np.dtype] = {
-    d.name: d for d in (dtypes.bool_, dtypes.int8, dtypes.int16, dtypes.int32, np.dtype(np.int64), dtypes.uint8,
-                        dtypes.uint16, dtypes.uint32, np.dtype(np.uint64), dtypes.float16, dtypes.float32,
-                        np.dtype(np.float64), dtypes.bfloat16, dtypes.float8_e4m3, dtypes.float8_e4m3fn,
-                        dtypes.float8_e5m2)}
+_TRACE_FILE = re.compile(r"trace-\d{1,3}\.json")
+DTYPES = dtypes.NAMED  # the dtypes an output may have, by name
 
 
 class MalformedResultError(ValueError):
@@ -54,6 +55,30 @@ def write_result(folder: str, fields: dict[str, Any]) -> None:
     """Child side: the result's fields (outputs as descriptors from `save_array`) as FOLDER/result.json."""
     with open(os.path.join(folder, RESULT_FILE), "w", encoding="utf-8") as handle:
         json.dump(fields, handle, default=_plain_number)
+
+
+def save_trace(folder: str, index: int, plain: dict[str, Any]) -> str:
+    """Child side: a recorded run's tape (trace.tape_to_plain) as FOLDER/trace-INDEX.json; its name."""
+    name = f"trace-{index}.json"
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+        json.dump(plain, handle, separators=(",", ":"))
+    return name
+
+
+def read_trace(folder: str, name: Any) -> dict[str, Any]:
+    """Trusted side: the tape a child wrote, parsed (checked by nki.trace.TapeReader and the replay)."""
+    if not isinstance(name, str) or not _TRACE_FILE.fullmatch(name):
+        raise MalformedResultError(f"trace file name {str(name)[:40]!r} is not one the worker writes")
+    path = os.path.join(folder, name)
+    _regular_file(path, MAX_TRACE_BYTES)
+    try:
+        with open(path, encoding="utf-8") as handle, collector_paused():
+            data = json.load(handle)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise MalformedResultError(f"{name} is not JSON: {str(exc)[:200]}") from None
+    if not isinstance(data, dict):
+        raise MalformedResultError(f"{name} is not an object")
+    return data
 
 
 def _plain_number(value: Any) -> Any:

@@ -1,9 +1,11 @@
 """The `Profiler` interface and its simulator backend.
 
 `profile(kernel_source, task, hardware, check)` checks a kernel against its task and times it.
-The kernel runs in a sandboxed child (see sandbox.py); everything that decides whether it is
-correct — the reference outputs, the comparison, the guards against gamed checks — runs here, in
-the trusted parent, where the kernel cannot reach it.
+The kernel runs in a sandboxed child (see sandbox.py) that only records its traces (measure.py);
+everything that decides whether it is correct and how fast it is — replaying those traces on the
+trusted side's own inputs, the reference outputs, the comparison, the guards against gamed checks,
+the performance model (verdict.py) — runs here, in the trusted parent, where the kernel cannot reach
+it and where no kernel code ever runs.
 """
 
 from __future__ import annotations
@@ -14,22 +16,25 @@ import importlib.util
 import os
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..hardware import load_hardware
-from ..nki import TensorSpec
+from ..nki import NkiError, TensorSpec
+from ..nki.replay import ReplayLimitError
+from ..nki.trace import TapeError
 from ..perfmodel import peak_percent
 from ..tasks import PeakWork, Task, load_reference
 from ..tasks.check import compare, fresh_seeds
 from ..tasks.registry import find_task
 from .guards import guard_violation
-from .measure import Measurement
+from .handback import MalformedResultError, read_trace
 from .result import ProfileResult
 from .sandbox import MALFORMED, SandboxJob, SandboxLimits, run_sandboxed, sandbox_workdir
+from .verdict import Replays, RunPlan, plan_runs, timing_report, trace_facts
 
 
 @dataclass(frozen=True)
@@ -175,14 +180,16 @@ class CheckingProfiler:
         return self.forbidden_paths + ([reference] if reference else []) + cached
 
     @staticmethod
-    def _judge(result: ProfileResult, cases: list[Any], outputs: Sequence[Sequence[Any]], rtol: float) -> None:
+    def _judge(result: ProfileResult, cases: list[Any], outputs: Iterable[Sequence[Any]], rtol: float) -> None:
         """Compare case by case, letting each case's reference and outputs go before the next (outputs
-        are arrays, memory-mapped from the files the child left)."""
-        if len(outputs) != len(cases):
-            result.error = f"{MALFORMED}: {len(outputs)} sets of outputs for {len(cases)} cases"
-            return
+        come one case at a time: replayed here, or memory-mapped from the files a device child left)."""
+        produced_by_case = iter(outputs)
         result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
-        for index, (seed, produced) in enumerate(zip(result.seeds, outputs, strict=True)):
+        for index, seed in enumerate(result.seeds):
+            produced = next(produced_by_case, None)
+            if produced is None:
+                result.correct, result.error = None, f"{MALFORMED}: {index} sets of outputs for {len(cases)} cases"
+                return
             case, cases[index] = cases[index], None
             rel, abs_err, problem = compare(case.convert(list(produced)), case.reference(), rtol)
             result.rel_l2_error = max(result.rel_l2_error, rel)
@@ -214,41 +221,62 @@ class SimulatorProfiler(CheckingProfiler):
         result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend)
         check_task, cases = self._check_cases(result, task, timing_task, check, seeds)
         result.input_shapes = input_shapes(specs, cases)
-        job = SandboxJob(kernel_source, [c.inputs for c in cases], specs, hardware, self._forbidden(timing_task),
-                         kernel_name, kernel_label, check_task.launch, timing_task.launch, kernel_folder(kernel_label))
+        plan = plan_runs([c.inputs for c in cases], check_task.launch, specs, timing_task.launch)
+        job = SandboxJob(kernel_source, list(plan.runs), hardware, self._forbidden(timing_task), kernel_name,
+                         kernel_label, kernel_folder(kernel_label))
+        cache_key = cache_key if seeds is None else None
         workdir = sandbox_workdir()
         try:
-            return self._conclude(result, run_sandboxed(job, workdir, self.limits, cancel), cases, timing_task,
-                                  specs, check, cache_key if seeds is None else None,
-                                  check_task.rtol if self.rtol is None else self.rtol)
+            recording = run_sandboxed(job, workdir, self.limits, cancel)
+            if recording.error:
+                return self._failed(result, recording.error, recording.error_line, cache_key)
+            tapes = [read_trace(workdir, name) for name in recording.traces]
+        except MalformedResultError as exc:
+            return self._failed(result, f"{MALFORMED}: {exc}", None, None)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+        rtol = check_task.rtol if self.rtol is None else self.rtol
+        return self._conclude(result, tapes, plan, cases, timing_task, specs, check, cache_key, kernel_label, rtol)
 
-    def _conclude(self, result: ProfileResult, measured: Measurement, cases: list[Any], timing_task: Task,
-                  specs: list[TensorSpec], check: bool, cache_key: Any, rtol: float | None) -> ProfileResult:
-        """Judge the outputs, apply the guards, fill timing, cache."""
-        if measured.error:
-            result.error, result.error_line = measured.error, measured.error_line
-            if measured.error_line is not None and cache_key is not None:  # deterministic kernel error, not a limit
-                self.cache[cache_key] = result
-            return result
-        work = task_work(timing_task, specs, cases)
-        if measured.report is None:
-            result.error = f"{MALFORMED}: no performance report"
-            return result
-        if check:
-            self._judge(result, cases, measured.outputs, rtol if rtol is not None else timing_task.rtol)
-            if result.error:
-                return result
-        violation = guard_violation(measured.facts, work)
-        if violation:
-            result.correct = False
-            result.check_message = violation
-        _fill_timing(result, measured.report or {}, work, result.hardware)
-        if cache_key is not None:
+    def _failed(self, result: ProfileResult, error: str, line: int | None, cache_key: Any) -> ProfileResult:
+        """An evaluation that ends in an error; a kernel's own error (it has a line) is deterministic, so it
+        is cached (a limit or a malformed result is not)."""
+        result.error, result.error_line = error, line
+        if line is not None and cache_key is not None:
             self.cache[cache_key] = result
         return result
 
+    def _conclude(self, result: ProfileResult, tapes: list[dict[str, Any]], plan: RunPlan, cases: list[Any],
+                  timing_task: Task, specs: list[TensorSpec], check: bool, cache_key: Any, kernel_label: str,
+                  rtol: float | None) -> ProfileResult:
+        """Replay the traces: judge the check's outputs, apply the guards to the timed replay and time it."""
+        work = task_work(timing_task, specs, cases)
+        try:
+            replays = Replays(tapes, plan, result.hardware, kernel_label, self.limits.seconds,
+                              self.limits.memory_mb * 2**20)
+            if check:
+                self._judge(result, cases, replays.outputs(cases), rtol if rtol is not None else timing_task.rtol)
+                if result.error:
+                    return result
+            timed = replays.timed()
+            report = timing_report(timed, result.hardware)
+        except NkiError as exc:  # what the kernel's own numeric run would have raised (the same line)
+            result.correct = None
+            return self._failed(result, str(exc), exc.line, cache_key)
+        except TapeError as exc:
+            result.correct = None
+            return self._failed(result, f"{MALFORMED}: its trace {exc}", None, None)
+        except ReplayLimitError as exc:
+            result.correct = None
+            return self._failed(result, str(exc), None, None)
+        violation = guard_violation(trace_facts(timed), work)
+        if violation:
+            result.correct = False
+            result.check_message = violation
+        _fill_timing(result, report, work, result.hardware)
+        if cache_key is not None:
+            self.cache[cache_key] = result
+        return result
 
 
 def _fill_timing(result: ProfileResult, report: dict[str, Any], work: PeakWork | None, hardware: str) -> None:

@@ -30,11 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import numpy as np
-
-from ..nki import TensorSpec
 from ..nki.loader import import_root
-from ..nki.runner import Launch
 from .confine import (
     INSTALL_HINT,
     SOURCE_ROOT,
@@ -47,7 +43,7 @@ from .confine import (
     warn_unconfined,
 )
 from .handback import MalformedResultError, read_result, write_result
-from .measure import Measurement
+from .measure import Recording, Run
 
 _BLOCKED_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                    "os.forkpty", "socket.connect", "socket.bind", "sqlite3.connect", "ctypes.dlopen",
@@ -64,25 +60,24 @@ class SandboxLimits:
 
     seconds: float = 300.0
     memory_mb: int = 8192
-    # what the job folder may hold: the outputs of every checked case (a five-seed check of the largest
-    # NKIBench task at full size, bmm, writes 5 x 1 GiB)
+    # what the job folder may hold: a simulated kernel's traces (at most handback.MAX_TRACE_BYTES each), or
+    # the Neuron backend's outputs of every checked case (a five-seed check of the largest NKIBench task at
+    # full size, bmm, writes 5 x 1 GiB)
     disk_mb: int = 16384
     allow_unconfined: bool = False
 
 
 @dataclass
 class SandboxJob:
-    """Everything a worker needs, nothing more: kernel source, inputs (as files), shapes to time."""
+    """Everything a worker needs, nothing more: the kernel source and the runs to record (the inputs'
+    shapes and launches, never their data)."""
 
     kernel_source: str
-    check_inputs: list[list[np.ndarray]]
-    timing_specs: list[TensorSpec]
+    runs: list[Run]
     hardware: str
     forbidden_paths: list[str] = field(default_factory=list)
     kernel_name: str | None = None
     kernel_filename: str = "candidate.py"  # how errors name the kernel file
-    check_launch: Launch = field(default_factory=Launch)  # Python arguments and grid of the checked size
-    timing_launch: Launch = field(default_factory=Launch)  # and of the timed size
     kernel_folder: str | None = None  # where the kernel file lives: its sibling modules are importable
 
 
@@ -176,11 +171,11 @@ WORKER_THREADS = 16  # a simulated kernel's worker: Python's own threads and a k
 
 def worker_main() -> None:
     """Body of `python -m accelopt_core.profiling.sandbox WORKDIR LIMITS_JSON`: read the job, apply the
-    limits and the guard, measure, and leave the result in WORKDIR as plain data (handback.py)."""
+    limits and the guard, record the runs, and leave the result in WORKDIR as plain data (handback.py)."""
     from ..blas import single_threaded_blas
     from ..nki import load_module
     from ..nki.loader import KernelLoadError, find_kernel
-    from .measure import measure
+    from .measure import record
 
     workdir, limits, confined = worker_arguments()
     _die_with_parent()
@@ -194,14 +189,13 @@ def worker_main() -> None:
     try:
         kernel = find_kernel(load_module(job.kernel_source, job.kernel_filename, folder=job.kernel_folder),
                              job.kernel_name)
-        result = measure(kernel, job.check_inputs, job.timing_specs, job.hardware, output_dir=workdir,
-                         check_launch=job.check_launch, timing_launch=job.timing_launch)
+        result = record(kernel, job.runs, job.hardware, workdir)
     except KernelLoadError as exc:
-        result = Measurement(error=str(exc))
+        result = Recording(error=str(exc))
     except MemoryError:
-        result = Measurement(error="the kernel ran out of memory (sandbox limit)")
+        result = Recording(error="the kernel ran out of memory (sandbox limit)")
     except Exception as exc:  # import-time failure of the candidate module
-        result = Measurement(error=f"loading the kernel failed: {type(exc).__name__}: {exc}")
+        result = Recording(error=f"loading the kernel failed: {type(exc).__name__}: {exc}")
     write_result(workdir, result.plain())
 
 
@@ -369,14 +363,14 @@ def kernel_confinement(job: SandboxJob, workdir: str) -> Confinement:
 
 
 def run_sandboxed(job: SandboxJob, workdir: str, limits: SandboxLimits = SandboxLimits(),
-                  cancel: threading.Event | None = None) -> Measurement:
-    """Measure a kernel in a fresh child process working in `workdir` (the caller removes it once it
-    has read the outputs left there); failures of any kind come back as an error. Setting `cancel`
+                  cancel: threading.Event | None = None) -> Recording:
+    """Record a kernel's runs in a fresh child process working in `workdir` (the caller removes it once
+    it has read the traces left there); failures of any kind come back as an error. Setting `cancel`
     kills the child within a quarter of a second."""
     env = sandbox_environment(dict(os.environ), {"TMPDIR": workdir, "HOME": workdir})
     run = run_worker("accelopt_core.profiling.sandbox", job, workdir, env, limits, kernel_confinement(job, workdir),
                      cancel)
-    return plain_result(run, Measurement.from_plain, Measurement)
+    return plain_result(run, Recording.from_plain, Recording)
 
 
 def plain_result(run: WorkerRun, build: Callable[[dict[str, Any]], T], failed: Callable[..., T]) -> T:

@@ -195,6 +195,24 @@ def kernel(table, rows):
     priced(both)
 
 
+def test_indirect_indices_are_read_when_the_dma_runs(run, rng):
+    """The DMA engine reads the index tile when it moves the data: an index tile rewritten after the
+    subscript was written but before the DMA addresses the rows it holds then."""
+    table = rng.standard_normal((200, 32)).astype(np.float32)
+    rows = rng.integers(0, 100, (128, 1)).astype(np.int32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(table, rows):
+    out = nl.ndarray((128, 32), dtype=table.dtype, buffer=nl.shared_hbm)
+    index = nl.load(rows)
+    gather = table[index, nl.arange(32)[None, :]]
+    index[...] = nl.add(index, 100)
+    nl.store(out, value=nl.load(gather))
+    return out
+""", table, rows)
+    np.testing.assert_array_equal(both.out, table[rows[:, 0] + 100])
+
+
 def test_an_active_indirect_index_out_of_bounds_is_an_error(load, rng):
     _, kernel, _ = load(HEADER + """
 @nki.jit

@@ -1,5 +1,6 @@
-"""Results come back from a kernel's child as plain data: JSON and .npy arrays loaded without pickle,
-every dtype exact, every name, path and shape checked; anything else is one failed evaluation."""
+"""Results come back from a kernel's child as plain data: JSON (its traces) and, from a device, .npy
+arrays loaded without pickle, every dtype exact, every name, path and shape checked; anything else is
+one failed evaluation."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from accelopt_core.profiling.handback import (
     MalformedResultError,
     load_array,
     read_result,
+    read_trace,
     save_array,
+    save_trace,
     write_result,
 )
-from accelopt_core.profiling.measure import Measurement
+from accelopt_core.profiling.measure import Recording
 
 
 @pytest.mark.parametrize("name", sorted(DTYPES))
@@ -76,12 +79,26 @@ def test_result_json_must_be_plain_and_typed(tmp_path: Path) -> None:
     (tmp_path / "result.json").write_text("[" * 100_000)
     with pytest.raises(MalformedResultError):
         read_result(str(tmp_path))
-    (tmp_path / "result.json").write_text(json.dumps({"outputs": [], "error": 3}))
+    (tmp_path / "result.json").write_text(json.dumps({"traces": [], "error": 3}))
     with pytest.raises(MalformedResultError, match="error is a int"):
-        Measurement.from_plain(read_result(str(tmp_path)))
-    (tmp_path / "result.json").write_text(json.dumps({"outputs": [], "facts": {"hbm_read_bytes": "many"}}))
-    with pytest.raises(MalformedResultError, match="not a number"):
-        Measurement.from_plain(read_result(str(tmp_path)))
+        Recording.from_plain(read_result(str(tmp_path)))
+    (tmp_path / "result.json").write_text(json.dumps({"traces": [{"file": "trace-0.json"}]}))
+    with pytest.raises(MalformedResultError, match="not text"):
+        Recording.from_plain(read_result(str(tmp_path)))
+
+
+def test_a_trace_file_is_plain_json_the_worker_named(tmp_path: Path) -> None:
+    name = save_trace(str(tmp_path), 0, {"format": "accelopt-trace"})
+    assert read_trace(str(tmp_path), name) == {"format": "accelopt-trace"}
+    for forged in ("../trace-0.json", "/etc/passwd", "result.json", "trace-0.json/..", 7):
+        with pytest.raises(MalformedResultError, match="not one the worker writes"):
+            read_trace(str(tmp_path), forged)
+    (tmp_path / "trace-1.json").write_text("[" * 100_000)
+    with pytest.raises(MalformedResultError, match="not JSON"):
+        read_trace(str(tmp_path), "trace-1.json")
+    (tmp_path / "trace-2.json").symlink_to(tmp_path / name)
+    with pytest.raises(MalformedResultError, match="not a plain file"):
+        read_trace(str(tmp_path), "trace-2.json")
 
 
 class _Payload:

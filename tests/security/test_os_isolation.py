@@ -341,16 +341,25 @@ def test_a_stderr_flood_does_not_grow_the_parent(task: TaskRef, tmp_path: Path) 
 # -- what comes back -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("forged", [{"file": "/etc/passwd", "dtype": "float32", "shape": [128, 64]},
-                                    {"file": "../../../etc/passwd", "dtype": "float32", "shape": [128, 64]},
-                                    {"file": "out-0-0.npy", "dtype": "float32", "shape": [128, 64]}])
+def _forged_outputs(descriptor: dict) -> dict:
+    return {"outputs": [[descriptor]], "report": {"latency_ms": 1e-6}, "facts": {}}
+
+
+@pytest.mark.parametrize("forged", [_forged_outputs({"file": "/etc/passwd", "dtype": "float32", "shape": [128, 64]}),
+                                    _forged_outputs({"file": "../../../etc/passwd", "dtype": "float32",
+                                                     "shape": [128, 64]}),
+                                    _forged_outputs({"file": "out-0-0.npy", "dtype": "float32", "shape": [128, 64]}),
+                                    {"traces": ["/etc/passwd"]}, {"traces": ["../../../etc/passwd"]},
+                                    {"traces": ["trace-0.json"]}])
 def test_a_forged_output_path_is_one_failed_evaluation(task: TaskRef, forged: dict) -> None:
-    """The kernel writes its own result.json (the last descriptor names a link to the reference) and exits."""
+    """The kernel writes its own result.json (an output descriptor or a trace file naming a file outside, or a
+    link to the reference) and exits."""
     attack = DISABLE_AUDIT_HOOK + f'''
 import json, os
 os.symlink({task.reference!r}, "out-0-0.npy")
+os.symlink({task.reference!r}, "trace-0.json")
 with open("result.json", "w") as handle:
-    json.dump({{"outputs": [[{forged!r}]], "report": {{"latency_ms": 1e-6}}, "facts": {{}}}}, handle)
+    json.dump({forged!r}, handle)
 os._exit(0)
 '''
     result = run_attack(attack, task)

@@ -1,0 +1,290 @@
+"""Replaying a trace's tape (trace.py): the trusted side's own run of exactly what a kernel did.
+
+A sandboxed kernel hands back its tape, never a verdict. The replay rebuilds the tensors the tape
+declares and executes each recorded call with this simulator's own instructions (ops.py), in order,
+on the trusted side's inputs: numerically to check the outputs, or trace-only to rebuild the
+instruction list for the performance model. Nothing the kernel's process computed is reused, so a
+trace whose instructions were edited, deleted or forged, or outputs written by host code (which
+leave no call on the tape), give the outputs and the timing of what the tape really asks for.
+
+Every entry is checked as it is reached (trace.TapeReader checks the tables): references to
+tensors that do not exist (or were dropped), arguments no recording writes, calls that create other
+tensors or emit other instructions than the tape says, memory beyond a budget and time beyond a
+limit all stop the replay with a `TapeError` or a `ReplayLimitError`. A hardware rule or a kernel
+error the replay meets (a numeric one, such as an indirect index out of bounds) is the `NkiError` the
+kernel's own numeric run would have raised, at the line the call was recorded at.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .allocation import Placement
+from .errors import NkiError, replaying
+from .indexing import DynamicIndex, full_subscript, normalize
+from .ops import REPLAYABLE
+from .runner import RunResult, TensorSpec, end_launch, start_program, storage_root
+from .tensor import HBM, PSUM, SBUF, MemoryBudget, Simulation, Storage, Tile, declare, host_fill, pop, push
+from .trace import TapeError, TapeReader, collector_paused, shown_name
+
+MAX_TILE_ELEMENTS = 2**28  # one operand of one instruction; the largest honest one is a whole HBM tensor
+
+
+class ReplayLimitError(Exception):
+    """The replay needed more memory or time than the trusted side gives it."""
+
+
+@dataclass(frozen=True)
+class ReplayLimits:
+    """What one replay may use: bytes held in tensors at once, and seconds."""
+
+    memory_bytes: int = 8 * 2**30
+    seconds: float = 300.0
+
+
+def replay(tape: Any, inputs: Sequence[np.ndarray | TensorSpec], hardware: str, numeric: bool,
+           kernel_file: str = "kernel.py", limits: ReplayLimits = ReplayLimits()) -> RunResult:
+    """Run the tape's calls again on `inputs` (arrays for a numeric replay, else shapes): the outputs
+    (None when trace-only), the instruction trace this replay recorded, and the guards' facts."""
+    reader = tape if isinstance(tape, TapeReader) else TapeReader(tape)
+    return _Replay(reader, hardware, numeric, kernel_file, limits).run(inputs)
+
+
+class _Replay:
+    """One replay: the simulation, the tensors the tape's entries may refer to, the outputs."""
+
+    def __init__(self, reader: TapeReader, hardware: str, numeric: bool, kernel_file: str, limits: ReplayLimits):
+        self.reader = reader
+        self.sim = Simulation(numeric=numeric, hardware=hardware)
+        self.sim.trace.kernel_file = kernel_file
+        self.sim.registry = {}
+        self.sim.memory = MemoryBudget(limits.memory_bytes) if numeric else None
+        self.deadline = time.monotonic() + limits.seconds
+        self.limits = limits
+        self.inputs: list[np.ndarray | TensorSpec] = []
+        self.input_ids: set[int] = set()
+        self.viewed: set[int] = set()  # tensors a view shares memory with: their bytes stay counted
+        self.result: RunResult | None = None
+        reader.resolve = self.tile
+        self.handlers: dict[str, Callable[[list[Any]], None]] = {
+            "input": self.input, "tensor": self.tensor, "view": self.view, "fill": self.fill, "call": self.call,
+            "drop": self.drop, "program": self.program, "launch": self.launch, "return": self.returned}
+
+    def run(self, inputs: Sequence[np.ndarray | TensorSpec]) -> RunResult:
+        self.inputs = [a for a in inputs if tuple(a.shape)][::-1]  # 0-d inputs reached the kernel as numbers
+        push(self.sim)
+        try:
+            with collector_paused(), replaying(self.sim.trace.kernel_file) as self.at_line:
+                for position, entry in enumerate(self.reader.entries):
+                    if not position % 256 and time.monotonic() > self.deadline:
+                        raise ReplayLimitError(f"the replay did not finish within {self.limits.seconds:g} s")
+                    self.entry(position, entry)
+        except MemoryError as exc:
+            raise ReplayLimitError(f"the replay ran out of memory: {exc}") from None
+        finally:
+            pop()
+        if self.result is None:
+            raise TapeError("the tape does not say what the kernel returned")
+        if self.inputs:
+            raise TapeError(f"the tape declares {len(self.input_ids)} array inputs; the kernel has "
+                            f"{len(self.input_ids) + len(self.inputs)}")
+        return self.result
+
+    def entry(self, position: int, entry: Any) -> None:
+        if not isinstance(entry, list) or not entry or not isinstance(entry[0], str):
+            raise TapeError(f"tape entry {position} is not a tagged list")
+        handler = self.handlers.get(entry[0])
+        if handler is None:
+            raise TapeError(f"tape entry {position} is a {entry[0]!r}, which no recording writes")
+        if self.result is not None and entry[0] != "drop":
+            raise TapeError(f"tape entry {position} comes after the kernel returned")
+        try:
+            handler(entry)
+        except (NkiError, TapeError, ReplayLimitError, MemoryError):
+            raise
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError, AssertionError) as exc:
+            raise TapeError(f"tape entry {position} ({entry[0]}) does not replay: {type(exc).__name__}: "
+                            f"{str(exc)[:200]}") from None
+
+    # --- declarations ---------------------------------------------------------------------------
+    def _fields(self, entry: list[Any], count: int) -> list[Any]:
+        if len(entry) != count:
+            raise TapeError(f"a {entry[0]} entry has {len(entry)} fields, not {count}")
+        return entry
+
+    def _new(self, recorded: Any, storage: Storage) -> None:
+        if storage.id != recorded:
+            raise TapeError(f"the tape says tensor {recorded!r} where the replay creates tensor {storage.id}")
+
+    def _storage(self, tensor: Any) -> Storage:
+        storage = self.sim.registry.get(tensor) if type(tensor) is int else None  # type: ignore[union-attr]
+        if storage is None:
+            raise TapeError(f"tensor {tensor!r} does not exist (or no longer) where the tape uses it")
+        return storage
+
+    def _place(self, line: Any, nest: Any) -> None:
+        if type(line) is not int or line < 0:
+            raise TapeError(f"line {line!r} is not a line number")
+        self.at_line(line)
+        self.sim.nest = self.reader.nest(nest)
+
+    def input(self, entry: list[Any]) -> None:
+        _, tensor, name, dtype_name, shape = self._fields(entry, 5)
+        if not self.inputs:
+            raise TapeError("the tape declares more array inputs than the kernel has")
+        given = self.inputs.pop()
+        dtype, dims = self.reader.dtype(dtype_name), self.reader.shape(shape)
+        if dims != tuple(given.shape) or dtype != np.dtype(given.dtype):
+            raise TapeError(f"the tape's input {tensor} is {dtype.name}{list(dims)}, the kernel's is "
+                            f"{np.dtype(given.dtype).name}{list(given.shape)}")
+        data = None
+        if self.sim.numeric:
+            self.sim.memory.reserve(math.prod(dims) * dtype.itemsize)  # type: ignore[union-attr]
+            data = np.array(given, dtype=dtype, copy=True)
+        storage = Storage(self.sim, shown_name(name), HBM, dims, dtype, -1, data)
+        self._new(tensor, storage)
+        self.input_ids.add(storage.id)
+
+    def tensor(self, entry: list[Any]) -> None:
+        _, tensor, name, kind, dtype_name, shape, axis, placement, line, nest = self._fields(entry, 10)
+        if kind not in (HBM, SBUF, PSUM):
+            raise TapeError(f"buffer {kind!r} does not exist")
+        dims = self.reader.shape(shape)
+        if type(axis) is not int or not 0 <= axis < max(1, len(dims)):
+            raise TapeError(f"partition axis {axis!r} is not a dimension of {list(dims)}")
+        self._place(line, nest)
+        located = None if placement is None else self._placement(kind, placement, dims[:axis])
+        self._new(tensor, declare(kind, dims, axis, self.reader.dtype(dtype_name), shown_name(name), located).storage)
+
+    def _placement(self, kind: str, plain: Any, blocks: tuple[int, ...]) -> Placement:
+        """A direct allocation as recorded: each block's physical tile (checked again by allocation.place)."""
+        if not (isinstance(plain, list) and len(plain) == 2 and isinstance(plain[1], list)):
+            raise TapeError("a placement is not [slot array, locations]")
+        slots = self.reader.array(plain[0], "int64")
+        locations = plain[1]
+        if slots.shape != blocks or (slots.size and not (slots.min() >= 0 and slots.max() < len(locations))):
+            raise TapeError(f"a placement's slots do not map the blocks {list(blocks)} to its {len(locations)} tiles")
+        if not all(isinstance(loc, list) and all(type(n) is int for n in loc) for loc in locations):
+            raise TapeError("a placement's locations are not lists of integers")
+
+        def locate(idx: tuple[int, ...], pdim_size: int, fdim_size: int) -> tuple[int, ...]:
+            return tuple(locations[int(slots[idx])])
+
+        return Placement(kind, locate, "the recorded placement")
+
+    def view(self, entry: list[Any]) -> None:
+        _, tensor, base, shape, line, nest = self._fields(entry, 6)
+        self._place(line, nest)
+        viewed = self._storage(base)
+        self.viewed.add(viewed.id)
+        self._new(tensor, Tile(viewed, full_subscript(viewed.shape)).reshape(self.reader.shape(shape)).storage)
+
+    def fill(self, entry: list[Any]) -> None:
+        _, tensor, plain, line = self._fields(entry, 4)
+        self._place(line, 0)
+        storage = self._storage(tensor)
+        values = self.reader.value(plain)
+        if not isinstance(values, (np.ndarray, np.generic, bool, int, float)):
+            raise TapeError("host data is not a number or an array")
+        host_fill(Tile(storage, full_subscript(storage.shape)), values)
+
+    def drop(self, entry: list[Any]) -> None:
+        _, tensors = self._fields(entry, 2)
+        if not isinstance(tensors, list):
+            raise TapeError("a drop entry does not list tensors")
+        for tensor in tensors:
+            storage = self._storage(tensor)
+            del self.sim.registry[tensor]  # type: ignore[union-attr]
+            data = storage.data
+            if data is not None and data.base is None and tensor not in self.viewed and self.sim.memory is not None:
+                self.sim.memory.release(data.nbytes)
+
+    # --- calls ----------------------------------------------------------------------------------
+    def call(self, entry: list[Any]) -> None:
+        _, op, plain, line, nest, created, emitted, raised = self._fields(entry, 8)
+        function = REPLAYABLE.get(op) if isinstance(op, str) else None
+        if function is None or not isinstance(plain, dict) or not all(isinstance(k, str) for k in plain):
+            raise TapeError(f"call of {op!r} is not an instruction call")
+        self._place(line, nest)
+        sim = self.sim
+        arguments = {name: self.reader.value(value) for name, value in plain.items()}
+        ids, index = sim.ids_used, len(sim.trace.instructions)
+        try:
+            function(**arguments)
+        except (MemoryError, ReplayLimitError):
+            raise
+        except Exception as exc:  # the kernel's own run may have raised here too (and caught it)
+            if raised is not True:
+                if isinstance(exc, NkiError):
+                    raise
+                raise TapeError(f"call of {op} at line {line} fails: {type(exc).__name__}: {str(exc)[:200]}") from None
+        else:
+            if raised is not False:
+                raise TapeError(f"the tape says the call of {op} at line {line} failed; it does not")
+        if (sim.ids_used - ids, len(sim.trace.instructions) - index) != (created, emitted):
+            raise TapeError(f"the call of {op} at line {line} creates {sim.ids_used - ids} tensors and emits "
+                            f"{len(sim.trace.instructions) - index} instructions; the tape says {created!r} and "
+                            f"{emitted!r}")
+
+    def tile(self, plain: list[Any]) -> Tile:
+        """A tensor reference of the tape as a tile of this replay's tensors (TapeReader's resolve)."""
+        if len(plain) < 2:
+            raise TapeError("a tile reference names no tensor")
+        storage = self._storage(plain[1])
+        if len(plain) == 2:
+            return Tile(storage, full_subscript(storage.shape))
+        if len(plain) - 2 != len(storage.shape):
+            raise TapeError(f"a subscript of {len(plain) - 2} items for a tensor of {len(storage.shape)} dimensions")
+        sub = normalize(tuple(self._item(item) for item in plain[2:]), storage.shape, storage.name)
+        if math.prod(sub.shape) > MAX_TILE_ELEMENTS:
+            raise TapeError(f"a tile of shape {sub.shape} is larger than any instruction handles")
+        return Tile(storage, sub)
+
+    def _item(self, plain: Any) -> Any:
+        if type(plain) is int:
+            return plain
+        if isinstance(plain, list) and plain:
+            tag = plain[0]
+            if tag == "s" and len(plain) == 4 and all(type(n) is int for n in plain[1:]):
+                start, count, step = plain[1:]
+                if count >= 0 and step >= 1:
+                    return slice(start, start + (count - 1) * step + 1 if count else start, step)
+            elif tag in ("x", "v"):
+                return self.reader.expr(plain)
+            elif tag == "d" and len(plain) == 5 and all(type(n) is int for n in plain[2:]):
+                size, step, start = plain[2:]
+                if size >= 1 and step >= 1:
+                    return DynamicIndex(self.tile(plain[1]), size, step, start)
+        raise TapeError(f"{str(plain)[:80]} is not a subscript item")
+
+    # --- SPMD and the end -----------------------------------------------------------------------
+    def program(self, entry: list[Any]) -> None:
+        self._fields(entry, 1)
+        start_program(self.sim)
+
+    def launch(self, entry: list[Any]) -> None:
+        _, grid = self._fields(entry, 2)
+        if not isinstance(grid, list) or not grid or not all(type(n) is int and n >= 1 for n in grid):
+            raise TapeError(f"launch grid {grid!r} is not a list of sizes")
+        end_launch(self.sim, tuple(grid))
+
+    def returned(self, entry: list[Any]) -> None:
+        _, plain = self._fields(entry, 2)
+        if not isinstance(plain, list):
+            raise TapeError("the kernel's outputs are not a list of tiles")
+        tiles = [self.reader.value(item) for item in plain]
+        outputs: list[np.ndarray | None] = []
+        for tile in tiles:
+            if not isinstance(tile, Tile) or tile.buffer != HBM:
+                raise TapeError("an output of the kernel is not an HBM tensor")
+            outputs.append(np.array(tile.read()) if self.sim.numeric else None)
+        # a reshaped view of an input is that input
+        returned_input = any(storage_root(self.sim.trace, t.storage.id) in self.input_ids for t in tiles)
+        self.result = RunResult(outputs, self.sim.trace, [t.shape for t in tiles], returned_input,
+                                set(self.input_ids))

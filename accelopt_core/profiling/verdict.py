@@ -1,0 +1,141 @@
+"""The trusted side's own evidence about a kernel: its recorded traces replayed here, numerically on
+the trusted side's inputs for the check and trace-only for timing, the replay's instruction list
+priced by the performance model, and the guards' facts counted on that list.
+
+The kernel's process only recorded its traces (measure.py). Which runs it recorded is decided here
+(`plan_runs`): one per distinct set of input shapes of the check (the seeds of a check share their
+shapes, so one trace serves them all: its replay on each seed's inputs is the check), and one for the
+timed shapes unless the check already ran at them. When the check runs at the timed size, the trace
+timed is the first check's replay: the run that is timed is a run that is checked.
+
+Data-dependent behaviour needs no trust either: indirect DMA records the index tile as an operand,
+so the replay reads the indices the replayed tile holds on the trusted side's inputs; loops are
+unrolled into the trace by the kernel's Python code, and their bounds are Python values, so they
+cannot depend on data the kernel never saw (dynamic_range's bounds are integers too).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..hardware import load_hardware
+from ..nki import RunResult, TensorSpec, Trace
+from ..nki.replay import ReplayLimits, replay
+from ..nki.runner import Launch, storage_root
+from ..nki.trace import TapeError, TapeReader
+from ..perfmodel import estimate
+from .measure import Run
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The runs a kernel is recorded at, the run of each check case, and the run that is timed."""
+
+    runs: tuple[Run, ...]
+    case_runs: tuple[int, ...]
+    timing_run: int
+
+
+def plan_runs(case_inputs: Sequence[Sequence[Any]], check_launch: Launch, timing_specs: Sequence[TensorSpec],
+              timing_launch: Launch) -> RunPlan:
+    """One run per distinct (shapes, launch) among the check cases and the timing (TensorSpec keeps the
+    values of 0-d inputs, so cases whose scalars differ get runs of their own)."""
+    runs: list[Run] = []
+
+    def run_of(run: Run) -> int:
+        if run not in runs:
+            runs.append(run)
+        return runs.index(run)
+
+    case_runs = tuple(run_of(Run(tuple(TensorSpec.of(a) for a in inputs), check_launch)) for inputs in case_inputs)
+    timing_run = run_of(Run(tuple(timing_specs), timing_launch))
+    return RunPlan(tuple(runs), case_runs, timing_run)
+
+
+class Replays:
+    """Replays of a kernel's recorded traces, within one budget of time and memory for all of them."""
+
+    def __init__(self, tapes: Sequence[dict[str, Any]], plan: RunPlan, hardware: str, kernel_file: str,
+                 seconds: float, memory_bytes: int):
+        if len(tapes) != len(plan.runs):
+            raise TapeError(f"{len(tapes)} traces for {len(plan.runs)} runs")
+        self.readers = [TapeReader(tape) for tape in tapes]
+        self.plan = plan
+        self.hardware = hardware
+        self.kernel_file = kernel_file
+        self.deadline = time.monotonic() + seconds
+        self.memory_bytes = memory_bytes
+        self._timed: RunResult | None = None
+
+    def _limits(self) -> ReplayLimits:
+        return ReplayLimits(self.memory_bytes, max(0.0, self.deadline - time.monotonic()))
+
+    def outputs(self, cases: Sequence[Any]) -> Iterator[list[np.ndarray]]:
+        """Each case's outputs as the replay of its run's trace on the case's inputs computes them, one
+        case at a time (the replay of the timed run is kept as the timing)."""
+        for index, case in enumerate(cases):
+            run = self.plan.case_runs[index]
+            replayed = replay(self.readers[run], case.inputs, self.hardware, numeric=True,
+                              kernel_file=self.kernel_file, limits=self._limits())
+            outputs = [o for o in replayed.outputs if o is not None]
+            replayed.outputs = []  # outputs of large tasks are gigabytes: keep at most one case in memory
+            if self._timed is None and run == self.plan.timing_run:
+                self._timed = replayed
+            yield outputs
+
+    def timed(self) -> RunResult:
+        """The run that is timed: a checked replay at the timed size, else a trace-only replay of it."""
+        if self._timed is None:
+            specs = self.plan.runs[self.plan.timing_run].specs
+            self._timed = replay(self.readers[self.plan.timing_run], specs, self.hardware, numeric=False,
+                                 kernel_file=self.kernel_file, limits=self._limits())
+        return self._timed
+
+
+def timing_report(run: RunResult, hardware: str) -> dict[str, Any]:
+    """The performance model's report on a replayed trace, with what it says about SPMD launches."""
+    report = estimate(run.trace, load_hardware(hardware)).to_dict()
+    if run.trace.launches:
+        report["spmd"] = spmd_summary(run.trace)
+    return report
+
+
+def trace_facts(run: RunResult) -> dict[str, Any]:
+    """Counts the guards compare with a task's analytic minimum, and misuse the trace reveals."""
+    summary = run.trace.summary()
+    return {
+        "instruction_count": summary["instruction_count"],
+        "hardware_flops": summary["hardware_flops"],
+        "transpose_flops": summary["transpose_flops"],
+        "hbm_read_bytes": summary["hbm_read_bytes"],
+        "hbm_write_bytes": summary["hbm_write_bytes"],
+        "returned_input": run.returned_input,
+        "uninitialized_read": first_uninitialized_read(run.trace, run.input_ids),
+    }
+
+
+def first_uninitialized_read(trace: Trace, input_ids: set[int]) -> int | None:
+    """Line of the first read of a kernel-allocated HBM tensor (e.g. its own output) before any write;
+    host data (constants, nl.full in HBM) is a write. Reshaped views count as the tensor they view."""
+    written = {storage_root(trace, tensor) for tensor in trace.host_written}
+    for inst in trace.instructions:
+        for access in inst.reads:
+            root = storage_root(trace, access.tensor)
+            if (access.buffer == "hbm" and root not in input_ids and root not in written
+                    and root in trace.tensors):
+                return inst.line
+        for access in inst.writes:
+            written.add(storage_root(trace, access.tensor))
+    return None
+
+
+def spmd_summary(trace: Trace) -> dict[str, Any]:
+    """What the profile says about SPMD launches: their grids and how the programs were scheduled."""
+    programs = len(trace.program_starts)
+    return {"grids": [list(grid) for grid in trace.launches], "programs": programs,
+            "schedule": f"{programs} SPMD programs run one after another on one NeuronCore"}

@@ -1,0 +1,235 @@
+"""The tape is the computation: the trusted side replays what it says with its own simulator, checks
+every entry as it reaches it, and bounds what a forged tape can ask of it. (Every kernel of the other
+nki tests also replays its recorded run bit for bit: conftest.run_both.)"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import zlib
+from typing import Any
+
+import numpy as np
+import pytest
+from calibration_set import ABSENT, calibration_cases
+
+from accelopt_core.nki import HardwareRuleError, NkiError, TensorSpec, load_kernel, run_kernel
+from accelopt_core.nki.replay import MAX_TILE_ELEMENTS, ReplayLimitError, ReplayLimits, replay
+from accelopt_core.nki.trace import TAPE_VERSION, TapeError, tape_to_plain
+from accelopt_core.tasks import load_reference
+
+HEADER = """
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+"""
+
+EXP = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.exp(nl.load(x)))
+    return out
+"""
+
+
+@pytest.fixture
+def recorded(load):
+    """record(source, *arrays) -> (the tape as JSON data, the kernel)."""
+
+    def _record(source: str, *arrays: np.ndarray) -> tuple[dict[str, Any], Any]:
+        _, kernel, _ = load(source)
+        traced = run_kernel(kernel, [TensorSpec.of(a) for a in arrays], numeric=False, record=True)
+        return json.loads(json.dumps(tape_to_plain(traced.trace))), kernel
+
+    return _record
+
+
+@pytest.fixture
+def x(rng) -> np.ndarray:
+    return rng.standard_normal((128, 64)).astype(np.float32)
+
+
+def calls(tape: dict[str, Any]) -> list[list[Any]]:
+    return [e for e in tape["entries"] if e[0] == "call"]
+
+
+def test_an_edited_tape_computes_what_it_says(recorded, x) -> None:
+    tape, _ = recorded(EXP, x)
+    activation = next(c for c in calls(tape) if c[1] == "activation")
+    activation[2]["op"] = "tanh"
+    np.testing.assert_allclose(replay(tape, [x], "trn1", numeric=True).outputs[0], np.tanh(x), rtol=1e-6)
+
+
+def test_a_tape_without_the_compute_gives_its_own_outputs(recorded, x) -> None:
+    """Host code leaves no call on the tape: what is replayed is the copy the tape holds."""
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(x))
+    if x.storage.data is not None:
+        out.storage.data[...] = 2 * x.storage.data
+    return out
+""", x)
+    np.testing.assert_array_equal(replay(tape, [x], "trn1", numeric=True).outputs[0], x)
+
+
+def test_a_compiler_generated_kernel_replays_bit_for_bit() -> None:
+    """The public calibration set's add_rmsnorm_matmul, as the compiler wrote it: index expressions in
+    every subscript, constants, reshaped inputs."""
+    case = next((c for c in calibration_cases() if c["kernel"].endswith("/add_rmsnorm_matmul.py")), None)
+    if case is None:
+        pytest.skip(ABSENT)
+    inputs = load_reference(case["reference"]).make_case(3).inputs
+    kernel = load_kernel(case["kernel"])
+    numeric = run_kernel(kernel, [np.array(a) for a in inputs])
+    traced = run_kernel(kernel, [TensorSpec.of(a) for a in inputs], numeric=False, record=True)
+    replayed = replay(json.loads(json.dumps(tape_to_plain(traced.trace))), inputs, "trn1", numeric=True)
+    assert [o.tobytes() for o in replayed.outputs] == [o.tobytes() for o in numeric.outputs]
+
+
+def test_a_block_tensor_of_nine_dimensions_replays(run, rng) -> None:
+    """The calibration gqa_full allocates SBUF tensors of eight block dimensions and a partition one."""
+    x = rng.standard_normal((128, 16)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    blocks = nl.ndarray((1, 2, 1, 1, 2, 1, 1, 1, nl.par_dim(128), 16), dtype=x.dtype, buffer=nl.sbuf)
+    blocks[0, 1, 0, 0, 1, 0, 0, 0] = nl.load(x)
+    nl.store(out, value=nl.exp(blocks[0, 1, 0, 0, 1, 0, 0, 0]))
+    return out
+""", x)
+    np.testing.assert_allclose(both.out, np.exp(x), rtol=1e-6)
+
+
+def test_the_replay_runs_the_instructions_at_the_recorded_lines(recorded, x) -> None:
+    tape, _ = recorded(EXP, x)
+    replayed = replay(tape, [x], "trn1", numeric=False)
+    assert [i.line for i in replayed.trace.instructions] == [7, 7, 7]
+    assert replayed.outputs == [None]
+
+
+def test_a_numeric_error_is_raised_at_the_recorded_line(recorded, rng) -> None:
+    table = rng.standard_normal((200, 32)).astype(np.float32)
+    rows = np.full((128, 1), 250, np.int32)
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(table, rows):
+    out = nl.ndarray((128, 32), dtype=table.dtype, buffer=nl.shared_hbm)
+    gathered = nl.load(table[nl.load(rows), nl.arange(32)[None, :]])
+    nl.store(out, value=gathered)
+    return out
+""", table, rows)
+    with pytest.raises(HardwareRuleError, match="indirect index 250") as caught:
+        replay(tape, [table, rows], "trn1", numeric=True)
+    assert caught.value.line == 7
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = ["tuple"]
+    for _ in range(depth):
+        value = ["tuple", value]
+    return value
+
+
+def _forged(tape: dict[str, Any], where: str, value: Any) -> dict[str, Any]:
+    forged = copy.deepcopy(tape)
+    if where == "version":
+        forged["version"] = value
+    elif where == "first call":
+        calls(forged)[0][:] = value
+    elif where == "append":
+        forged["entries"].append(value)
+    elif where == "remove return":
+        forged["entries"] = [e for e in forged["entries"] if e[0] != "return"]
+    elif where == "insert first":
+        forged["entries"].insert(0, value)
+    return forged
+
+
+def _first_call(tape: dict[str, Any]) -> list[Any]:
+    return copy.deepcopy(calls(tape)[0])
+
+
+@pytest.mark.parametrize(("where", "change", "message"), [
+    ("version", TAPE_VERSION + 1, "version"),
+    ("first call", lambda c: [c[0], "__import__", *c[2:]], "not an instruction call"),
+    ("first call", lambda c: [*c[:5], c[5], c[6] + 1, c[7]], "emits 1 instructions; the tape says"),
+    ("first call", lambda c: [*c[:7], True], "says the call of dma_copy at line 7 failed"),
+    ("first call", lambda c: [c[0], c[1], {**c[2], "src": ["tile", 99]}, *c[3:]], "tensor 99 does not exist"),
+    ("first call", lambda c: [c[0], c[1], {**c[2], "dtype": ["dtype", "object"]}, *c[3:]], "dtype 'object'"),
+    ("first call", lambda c: [c[0], c[1], {**c[2], "dtype": "O"}, *c[3:]], "not a dtype NKI has"),
+    ("first call", lambda c: [c[0], c[1], {**c[2], "evil": 1}, *c[3:]], "unexpected keyword"),
+    ("first call", lambda c: [c[0], c[1], {**c[2], "mask": _nested(20)}, *c[3:]], "not a recorded value"),
+    ("append", ["call", "memset", {}, 1, 0, 0, 0, False], "after the kernel returned"),
+    ("append", ["open", "/etc/passwd"], "no recording writes"),
+    ("remove return", None, "does not say what the kernel returned"),
+    ("insert first", ["tensor", 1, "x", "hbm", "float32", [4], 0, None, 1, 0], "says tensor 1 where the replay"),
+])
+def test_a_forged_tape_stops_the_replay(recorded, x, where, change, message) -> None:
+    tape, _ = recorded(EXP, x)
+    value = change(_first_call(tape)) if callable(change) else change
+    with pytest.raises((TapeError, NkiError), match=message):
+        replay(_forged(tape, where, value), [x], "trn1", numeric=True)
+
+
+def test_a_dropped_tensor_cannot_be_used_again(recorded, x) -> None:
+    tape, _ = recorded(EXP, x)
+    entries = tape["entries"]
+    drop = next(i for i, e in enumerate(entries) if e[0] == "drop" and e[1])
+    entries.insert(drop + 1, ["drop", entries[drop][1]])
+    with pytest.raises(TapeError, match="does not exist"):
+        replay(tape, [x], "trn1", numeric=True)
+
+
+def test_inputs_must_be_the_kernels(recorded, x) -> None:
+    tape, _ = recorded(EXP, x)
+    with pytest.raises(TapeError, match="float32\\[128, 64\\], the kernel's is float32\\[64, 128\\]"):
+        replay(tape, [x.T.copy()], "trn1", numeric=True)
+    with pytest.raises(TapeError, match="declares 1 array inputs; the kernel has 2"):
+        replay(tape, [x, x], "trn1", numeric=True)
+
+
+def test_a_tape_cannot_ask_for_more_memory_than_the_budget(recorded, x) -> None:
+    tape, _ = recorded(EXP, x)
+    huge = ["tensor", 2, "huge", "hbm", "float32", [2**20, 2**20], 0, None, 1, 0]
+    entries = tape["entries"]
+    entries[next(i for i, e in enumerate(entries) if e[0] == "tensor")] = huge
+    with pytest.raises(ReplayLimitError, match="more than 1024 MiB"):
+        replay(tape, [x], "trn1", numeric=True, limits=ReplayLimits(memory_bytes=2**30))
+
+
+def test_a_tape_cannot_take_longer_than_the_limit(recorded, x) -> None:
+    tape, _ = recorded(EXP, x)
+    with pytest.raises(ReplayLimitError, match="within 0 s"):
+        replay(tape, [x], "trn1", numeric=True, limits=ReplayLimits(seconds=0))
+
+
+def test_no_operand_is_larger_than_an_instruction_handles(recorded, x) -> None:
+    tape, _ = recorded(EXP, x)
+    load = calls(tape)[0]
+    side = 2**15
+    load[2]["src"] = ["tile", 1, ["x", [side, side], 0, []], ["x", [side, side], 0, []]]
+    assert side * side > MAX_TILE_ELEMENTS
+    with pytest.raises(TapeError, match="larger than any instruction handles"):
+        replay(tape, [x], "trn1", numeric=True)
+
+
+def test_an_array_must_be_the_size_it_declares(recorded, rng) -> None:
+    """A compressed array that inflates past its declared size (a zip bomb) is refused."""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:128, 0:64]
+    nl.store(out, value=nl.load(x, mask=(i_f < 32)), mask=(i_f < 32))
+    return out
+""", x)
+    assert tape["arrays"]
+    dtype, shape, _ = tape["arrays"][0]
+    tape["arrays"][0] = [dtype, shape, base64.b64encode(zlib.compress(b"\0" * 2**26)).decode()]
+    with pytest.raises(TapeError, match="is not 8192 bytes"):
+        replay(tape, [x], "trn1", numeric=True)
