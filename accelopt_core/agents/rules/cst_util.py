@@ -866,3 +866,14 @@ def input_shapes(profile: Any) -> dict[str, tuple[tuple[int, ...], ...]]:
     {} without a profile, so rules that must show a value divides a dimension propose nothing."""
     found = getattr(profile, "input_shapes", None) or {}
     return {size: tuple(tuple(int(d) for d in shape) for shape in shapes) for size, shapes in found.items()}
+
+
+def compiled_code(module: cst.Module | str, rule: str, what: str = "rewrite") -> str:
+    """The rewritten kernel's code; a RuleError when Python cannot compile it, so a rule never hands the
+    search a file that is not a kernel any more."""
+    code = module if isinstance(module, str) else module.code
+    try:
+        compile(code, f"<{rule}>", "exec")
+    except SyntaxError as exc:
+        raise RuleError(f"the {what} would not parse: {exc.msg}") from None
+    return code

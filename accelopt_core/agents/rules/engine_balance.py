@@ -27,6 +27,7 @@ from .cst_util import (
     accesses,
     call_name,
     code_of,
+    compiled_code,
     edit_statements,
     ensure_import,
     flat,
@@ -143,12 +144,7 @@ class BalanceEngines:
         module, _ = ensure_import(module, "neuronxcc.nki.isa", analysis.nisa)
         if any(f"{analysis.np}." in m.text for m in moves):
             module, _ = ensure_import(module, "numpy", analysis.np)
-        code = module.code
-        try:
-            compile(code, "<balance_engines>", "exec")
-        except SyntaxError as exc:
-            raise RuleError(f"the move would not parse: {exc.msg}") from None
-        return code
+        return compiled_code(module, "balance_engines", "move")
 
 
 def _psum_drains(analysis: KernelAnalysis, hardware: str) -> list[_Move]:

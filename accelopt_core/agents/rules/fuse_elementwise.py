@@ -31,6 +31,7 @@ from .cst_util import (
     block_statements,
     call_name,
     code_of,
+    compiled_code,
     dotted,
     edit_statements,
     ensure_import,
@@ -1078,12 +1079,7 @@ def _written(analysis: KernelAnalysis, fusion: _Fusion) -> cst.Module:
 
 
 def _checked(module: cst.Module | str) -> str:
-    code = module if isinstance(module, str) else module.code
-    try:
-        compile(code, "<fuse_elementwise>", "exec")
-    except SyntaxError as exc:
-        raise RuleError(f"the fusion would not parse: {exc.msg}") from None
-    return code
+    return compiled_code(module, "fuse_elementwise", "fusion")
 
 
 def drop_dead_tensors(module: cst.Module) -> cst.Module:

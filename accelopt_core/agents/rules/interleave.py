@@ -23,7 +23,7 @@ import libcst as cst
 
 from . import cst_util as u
 from .analysis import KernelModel, Loop, model_of
-from .base import Plan, RuleError
+from .base import Plan
 
 _FACTOR = 2
 _MIN_CHAIN = 3  # statements on one engine that depend on each other, for the wait to matter
@@ -147,9 +147,4 @@ class InterleaveIterations:
         bound = sorted({r.name for op in model.ops_in(loop) for r in op.refs if r.kind == "bind"})
         new = interleaved(loop, u.code_statements(loop.node), bound, _trips(model, loop, trips) or trips)
         module = u.rewrite(model.module, {id(loop.node): new if isinstance(new, list) else [new]})
-        code = module.code
-        try:
-            compile(code, "<interleave_iterations>", "exec")
-        except SyntaxError as exc:
-            raise RuleError(f"the rewrite would not parse: {exc.msg}") from None
-        return code
+        return u.compiled_code(module, "interleave_iterations")

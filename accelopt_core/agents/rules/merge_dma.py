@@ -31,6 +31,7 @@ from .cst_util import (
     block_statements,
     call_name,
     code_of,
+    compiled_code,
     edit_statements,
     flat,
     fresh_name,
@@ -143,12 +144,7 @@ class MergeDma:
                 stmts[0] = stmts[0].with_changes(leading_lines=getattr(old, "leading_lines", ()))
                 if isinstance(old, cst.SimpleStatementLine) and isinstance(stmts[0], cst.SimpleStatementLine):
                     stmts[0] = stmts[0].with_changes(trailing_whitespace=old.trailing_whitespace)
-        code = edit_statements(module, edits).code
-        try:
-            compile(code, "<merge_dma>", "exec")
-        except SyntaxError as exc:
-            raise RuleError(f"the merge would not parse: {exc.msg}") from None
-        return code
+        return compiled_code(edit_statements(module, edits), "merge_dma", "merge")
 
 
 def _all_statements(fn: cst.FunctionDef) -> Iterator[cst.BaseStatement]:

@@ -89,12 +89,7 @@ class ShrinkBlocks:
         if missing or not wanted:
             raise RuleError(f"`{missing[0] if missing else '?'}` is no longer used within single iterations")
         module = _rewrite(model, [by_name[n] for n in wanted])
-        code = module.code
-        try:
-            compile(code, "<shrink_blocks>", "exec")
-        except SyntaxError as exc:
-            raise RuleError(f"the rewrite would not parse: {exc.msg}") from None
-        return code
+        return u.compiled_code(module, "shrink_blocks")
 
 
 def _bytes(shape: Sequence[int | None]) -> int | None:

@@ -35,7 +35,7 @@ import libcst as cst
 
 from . import cst_util as u
 from .analysis import KernelModel, model_of
-from .base import Plan, RuleError
+from .base import Plan
 
 _PSUM_BANK_BYTES = 2048  # bytes per partition of one PSUM bank (nki-facts A.4: 8 banks of 2 KiB)
 _BANKS_FOR_ACCUMULATORS = 4  # of the 8 banks: the other half stays for transposes and read-outs
@@ -300,9 +300,4 @@ class JamMatmulLoops:
         outer = u.locate([j.outer for j in matches], model.pos, plan.line, "the matmul loop nest to jam")
         jam = next(j for j in matches if j.outer is outer)
         module = u.rewrite(model.module, {id(jam.outer): jammed(model, jam)})
-        code = module.code
-        try:
-            compile(code, "<jam_matmul_loops>", "exec")
-        except SyntaxError as exc:
-            raise RuleError(f"the rewrite would not parse: {exc.msg}") from None
-        return code
+        return u.compiled_code(module, "jam_matmul_loops")
