@@ -233,3 +233,23 @@ def kernel(x):
     tape["arrays"][0] = [dtype, shape, base64.b64encode(zlib.compress(b"\0" * 2**26)).decode()]
     with pytest.raises(TapeError, match="is not 8192 bytes"):
         replay(tape, [x], "trn1", numeric=True)
+
+
+def test_only_the_replays_spend_their_time_budget(recorded, x, monkeypatch) -> None:
+    """The trusted side's own work between two cases' replays (a full-size reference can take minutes)
+    does not count against the kernel's replay budget; the replays' own time does."""
+    from types import SimpleNamespace
+
+    from accelopt_core.nki.runner import Launch
+    from accelopt_core.profiling import verdict
+
+    tape, _ = recorded(EXP, x)
+    clock = [0.0]
+    monkeypatch.setattr(verdict.time, "monotonic", lambda: clock[0])
+    plan = verdict.plan_runs([[x], [x]], Launch(), [TensorSpec.of(x)], Launch())
+    replays = verdict.Replays([tape], plan, "trn1", "kernel.py", seconds=5.0, memory_bytes=2**30)
+    cases = [SimpleNamespace(inputs=[x]), SimpleNamespace(inputs=[x])]
+    for outputs in replays.outputs(cases):
+        np.testing.assert_allclose(outputs[0], np.exp(x), rtol=1e-6)
+        clock[0] += 60.0  # the reference and the comparison, between replays
+    assert replays.seconds_left == 5.0
