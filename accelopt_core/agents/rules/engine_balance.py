@@ -107,11 +107,11 @@ class BalanceEngines:
         operands: each engine runs its instructions in order, so on one engine the next tile's
         operand preparation waits behind this tile's read-out, which waits for the matmuls, and the
         Tensor engine idles in between (the kernel takes longer than its busiest engine)."""
-        lines = line_engine_times(profile)
+        line_times = line_engine_times(profile)
         # a read-out the compiler places (nl.copy) already runs where it finishes first: only those the
         # profile shows on the engine they leave are moves
         drains = [m for m in _psum_drains(analysis, hardware)
-                  if lines.get(line_of(m.stmt, analysis.pos), {}).get(m.source, 0.0) > 0.0]
+                  if line_times.get(line_of(m.stmt, analysis.pos), {}).get(m.source, 0.0) > 0.0]
         if not drains or not _feeds_tensor_engine(analysis, drains[0].source):
             return []
         busy, latency = _busy(profile), latency_ms(profile) or 0.0
