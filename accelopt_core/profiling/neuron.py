@@ -50,7 +50,7 @@ from .errors import describe_kernel_exception
 from .guards import guard_violation
 from .handback import OPTIONAL_INT, OPTIONAL_NUMBER, OPTIONAL_TEXT, MalformedResultError, typed, write_result
 from .measure import spill
-from .profiler import CheckingProfiler, TaskRef, fill_peak, input_shapes, task_work
+from .profiler import CheckingProfiler, TaskRef, fill_peak, input_shapes, reference_thread, task_work
 from .result import ProfileResult
 from .sandbox import SandboxLimits, apply_limits, open_guard, plain_result, run_worker, worker_arguments
 
@@ -255,21 +255,24 @@ class NeuronProfiler(CheckingProfiler):
                         self.iters, self.max_timing_runs, self.agreement, check_launch=check_task.launch,
                         timing_launch=timing_task.launch)
         workdir = os.path.realpath(tempfile.mkdtemp(prefix="accelopt-neuron-"))
-        try:
-            measured = run_device_child(job, workdir, self.limits, self._environment(workdir), cancel)
-            if measured.error:
-                result.error, result.error_line = measured.error, measured.error_line
-                if measured.error_line is not None and seeds is None:
-                    self.cache[cache_key] = result
-                return result
-            summary, lines, problem = self._read_profile(workdir, measured, job.kernel_filename)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        work = task_work(timing_task, specs, cases)
-        if check:
-            self._judge(result, cases, measured.outputs, check_task.rtol if self.rtol is None else self.rtol)
-            if result.error:
-                return result
+        with reference_thread() as references:
+            counted = references.submit(task_work, timing_task, specs, cases)  # while the device runs
+            try:
+                measured = run_device_child(job, workdir, self.limits, self._environment(workdir), cancel)
+                if measured.error:
+                    result.error, result.error_line = measured.error, measured.error_line
+                    if measured.error_line is not None and seeds is None:
+                        self.cache[cache_key] = result
+                    return result
+                summary, lines, problem = self._read_profile(workdir, measured, job.kernel_filename)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            if check:
+                self._judge(result, cases, measured.outputs, check_task.rtol if self.rtol is None else self.rtol,
+                            references)
+                if result.error:
+                    return result
+            work = counted.result()
         if summary:
             violation = guard_violation({k: summary.get(k) or 0 for k in ("hardware_flops", "transpose_flops",
                                                                           "hbm_read_bytes", "hbm_write_bytes")}, work)

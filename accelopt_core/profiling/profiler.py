@@ -16,7 +16,9 @@ import importlib.util
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
@@ -106,6 +108,19 @@ def task_work(task: Task, specs: Sequence[TensorSpec], cases: Sequence[Any]) -> 
     return task.counted_work(case)
 
 
+@contextmanager
+def reference_thread() -> Iterator[ThreadPoolExecutor]:
+    """A thread for the trusted side's own NumPy work of one evaluation (the reference's counted work and
+    each case's expected outputs), done while the kernel's child records and while its replays run, so an
+    evaluation waits for the slower of the two rather than their sum. On the way out, work not started
+    is dropped and work under way is not waited for (a failed kernel does not wait for its reference)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelopt-reference")
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 def fill_peak(result: ProfileResult, work: PeakWork | None, hardware: str) -> None:
     """% of peak, the side that bounds the task at peak, and the work both came from."""
     if work is None or not result.latency_ms:
@@ -180,18 +195,21 @@ class CheckingProfiler:
         return self.forbidden_paths + ([reference] if reference else []) + cached
 
     @staticmethod
-    def _judge(result: ProfileResult, cases: list[Any], outputs: Iterable[Sequence[Any]], rtol: float) -> None:
+    def _judge(result: ProfileResult, cases: list[Any], outputs: Iterable[Sequence[Any]], rtol: float,
+               references: ThreadPoolExecutor) -> None:
         """Compare case by case, letting each case's reference and outputs go before the next (outputs
-        come one case at a time: replayed here, or memory-mapped from the files a device child left)."""
+        come one case at a time: replayed here, or memory-mapped from the files a device child left).
+        Each case's reference is computed in `references` while its outputs are being produced."""
         produced_by_case = iter(outputs)
         result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
         for index, seed in enumerate(result.seeds):
+            expected = references.submit(cases[index].reference)
             produced = next(produced_by_case, None)
             if produced is None:
                 result.correct, result.error = None, f"{MALFORMED}: {index} sets of outputs for {len(cases)} cases"
                 return
             case, cases[index] = cases[index], None
-            rel, abs_err, problem = compare(case.convert(list(produced)), case.reference(), rtol)
+            rel, abs_err, problem = compare(case.convert(list(produced)), expected.result(), rtol)
             result.rel_l2_error = max(result.rel_l2_error, rel)
             result.max_abs_error = max(result.max_abs_error, abs_err)
             if problem:
@@ -226,17 +244,20 @@ class SimulatorProfiler(CheckingProfiler):
                          kernel_label, kernel_folder(kernel_label))
         cache_key = cache_key if seeds is None else None
         workdir = sandbox_workdir()
-        try:
-            recording = run_sandboxed(job, workdir, self.limits, cancel)
-            if recording.error:
-                return self._failed(result, recording.error, recording.error_line, cache_key)
-            tapes = [read_trace(workdir, name) for name in recording.traces]
-        except MalformedResultError as exc:
-            return self._failed(result, f"{MALFORMED}: {exc}", None, None)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        rtol = check_task.rtol if self.rtol is None else self.rtol
-        return self._conclude(result, tapes, plan, cases, timing_task, specs, check, cache_key, kernel_label, rtol)
+        with reference_thread() as references:
+            work = references.submit(task_work, timing_task, specs, cases)  # while the child records
+            try:
+                recording = run_sandboxed(job, workdir, self.limits, cancel)
+                if recording.error:
+                    return self._failed(result, recording.error, recording.error_line, cache_key)
+                tapes = [read_trace(workdir, name) for name in recording.traces]
+            except MalformedResultError as exc:
+                return self._failed(result, f"{MALFORMED}: {exc}", None, None)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            rtol = check_task.rtol if self.rtol is None else self.rtol
+            return self._conclude(result, tapes, plan, cases, timing_task, check, cache_key, kernel_label, rtol,
+                                  references, work)
 
     def _failed(self, result: ProfileResult, error: str, line: int | None, cache_key: Any) -> ProfileResult:
         """An evaluation that ends in an error; a kernel's own error (it has a line) is deterministic, so it
@@ -247,15 +268,15 @@ class SimulatorProfiler(CheckingProfiler):
         return result
 
     def _conclude(self, result: ProfileResult, tapes: list[dict[str, Any]], plan: RunPlan, cases: list[Any],
-                  timing_task: Task, specs: list[TensorSpec], check: bool, cache_key: Any, kernel_label: str,
-                  rtol: float | None) -> ProfileResult:
+                  timing_task: Task, check: bool, cache_key: Any, kernel_label: str, rtol: float | None,
+                  references: ThreadPoolExecutor, counted: Future[PeakWork | None]) -> ProfileResult:
         """Replay the traces: judge the check's outputs, apply the guards to the timed replay and time it."""
-        work = task_work(timing_task, specs, cases)
         try:
             replays = Replays(tapes, plan, result.hardware, kernel_label, self.limits.seconds,
                               self.limits.memory_mb * 2**20)
             if check:
-                self._judge(result, cases, replays.outputs(cases), rtol if rtol is not None else timing_task.rtol)
+                self._judge(result, cases, replays.outputs(cases), rtol if rtol is not None else timing_task.rtol,
+                            references)
                 if result.error:
                     return result
             timed = replays.timed()
@@ -269,6 +290,7 @@ class SimulatorProfiler(CheckingProfiler):
         except ReplayLimitError as exc:
             result.correct = None
             return self._failed(result, str(exc), None, None)
+        work = counted.result()
         violation = guard_violation(trace_facts(timed), work)
         if violation:
             result.correct = False

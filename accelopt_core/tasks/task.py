@@ -47,22 +47,25 @@ class ReferenceRun:
     def __init__(self, call: Callable[[Callable[[Any], Any]], Any]):
         self._call = call  # runs the reference on the case's inputs, each passed through the wrapper given
         self._outputs: list[np.ndarray] | None = None
+        self._lock = threading.Lock()  # the profiler may compute a case's reference in a thread of its own
 
     def outputs(self) -> list[np.ndarray]:
-        if self._outputs is None:
-            self._outputs = _as_list(self._call(lambda value: value))
-        return self._outputs
+        with self._lock:
+            if self._outputs is None:
+                self._outputs = _as_list(self._call(lambda value: value))
+            return self._outputs
 
     def counted_work(self) -> PeakWork | None:
         """The reference's NumPy work on this case; its outputs are kept for the check. None when the
         reference fails under counting (the check then runs it as it is and reports what it does)."""
-        try:
-            result, work = count_work(self._call)
-        except Exception:
-            return None
-        if self._outputs is None:
-            self._outputs = _as_list(result)
-        return work
+        with self._lock:
+            try:
+                result, work = count_work(self._call)
+            except Exception:
+                return None
+            if self._outputs is None:
+                self._outputs = _as_list(result)
+            return work
 
 
 @dataclass
