@@ -20,10 +20,19 @@ Term = tuple[int, int]  # (axis of the broadcast grid, coefficient)
 
 
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    try:
-        return tuple(np.broadcast_shapes(a, b))
-    except ValueError:
-        raise KernelUsageError(f"index shapes {a} and {b} do not broadcast") from None
+    """NumPy's broadcasting of two shapes, in plain Python: subscripts broadcast their index shapes on
+    every instruction operand, where np.broadcast_shapes costs more than the rest of the subscript."""
+    if a == b or not b:
+        return a
+    if not a:
+        return b
+    width = max(len(a), len(b))
+    shape = []
+    for x, y in zip((1,) * (width - len(a)) + a, (1,) * (width - len(b)) + b, strict=True):
+        if x != y and x != 1 and y != 1:
+            raise KernelUsageError(f"index shapes {a} and {b} do not broadcast")
+        shape.append(y if x == 1 else x)
+    return tuple(shape)
 
 
 class IndexExpr:
@@ -431,14 +440,27 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
     if len(key) > len(dims):
         raise KernelUsageError(f"too many indices for {name} of shape {dims}")
     key = key + (slice(None),) * (len(dims) - len(key))
-    advanced = any(isinstance(k, (IndexExpr, np.ndarray)) or hasattr(k, "storage") for k in key)
+    advanced = any(type(k) is not int and type(k) is not slice and (isinstance(k, (IndexExpr, np.ndarray))
+                                                                   or hasattr(k, "storage")) for k in key)
     items: list[IndexItem] = []
     region: list[tuple[int, int]] = []
     shape: list[int] = []
     adv_shape: tuple[int, ...] = ()
     overhang: str | None = None
     for dim, (k, size) in enumerate(zip(key, dims, strict=True)):
-        if isinstance(k, (int, np.integer)):
+        if isinstance(k, np.ndarray):
+            k = IndexExpr(k.shape, values=k.astype(np.int64))
+        if type(k) is IndexExpr:  # the commonest item first (nl.arange expressions), then ints
+            lo, hi = k.bounds()
+            if lo < 0 or hi >= size:
+                if overhang is None:
+                    overhang = (f"index range [{lo}, {hi}] is out of bounds for dimension {dim} of {name} "
+                                f"(size {size}); mask the elements past the end (mask=...)")
+                lo, hi = min(max(lo, 0), size), max(min(hi, size - 1), -1)
+            items.append(k)
+            region.append((lo, max(lo, hi + 1)))
+            adv_shape = _broadcast(adv_shape, k.shape)
+        elif isinstance(k, (int, np.integer)):
             k = int(k)
             if k < 0:
                 k += size
@@ -471,17 +493,6 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
             items.append(k)
             region.append((lo, hi + 1))
             adv_shape = _broadcast(adv_shape, k.shape)
-        elif isinstance(k, (IndexExpr, np.ndarray)):
-            expr = k if isinstance(k, IndexExpr) else IndexExpr(k.shape, values=k.astype(np.int64))
-            lo, hi = expr.bounds()
-            if lo < 0 or hi >= size:
-                if overhang is None:
-                    overhang = (f"index range [{lo}, {hi}] is out of bounds for dimension {dim} of {name} "
-                                f"(size {size}); mask the elements past the end (mask=...)")
-                lo, hi = min(max(lo, 0), size), max(min(hi, size - 1), -1)
-            items.append(expr)
-            region.append((lo, max(lo, hi + 1)))
-            adv_shape = _broadcast(adv_shape, expr.shape)
         elif isinstance(k, Mask):
             raise UnsupportedApiError(f"{name}: indexing a tile with a mask (matmul operand masking) is not "
                                       "supported by this simulator; pass mask= to the instruction instead")
