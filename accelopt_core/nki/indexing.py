@@ -359,7 +359,7 @@ class Subscript:
     `region` is then clipped to the tensor.
     """
 
-    __slots__ = ("advanced", "dims", "items", "overhang", "region", "shape")
+    __slots__ = ("_box", "advanced", "dims", "items", "overhang", "region", "shape")
 
     def __init__(self, items: tuple[IndexItem, ...], shape: tuple[int, ...],
                  region: tuple[tuple[int, int], ...], advanced: bool, overhang: str | None = None,
@@ -370,6 +370,51 @@ class Subscript:
         self.advanced = advanced
         self.overhang = overhang
         self.dims = dims
+        self._box: tuple[tuple[Any, ...], tuple[int, ...], tuple[Any, ...]] | bool | None = False
+
+    def view(self, data: np.ndarray) -> np.ndarray | None:
+        """The elements this subscript selects, as a view of `data` shaped as the tile, when they are a
+        strided box: every index expression steps along a grid axis of its own (`nl.arange(128)[:, None]`
+        with `nl.arange(512)[None, :]`), the compiler-style subscript. Reading and writing the view is
+        NumPy's basic indexing, many times faster than the gather of `numpy_key`; None for any other
+        subscript (gathers, repeated or mixed axes, overhangs), which `numpy_key` serves."""
+        if not self.advanced:
+            return data[self.items]  # type: ignore[index]
+        if self._box is False:
+            self._box = self._box_plan()
+        if self._box is None:
+            return None
+        key, order, expand = self._box  # type: ignore[misc]
+        return data[key].transpose(order)[expand]
+
+    def _box_plan(self) -> tuple[tuple[Any, ...], tuple[int, ...], tuple[Any, ...]] | None:
+        """Basic indices, the order of the grid axes they step along, and where the tile has unit axes."""
+        if self.overhang is not None:
+            return None
+        ndim = len(self.shape)
+        key: list[int | slice] = []
+        axes: list[int] = []
+        for item in self.items:
+            if type(item) is int:
+                key.append(item)
+                continue
+            if type(item) is not IndexExpr or not item.affine or len(item.terms) > 1:
+                return None
+            if not item.terms:
+                key.append(item.offset)
+                continue
+            axis, step = item.terms[0]
+            axis += ndim - len(item.shape)
+            if step <= 0 or axis in axes:
+                return None
+            count = self.shape[axis]
+            key.append(slice(item.offset, item.offset + step * (count - 1) + 1, step))
+            axes.append(axis)
+        if any(n != 1 for axis, n in enumerate(self.shape) if axis not in axes):
+            return None  # an axis no index steps along: the tile repeats elements (a broadcast gather)
+        order = tuple(sorted(range(len(axes)), key=lambda k: axes[k]))
+        expand = tuple(slice(None) if axis in axes else None for axis in range(ndim))
+        return (*key, Ellipsis), order, expand  # the Ellipsis keeps a view when every index is a number
 
     def numpy_key(self) -> tuple[Any, ...]:
         if not self.advanced:

@@ -393,15 +393,29 @@ class Tile:
     def read(self) -> np.ndarray:
         data = self.storage.data
         assert data is not None
-        return data[self.sub.numpy_key()]
+        view = self.sub.view(data)
+        return view if view is not None else data[self.sub.numpy_key()]
 
     def write(self, values: np.ndarray | float, mask: np.ndarray | None = None) -> None:
         data = self.storage.data
         assert data is not None
-        key = self.sub.numpy_key()
         values = np.asarray(values)
         if values.shape != self.shape and values.size == self.size:
             values = values.reshape(self.shape)
+        view = self.sub.view(data)
+        if view is not None:  # each element once: a mask selects where to write
+            written = None if self.storage.initialized is None else self.sub.view(self.storage.initialized)
+            if mask is None:
+                view[...] = values
+                if written is not None:
+                    written[...] = True
+                return
+            where = np.broadcast_to(mask, self.shape)
+            np.copyto(view, np.broadcast_to(values, self.shape), casting="unsafe", where=where)
+            if written is not None:
+                written |= where
+            return
+        key = self.sub.numpy_key()
         if self.sub.overhang is not None or (mask is not None and self.sub.advanced):
             # write only the masked-in elements (all inside the tensor): gathered indices may repeat,
             # and a masked-off repeat must not write the old value back over an active one
@@ -424,7 +438,10 @@ class Tile:
         finds no accumulation under way starts a new group there (shared/nki-facts.md A.3)."""
         values = self.read().astype(np.float32)
         initialized = self.storage.initialized
-        return values if initialized is None else np.where(initialized[self.sub.numpy_key()], values, 0.0)
+        if initialized is None:
+            return values
+        written = self.sub.view(initialized)
+        return np.where(written if written is not None else initialized[self.sub.numpy_key()], values, 0.0)
 
     def access(self, nbytes: int | None = None) -> Access:
         storage = self.storage
