@@ -47,6 +47,41 @@ class Engine:
     ALL = (TENSOR, VECTOR, SCALAR, GPSIMD, DMA)
 
 
+class Op(enum.StrEnum):
+    """The instructions a trace holds (`Instruction.op`), by the names of the NKI ISA calls that emit them.
+
+    Str-valued: a member compares and hashes like its name, so a trace's plain form and the reports keep
+    their spelling. Only what ops.py emits is a member; a name outside them is refused where it enters
+    (the performance model's schedule), not priced as a guess."""
+
+    DMA_COPY = "dma_copy"
+    NC_MATMUL = "nc_matmul"
+    NC_TRANSPOSE = "nc_transpose"
+    TENSOR_TENSOR = "tensor_tensor"
+    TENSOR_SCALAR = "tensor_scalar"
+    SCALAR_TENSOR_TENSOR = "scalar_tensor_tensor"
+    TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
+    TENSOR_REDUCE = "tensor_reduce"
+    TENSOR_SCALAR_REDUCE = "tensor_scalar_reduce"
+    TENSOR_PARTITION_REDUCE = "tensor_partition_reduce"
+    TENSOR_COPY = "tensor_copy"
+    ACTIVATION = "activation"
+    RECIPROCAL = "reciprocal"
+    MEMSET = "memset"
+    IOTA = "iota"
+    SELECT = "select"
+    AFFINE_SELECT = "affine_select"
+    BN_STATS = "bn_stats"
+    BN_AGGR = "bn_aggr"
+    DROPOUT = "dropout"
+    RANDOM_SEED = "random_seed"
+
+
+def unknown_op(value: object) -> str:
+    """Why a name is not an instruction, with the names that are (for a typo)."""
+    return f"{value!r} is not an instruction the simulator emits (known: {', '.join(sorted(Op))})"
+
+
 class LoopKind:
     """How the iterations of a kernel loop may be scheduled.
 
@@ -139,7 +174,7 @@ class Instruction:
 
     index: int
     engine: str
-    op: str
+    op: Op
     reads: tuple[Access, ...]
     writes: tuple[Access, ...]
     partitions: int
