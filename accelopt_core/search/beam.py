@@ -24,10 +24,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from ..agents.base import Agent, Candidate, Proposal, SearchContext
-from ..memory import POSITIVE_SPEEDUP
+from ..memory import POSITIVE_SPEEDUP, SearchMemory
 from ..profiling import Profiler, ProfileResult, TaskRef
 from ..profiling.profiler import kernel_hash
 from .config import SearchConfig
@@ -81,8 +80,9 @@ def _sort_key(candidate: Candidate) -> tuple[float, str]:
 class BeamSearch:
     """The search loop. `agents` propose and write rewrites; `profiler` checks and times them."""
 
-    def __init__(self, profiler: Profiler, agents: Sequence[Agent], config: SearchConfig, memory: Any = None,
-                 on_event: Callable[[SearchEvent], None] | None = None, cancel: threading.Event | None = None):
+    def __init__(self, profiler: Profiler, agents: Sequence[Agent], config: SearchConfig,
+                 memory: SearchMemory | None = None, on_event: Callable[[SearchEvent], None] | None = None,
+                 cancel: threading.Event | None = None):
         if not agents:
             raise SearchError("a search needs at least one planner")
         self.profiler = profiler
