@@ -20,7 +20,7 @@ from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location
 from .indexing import IndexExpr, Mask, as_mask
 from .tensor import HBM, PSUM, SBUF, Limits, Tile, allocate, close_accumulation, current, running
-from .trace import Called, Engine, Instruction, Op
+from .trace import Alu, Called, Engine, Instruction, Op
 
 # --------------------------------------------------------------------------------------------
 # Operator tables
@@ -68,47 +68,47 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "trunc": np.trunc,
 }
 
-ALU: dict[str, Callable[[Any, Any], Any]] = {
-    "add": np.add,
-    "subtract": np.subtract,
-    "multiply": np.multiply,
-    "divide": np.divide,
-    "maximum": np.maximum,
-    "minimum": np.minimum,
-    "power": np.power,
-    "mod": np.mod,
-    "fmod": np.fmod,
-    "equal": np.equal,
-    "not_equal": np.not_equal,
-    "greater": np.greater,
-    "greater_equal": np.greater_equal,
-    "less": np.less,
-    "less_equal": np.less_equal,
-    "logical_and": np.logical_and,
-    "logical_or": np.logical_or,
-    "logical_xor": np.logical_xor,
-    "bitwise_and": np.bitwise_and,
-    "bitwise_or": np.bitwise_or,
-    "bitwise_xor": np.bitwise_xor,
-    "left_shift": np.left_shift,
-    "right_shift": np.right_shift,
-    "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
+ALU: dict[str, Callable[[Any, Any], Any]] = {  # looked up by the name a kernel's operator has
+    Alu.ADD: np.add,
+    Alu.SUBTRACT: np.subtract,
+    Alu.MULTIPLY: np.multiply,
+    Alu.DIVIDE: np.divide,
+    Alu.MAXIMUM: np.maximum,
+    Alu.MINIMUM: np.minimum,
+    Alu.POWER: np.power,
+    Alu.MOD: np.mod,
+    Alu.FMOD: np.fmod,
+    Alu.EQUAL: np.equal,
+    Alu.NOT_EQUAL: np.not_equal,
+    Alu.GREATER: np.greater,
+    Alu.GREATER_EQUAL: np.greater_equal,
+    Alu.LESS: np.less,
+    Alu.LESS_EQUAL: np.less_equal,
+    Alu.LOGICAL_AND: np.logical_and,
+    Alu.LOGICAL_OR: np.logical_or,
+    Alu.LOGICAL_XOR: np.logical_xor,
+    Alu.BITWISE_AND: np.bitwise_and,
+    Alu.BITWISE_OR: np.bitwise_or,
+    Alu.BITWISE_XOR: np.bitwise_xor,
+    Alu.LEFT_SHIFT: np.left_shift,
+    Alu.RIGHT_SHIFT: np.right_shift,
+    Alu.ABS_MAX: lambda a, b: np.maximum(np.abs(a), np.abs(b)),
 }
-BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
+BITWISE = {Alu.BITWISE_AND, Alu.BITWISE_OR, Alu.BITWISE_XOR, Alu.LEFT_SHIFT, Alu.RIGHT_SHIFT}
 _INT32 = (dtypes.int32, dtypes.uint32)
 # The only (op0, op1) pairs tensor_scalar accepts on the Scalar engine (nisa.tensor_scalar docs).
-SCALAR_ENGINE_TENSOR_SCALAR = {("multiply", "add"), ("multiply",), ("add",)}
-LOGICAL = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
-           "logical_xor"}
+SCALAR_ENGINE_TENSOR_SCALAR = {(Alu.MULTIPLY, Alu.ADD), (Alu.MULTIPLY,), (Alu.ADD,)}
+LOGICAL = {Alu.EQUAL, Alu.NOT_EQUAL, Alu.GREATER, Alu.GREATER_EQUAL, Alu.LESS, Alu.LESS_EQUAL, Alu.LOGICAL_AND,
+           Alu.LOGICAL_OR, Alu.LOGICAL_XOR}
 
 REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
-    "add": np.sum,
-    "maximum": np.max,
-    "minimum": np.min,
-    "multiply": np.prod,
-    "mean": np.mean,
-    "logical_and": np.all,
-    "logical_or": np.any,
+    Alu.ADD: np.sum,
+    Alu.MAXIMUM: np.max,
+    Alu.MINIMUM: np.min,
+    Alu.MULTIPLY: np.prod,
+    "mean": np.mean,  # nl.mean: a reduction, not an ALU operator
+    Alu.LOGICAL_AND: np.all,
+    Alu.LOGICAL_OR: np.any,
 }
 
 _UFUNC_NAMES = {"true_divide": "divide", "absolute": "abs", "max": "maximum", "min": "minimum",
@@ -424,7 +424,7 @@ def assign(dst: Tile, value: Any) -> None:
 def accumulate(dst: Tile, other: Any, op: str) -> None:
     """`dst += other` (and -=, *=, /=): PSUM accumulation for matmul results, else an ALU op."""
     sim = current()
-    if isinstance(other, Tile) and op == "add" and dst.buffer == PSUM:
+    if isinstance(other, Tile) and op == Alu.ADD and dst.buffer == PSUM:
         producer = other.storage.producer
         if (producer is not None and producer.engine == Engine.TENSOR and not other.storage.consumed
                 and sim.trace.instructions and sim.trace.instructions[-1] is producer):
@@ -502,11 +502,11 @@ def _binary_dtype(name: str, a: Any, b: Any) -> np.dtype:
 
 
 # Element-wise ops the docs list for GpSimd's tensor_tensor (shared/nki-facts.md B.6, B.7).
-_GPSIMD_TENSOR_TENSOR = frozenset({"power", "add", "multiply"})
+_GPSIMD_TENSOR_TENSOR = frozenset({Alu.POWER, Alu.ADD, Alu.MULTIPLY})
 MAX_ACCESS_DIMS = 4  # free dimensions of one SBUF/PSUM access pattern (nki-facts A.4)
 BN_STATS_FMAX = 512  # elements per partition one bn_stats reads (nl.tile_size.bn_stats_fmax)
 # the reduction identities: masked-off elements take these values
-_IDENTITY = {"add": 0.0, "mean": 0.0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1.0}
+_IDENTITY = {Alu.ADD: 0.0, "mean": 0.0, Alu.MAXIMUM: -np.inf, Alu.MINIMUM: np.inf, Alu.MULTIPLY: 1.0}
 
 
 @instruction
@@ -528,9 +528,9 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
         raise HardwareRuleError("tensor_tensor: at most one input may be in PSUM")
     # 32-bit integer add/subtract/multiply run natively on GpSimd; the Vector engine would go
     # through float32 and lose integers above 2**24 (shared/nki-facts.md B.6, B.7)
-    int_math = name in ("add", "subtract", "multiply") and data1.dtype in _INT32 and data2.dtype in _INT32
+    int_math = name in (Alu.ADD, Alu.SUBTRACT, Alu.MULTIPLY) and data1.dtype in _INT32 and data2.dtype in _INT32
     on_psum = PSUM in (data1.buffer, data2.buffer)
-    default = Engine.GPSIMD if name == "power" or (int_math and not on_psum) else Engine.VECTOR
+    default = Engine.GPSIMD if name == Alu.POWER or (int_math and not on_psum) else Engine.VECTOR
     eng = _engine(engine, default, (Engine.VECTOR, Engine.GPSIMD))
     if eng == Engine.GPSIMD and PSUM in (data1.buffer, data2.buffer):
         raise HardwareRuleError("tensor_tensor on GpSimd cannot read PSUM")
@@ -629,7 +629,7 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
     out, fresh = _output(dst, data.shape, out_dtype)
     reduce_name = op_name(reduce_op) if reduce_op is not None else None
     if reduce_res is not None and reduce_name is None:
-        reduce_name = "add"
+        reduce_name = Alu.ADD
     inst = _record(Engine.SCALAR, Op.ACTIVATION, tuple(srcs), out, mask=mask, fresh=fresh,
                    attrs={"func": name, "reduce": reduce_res is not None}, work_shape=data.shape)
     if reduce_res is not None:
@@ -643,7 +643,7 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
             y = fn(x)
         _store(out, y, _mask_values(mask, out.shape))
         if reduce_res is not None:
-            reducer = REDUCTIONS.get(reduce_name or "add")
+            reducer = REDUCTIONS.get(reduce_name or Alu.ADD)
             if reducer is None:
                 raise UnsupportedApiError(f"activation reduce_op {reduce_name!r}")
             flat = y.reshape(partitions, -1)
@@ -822,7 +822,7 @@ def bn_aggr(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Til
 
 # Reductions GpSimd runs across partitions (nisa.tensor_partition_reduce docs).
 _PARTITION_REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
-    "add": np.sum, "maximum": np.max, "bitwise_or": np.bitwise_or.reduce, "bitwise_and": np.bitwise_and.reduce}
+    Alu.ADD: np.sum, Alu.MAXIMUM: np.max, Alu.BITWISE_OR: np.bitwise_or.reduce, Alu.BITWISE_AND: np.bitwise_and.reduce}
 
 
 @instruction

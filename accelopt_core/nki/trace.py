@@ -77,6 +77,36 @@ class Op(enum.StrEnum):
     RANDOM_SEED = "random_seed"
 
 
+class Alu(enum.StrEnum):
+    """The arithmetic operators instructions apply, as an instruction's `attrs` name them ("op", "op0", "op1",
+    "reduce_op") and as NKI spells them (`nl.add` is "add"); str-valued like `Op`."""
+
+    ADD = "add"
+    SUBTRACT = "subtract"
+    MULTIPLY = "multiply"
+    DIVIDE = "divide"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    POWER = "power"
+    MOD = "mod"
+    FMOD = "fmod"
+    EQUAL = "equal"
+    NOT_EQUAL = "not_equal"
+    GREATER = "greater"
+    GREATER_EQUAL = "greater_equal"
+    LESS = "less"
+    LESS_EQUAL = "less_equal"
+    LOGICAL_AND = "logical_and"
+    LOGICAL_OR = "logical_or"
+    LOGICAL_XOR = "logical_xor"
+    BITWISE_AND = "bitwise_and"
+    BITWISE_OR = "bitwise_or"
+    BITWISE_XOR = "bitwise_xor"
+    LEFT_SHIFT = "left_shift"
+    RIGHT_SHIFT = "right_shift"
+    ABS_MAX = "abs_max"
+
+
 def unknown_op(value: object) -> str:
     """Why a name is not an instruction, with the names that are (for a typo)."""
     return f"{value!r} is not an instruction the simulator emits (known: {', '.join(sorted(Op))})"

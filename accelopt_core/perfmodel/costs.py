@@ -18,11 +18,11 @@ import math
 from dataclasses import dataclass
 
 from accelopt_core.hardware import ComputeEngineSpec, HardwareProfile
-from accelopt_core.nki.trace import DTYPE_SIZES, Access, Engine, Instruction, Op
+from accelopt_core.nki.trace import DTYPE_SIZES, Access, Alu, Engine, Instruction, Op
 
 # tensor_tensor ops that run at one element per cycle for all-BF16 SBUF operands (fact sheet B.8).
-_FAST_TT_OPS = frozenset({"add", "subtract", "multiply", "sub", "mul"})
-_FAST_REDUCE_OPS = frozenset({"add", "max", "maximum"})
+_FAST_TT_OPS = frozenset({Alu.ADD, Alu.SUBTRACT, Alu.MULTIPLY})
+_FAST_REDUCE_OPS = frozenset({Alu.ADD, Alu.MAXIMUM})
 _SIXTEEN_BIT = frozenset({"bfloat16", "float16"})
 # Vector engine: one pass at the performance-mode rate, max(MIN_II, N) (+ MIN_II to read a reduction out)
 _VECTOR_STREAMING = frozenset({Op.TENSOR_SCALAR, Op.TENSOR_COPY, Op.TENSOR_SCALAR_REDUCE})
@@ -150,8 +150,8 @@ class CostModel:
         if op == Op.TENSOR_TENSOR_SCAN:
             return max(ii, 2 * n)
         if op == Op.SCALAR_TENSOR_TENSOR:
-            fast = (_all_sixteen_bit(inst) and attrs.get("op0") == "subtract"
-                    and attrs.get("op1") == "multiply" and inst.free_elements % 2 == 0)
+            fast = (_all_sixteen_bit(inst) and attrs.get("op0") == Alu.SUBTRACT
+                    and attrs.get("op1") == Alu.MULTIPLY and inst.free_elements % 2 == 0)
             return max(ii, n if fast else 2 * n)
         if op == Op.RECIPROCAL:
             return max(ii, spec.reciprocal_cycles_per_element * n)
