@@ -17,7 +17,7 @@ from .agents.rules.registry import default_rules
 from .config import ConfigError, LLMSettings
 from .memory import Memory, ProfileCache
 from .nki.loader import read_source
-from .profiling import RemoteProfiler, SimulatorProfiler, TaskRef, measured_on
+from .profiling import Profiler, RemoteProfiler, SimulatorProfiler, TaskRef, measured_on
 from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, SearchResult, preset
 
 NO_ENDPOINT = "no LLM endpoint configured: using the rule-based optimizer"
@@ -122,8 +122,8 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
     variant = _check_variant(task)
     if args.backend == "remote":  # evaluations go to a profiling service (e.g. a Trainium host)
         token = read_source(args.token_file).strip()
-        profiler: Any = RemoteProfiler(args.service_url, token, check_variant=variant,
-                                       allow_fallback=args.allow_fallback)
+        profiler: Profiler = RemoteProfiler(args.service_url, token, check_variant=variant,
+                                            allow_fallback=args.allow_fallback)
     else:
         profiler = SimulatorProfiler(seeds=config.seeds, check_variant=variant, cache=ProfileCache(memory))
     search = BeamSearch(profiler, agents, config, memory, ProgressLine(), cancel)

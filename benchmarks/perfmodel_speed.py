@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from accelopt_core.hardware import load_hardware
-from accelopt_core.nki.trace import Access, Instruction, Loop, LoopKind, TensorInfo, Trace
+from accelopt_core.nki.trace import Access, Instruction, Loop, LoopKind, Op, TensorInfo, Trace
 from accelopt_core.perfmodel import estimate
 
 SIZES: tuple[tuple[int, int, int], ...] = ((1024, 2048, 3072), (2048, 5120, 6144), (4096, 5120, 12288))
@@ -45,7 +45,7 @@ def matmul_trace(m: int, k: int, n: int) -> Trace:
         shape = tuple(hi - lo for lo, hi in region)
         return Access(tid, info.buffer, "float32", shape, region, 4 * shape[0] * shape[1], contiguous)
 
-    def emit(engine: str, op: str, reads: tuple[Access, ...], writes: tuple[Access, ...], free: int, flops: int,
+    def emit(engine: str, op: Op, reads: tuple[Access, ...], writes: tuple[Access, ...], free: int, flops: int,
              line: int, nest: tuple[tuple[Loop, int], ...], attrs: dict[str, object]) -> None:
         trace.instructions.append(Instruction(len(trace.instructions), engine, op, reads, writes, 128, free, flops,
                                               line, nest, attrs, "float32"))
@@ -71,25 +71,25 @@ def matmul_trace(m: int, k: int, n: int) -> Trace:
                 rhs = tensor("rhs", "sbuf", (TILE_K, TILE_N), nest)
                 lhs_box = ((0, TILE_K), (0, TILE_M))
                 rhs_box = ((0, TILE_K), (0, TILE_N))
-                emit("dma", "dma_copy", (access(a_t, (rows, (mi * TILE_M, (mi + 1) * TILE_M)), 4 * TILE_M),),
+                emit("dma", Op.DMA_COPY, (access(a_t, (rows, (mi * TILE_M, (mi + 1) * TILE_M)), 4 * TILE_M),),
                      (access(lhs, lhs_box, 4 * TILE_M),), TILE_M, 0, 14, nest,
                      {"direction": "hbm_to_sbuf", "transpose": False})
-                emit("dma", "dma_copy", (access(b, (rows, (ni * TILE_N, (ni + 1) * TILE_N)), 4 * TILE_N),),
+                emit("dma", Op.DMA_COPY, (access(b, (rows, (ni * TILE_N, (ni + 1) * TILE_N)), 4 * TILE_N),),
                      (access(rhs, rhs_box, 4 * TILE_N),), TILE_N, 0, 15, nest,
                      {"direction": "hbm_to_sbuf", "transpose": False})
                 reads = (access(lhs, lhs_box, 4 * TILE_M), access(rhs, rhs_box, 4 * TILE_N))
                 if ki:
                     reads = (*reads, access(psum, psum_box, 4 * TILE_N))
-                emit("tensor", "nc_matmul", reads, (access(psum, psum_box, 4 * TILE_N),), TILE_N,
+                emit("tensor", Op.NC_MATMUL, reads, (access(psum, psum_box, 4 * TILE_N),), TILE_N,
                      2 * TILE_K * TILE_M * TILE_N, 16, nest,
                      {"stationary_free": TILE_M, "moving_free": TILE_N, "contraction": TILE_K,
                       "accumulate": ki > 0, "is_transpose": False})
             res = tensor("res", "sbuf", (TILE_M, TILE_N), outer)
             res_box = ((0, TILE_M), (0, TILE_N))
-            emit("vector", "tensor_copy", (access(psum, psum_box, 4 * TILE_N),), (access(res, res_box, 4 * TILE_N),),
+            emit("vector", Op.TENSOR_COPY, (access(psum, psum_box, 4 * TILE_N),), (access(res, res_box, 4 * TILE_N),),
                  TILE_N, 0, 17, outer, {})
             out_box = ((mi * TILE_M, (mi + 1) * TILE_M), (ni * TILE_N, (ni + 1) * TILE_N))
-            emit("dma", "dma_copy", (access(res, res_box, 4 * TILE_N),), (access(c, out_box, 4 * TILE_N),), TILE_N, 0,
+            emit("dma", Op.DMA_COPY, (access(res, res_box, 4 * TILE_N),), (access(c, out_box, 4 * TILE_N),), TILE_N, 0,
                  18, outer, {"direction": "sbuf_to_hbm", "transpose": False})
     return trace
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..memory.experiences import RuleStats
+from ..memory.experiences import Experience, RuleStats
 from ..profiling import ProfileResult
 
 
@@ -52,7 +52,7 @@ class SearchContext:
     task: str
     task_family: str
     hardware: str
-    experiences: list[Any] = field(default_factory=list)
+    experiences: list[Experience] = field(default_factory=list)
     rule_stats: dict[str, RuleStats] = field(default_factory=dict)
     tried: set[tuple[str, str, str]] = field(default_factory=set)  # (parent hash, origin, plan) evaluated
 

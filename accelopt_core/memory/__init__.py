@@ -5,6 +5,7 @@ from .experiences import NEGATIVE_SLOWDOWN, POSITIVE_SPEEDUP, Experience, RuleSt
 from .paths import default_path
 from .profile_cache import ProfileCache, check_mode
 from .schema import SCHEMA_VERSION, SchemaError
+from .search_memory import SearchMemory
 from .searches import Candidate, SearchInfo, SearchState
 from .store import Memory, source_hash
 from .transfer import ImportFormatError
@@ -21,6 +22,7 @@ __all__ = [
     "RuleStats",
     "SchemaError",
     "SearchInfo",
+    "SearchMemory",
     "SearchState",
     "check_mode",
     "classify",

@@ -4,8 +4,8 @@ unmodified, their hardware rules are checked, and every instruction is recorded 
 from .errors import HardwareRuleError, KernelUsageError, NkiError, UnsupportedApiError
 from .loader import KernelLoadError, find_kernel, load_kernel, load_module
 from .runner import Kernel, RunResult, TensorSpec, run_kernel
-from .trace import Access, Engine, Instruction, LoopKind, Trace
+from .trace import Access, Engine, Instruction, LoopKind, Op, Trace
 
 __all__ = ["Access", "Engine", "HardwareRuleError", "Instruction", "Kernel", "KernelLoadError",
-           "KernelUsageError", "LoopKind", "NkiError", "RunResult", "TensorSpec", "Trace",
+           "KernelUsageError", "LoopKind", "NkiError", "Op", "RunResult", "TensorSpec", "Trace",
            "UnsupportedApiError", "find_kernel", "load_kernel", "load_module", "run_kernel"]

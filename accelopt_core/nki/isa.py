@@ -9,7 +9,7 @@ from . import ops
 from .errors import KernelUsageError, missing_api
 from .indexing import Mask
 from .tensor import PSUM, Tile, current
-from .trace import Engine
+from .trace import Engine, Op
 
 
 class EngineChoice:
@@ -71,7 +71,7 @@ def _staged(operand: Tile) -> Tile:
     compiler does (the flash-attention backward kernel multiplies nc_transpose results directly);
     any other PSUM operand stays an error: the Tensor engine reads SBUF only."""
     producer = operand.storage.producer if isinstance(operand, Tile) else None
-    if operand.buffer == PSUM and producer is not None and producer.op == "nc_transpose":
+    if operand.buffer == PSUM and producer is not None and producer.op == Op.NC_TRANSPOSE:
         return ops.tensor_copy(operand, dtype=operand.dtype)
     return operand
 

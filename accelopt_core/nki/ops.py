@@ -20,7 +20,7 @@ from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location
 from .indexing import IndexExpr, Mask, as_mask
 from .tensor import HBM, PSUM, SBUF, Limits, Tile, allocate, close_accumulation, current, running
-from .trace import Called, Engine, Instruction
+from .trace import Alu, Called, Engine, Instruction, Op
 
 # --------------------------------------------------------------------------------------------
 # Operator tables
@@ -68,47 +68,47 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "trunc": np.trunc,
 }
 
-ALU: dict[str, Callable[[Any, Any], Any]] = {
-    "add": np.add,
-    "subtract": np.subtract,
-    "multiply": np.multiply,
-    "divide": np.divide,
-    "maximum": np.maximum,
-    "minimum": np.minimum,
-    "power": np.power,
-    "mod": np.mod,
-    "fmod": np.fmod,
-    "equal": np.equal,
-    "not_equal": np.not_equal,
-    "greater": np.greater,
-    "greater_equal": np.greater_equal,
-    "less": np.less,
-    "less_equal": np.less_equal,
-    "logical_and": np.logical_and,
-    "logical_or": np.logical_or,
-    "logical_xor": np.logical_xor,
-    "bitwise_and": np.bitwise_and,
-    "bitwise_or": np.bitwise_or,
-    "bitwise_xor": np.bitwise_xor,
-    "left_shift": np.left_shift,
-    "right_shift": np.right_shift,
-    "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
+ALU: dict[str, Callable[[Any, Any], Any]] = {  # looked up by the name a kernel's operator has
+    Alu.ADD: np.add,
+    Alu.SUBTRACT: np.subtract,
+    Alu.MULTIPLY: np.multiply,
+    Alu.DIVIDE: np.divide,
+    Alu.MAXIMUM: np.maximum,
+    Alu.MINIMUM: np.minimum,
+    Alu.POWER: np.power,
+    Alu.MOD: np.mod,
+    Alu.FMOD: np.fmod,
+    Alu.EQUAL: np.equal,
+    Alu.NOT_EQUAL: np.not_equal,
+    Alu.GREATER: np.greater,
+    Alu.GREATER_EQUAL: np.greater_equal,
+    Alu.LESS: np.less,
+    Alu.LESS_EQUAL: np.less_equal,
+    Alu.LOGICAL_AND: np.logical_and,
+    Alu.LOGICAL_OR: np.logical_or,
+    Alu.LOGICAL_XOR: np.logical_xor,
+    Alu.BITWISE_AND: np.bitwise_and,
+    Alu.BITWISE_OR: np.bitwise_or,
+    Alu.BITWISE_XOR: np.bitwise_xor,
+    Alu.LEFT_SHIFT: np.left_shift,
+    Alu.RIGHT_SHIFT: np.right_shift,
+    Alu.ABS_MAX: lambda a, b: np.maximum(np.abs(a), np.abs(b)),
 }
-BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
+BITWISE = {Alu.BITWISE_AND, Alu.BITWISE_OR, Alu.BITWISE_XOR, Alu.LEFT_SHIFT, Alu.RIGHT_SHIFT}
 _INT32 = (dtypes.int32, dtypes.uint32)
 # The only (op0, op1) pairs tensor_scalar accepts on the Scalar engine (nisa.tensor_scalar docs).
-SCALAR_ENGINE_TENSOR_SCALAR = {("multiply", "add"), ("multiply",), ("add",)}
-LOGICAL = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
-           "logical_xor"}
+SCALAR_ENGINE_TENSOR_SCALAR = {(Alu.MULTIPLY, Alu.ADD), (Alu.MULTIPLY,), (Alu.ADD,)}
+LOGICAL = {Alu.EQUAL, Alu.NOT_EQUAL, Alu.GREATER, Alu.GREATER_EQUAL, Alu.LESS, Alu.LESS_EQUAL, Alu.LOGICAL_AND,
+           Alu.LOGICAL_OR, Alu.LOGICAL_XOR}
 
 REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
-    "add": np.sum,
-    "maximum": np.max,
-    "minimum": np.min,
-    "multiply": np.prod,
-    "mean": np.mean,
-    "logical_and": np.all,
-    "logical_or": np.any,
+    Alu.ADD: np.sum,
+    Alu.MAXIMUM: np.max,
+    Alu.MINIMUM: np.min,
+    Alu.MULTIPLY: np.prod,
+    "mean": np.mean,  # nl.mean: a reduction, not an ALU operator
+    Alu.LOGICAL_AND: np.all,
+    Alu.LOGICAL_OR: np.any,
 }
 
 _UFUNC_NAMES = {"true_divide": "divide", "absolute": "abs", "max": "maximum", "min": "minimum",
@@ -238,7 +238,7 @@ def _result(shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> Tile:
     return allocate(shape, dtype, buffer)
 
 
-def _record(engine: str, op: str, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mask | None = None,
+def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mask | None = None,
             flops: int = 0, attrs: dict[str, Any] | None = None, dtype: str | None = None,
             fresh: bool = False, work_shape: tuple[int, ...] | None = None) -> Instruction:
     """Append one instruction reading `srcs` and writing `dst` to the trace."""
@@ -334,7 +334,7 @@ def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype
         raise HardwareRuleError("DMA engines cannot access PSUM; copy the tile to SBUF first")
     direction = f"{'hbm' if src.buffer == HBM else 'sbuf'}_to_{'hbm' if out.buffer == HBM else 'sbuf'}"
     indices = src.sub.index_tiles() + out.sub.index_tiles()
-    inst = _record(Engine.DMA, "dma_copy", (src, *indices), out, mask=mask, fresh=fresh,
+    inst = _record(Engine.DMA, Op.DMA_COPY, (src, *indices), out, mask=mask, fresh=fresh,
                    attrs={"direction": direction, "transpose": axes is not None, "indirect": bool(indices)},
                    dtype=out.storage.dtype_name)
     if as_mask(mask) is None:
@@ -424,7 +424,7 @@ def assign(dst: Tile, value: Any) -> None:
 def accumulate(dst: Tile, other: Any, op: str) -> None:
     """`dst += other` (and -=, *=, /=): PSUM accumulation for matmul results, else an ALU op."""
     sim = current()
-    if isinstance(other, Tile) and op == "add" and dst.buffer == PSUM:
+    if isinstance(other, Tile) and op == Alu.ADD and dst.buffer == PSUM:
         producer = other.storage.producer
         if (producer is not None and producer.engine == Engine.TENSOR and not other.storage.consumed
                 and sim.trace.instructions and sim.trace.instructions[-1] is producer):
@@ -502,11 +502,11 @@ def _binary_dtype(name: str, a: Any, b: Any) -> np.dtype:
 
 
 # Element-wise ops the docs list for GpSimd's tensor_tensor (shared/nki-facts.md B.6, B.7).
-_GPSIMD_TENSOR_TENSOR = frozenset({"power", "add", "multiply"})
+_GPSIMD_TENSOR_TENSOR = frozenset({Alu.POWER, Alu.ADD, Alu.MULTIPLY})
 MAX_ACCESS_DIMS = 4  # free dimensions of one SBUF/PSUM access pattern (nki-facts A.4)
 BN_STATS_FMAX = 512  # elements per partition one bn_stats reads (nl.tile_size.bn_stats_fmax)
 # the reduction identities: masked-off elements take these values
-_IDENTITY = {"add": 0.0, "mean": 0.0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1.0}
+_IDENTITY = {Alu.ADD: 0.0, "mean": 0.0, Alu.MAXIMUM: -np.inf, Alu.MINIMUM: np.inf, Alu.MULTIPLY: 1.0}
 
 
 @instruction
@@ -528,9 +528,9 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
         raise HardwareRuleError("tensor_tensor: at most one input may be in PSUM")
     # 32-bit integer add/subtract/multiply run natively on GpSimd; the Vector engine would go
     # through float32 and lose integers above 2**24 (shared/nki-facts.md B.6, B.7)
-    int_math = name in ("add", "subtract", "multiply") and data1.dtype in _INT32 and data2.dtype in _INT32
+    int_math = name in (Alu.ADD, Alu.SUBTRACT, Alu.MULTIPLY) and data1.dtype in _INT32 and data2.dtype in _INT32
     on_psum = PSUM in (data1.buffer, data2.buffer)
-    default = Engine.GPSIMD if name == "power" or (int_math and not on_psum) else Engine.VECTOR
+    default = Engine.GPSIMD if name == Alu.POWER or (int_math and not on_psum) else Engine.VECTOR
     eng = _engine(engine, default, (Engine.VECTOR, Engine.GPSIMD))
     if eng == Engine.GPSIMD and PSUM in (data1.buffer, data2.buffer):
         raise HardwareRuleError("tensor_tensor on GpSimd cannot read PSUM")
@@ -539,7 +539,7 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
                                 "(and 32-bit integer add/subtract/multiply) there, everything else on Vector")
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.promote(data1.dtype, data2.dtype)
     out, fresh = _output(dst, shape, out_dtype)
-    _record(eng, "tensor_tensor", (data1, data2), out, mask=mask, fresh=fresh, attrs={"op": name},
+    _record(eng, Op.TENSOR_TENSOR, (data1, data2), out, mask=mask, fresh=fresh, attrs={"op": name},
             work_shape=shape)
     if current().numeric:
         if name in BITWISE or (int_math and eng == Engine.GPSIMD):
@@ -594,7 +594,7 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
         # left to the compiler: an affine op is also an ACT activation (identity, scale, bias), so
         # neuronx-cc places it on whichever of Vector and Scalar is free (the scheduler decides)
         attrs["engines"] = _COMPILER_PLACED
-    _record(eng, "tensor_scalar", tuple(srcs), out, mask=mask, fresh=fresh, attrs=attrs, work_shape=data.shape)
+    _record(eng, Op.TENSOR_SCALAR, tuple(srcs), out, mask=mask, fresh=fresh, attrs=attrs, work_shape=data.shape)
     if current().numeric:
         # bitvec operators work on the integer bit patterns; arithmetic ones in float32
         bits = name0 in BITWISE
@@ -629,8 +629,8 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
     out, fresh = _output(dst, data.shape, out_dtype)
     reduce_name = op_name(reduce_op) if reduce_op is not None else None
     if reduce_res is not None and reduce_name is None:
-        reduce_name = "add"
-    inst = _record(Engine.SCALAR, "activation", tuple(srcs), out, mask=mask, fresh=fresh,
+        reduce_name = Alu.ADD
+    inst = _record(Engine.SCALAR, Op.ACTIVATION, tuple(srcs), out, mask=mask, fresh=fresh,
                    attrs={"func": name, "reduce": reduce_res is not None}, work_shape=data.shape)
     if reduce_res is not None:
         inst.writes = (*inst.writes, reduce_res.access())
@@ -643,7 +643,7 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
             y = fn(x)
         _store(out, y, _mask_values(mask, out.shape))
         if reduce_res is not None:
-            reducer = REDUCTIONS.get(reduce_name or "add")
+            reducer = REDUCTIONS.get(reduce_name or Alu.ADD)
             if reducer is None:
                 raise UnsupportedApiError(f"activation reduce_op {reduce_name!r}")
             flat = y.reshape(partitions, -1)
@@ -685,7 +685,7 @@ def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepd
         n for i, n in enumerate(data.shape) if i not in axes)
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else data.dtype
     out, fresh = _output(dst, shape, out_dtype)
-    _record(Engine.VECTOR, "tensor_reduce", (data,), out, mask=mask, fresh=fresh,
+    _record(Engine.VECTOR, Op.TENSOR_REDUCE, (data,), out, mask=mask, fresh=fresh,
             attrs={"op": name, "reordered": reordered}, work_shape=data.shape)
     if current().numeric:
         x = _f32(data)
@@ -709,7 +709,7 @@ def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask 
         raise HardwareRuleError("compute engines cannot write HBM; use nl.store / nisa.dma_copy")
     # left to the compiler, a copy is also an ACT activation (identity): it goes where it finishes first
     attrs = {"engines": _COMPILER_PLACED} if getattr(engine, "_engine", engine) in (None, "unknown") else None
-    _record(eng, "tensor_copy", (src,), out, mask=mask, fresh=fresh, work_shape=out.shape, attrs=attrs)
+    _record(eng, Op.TENSOR_COPY, (src,), out, mask=mask, fresh=fresh, work_shape=out.shape, attrs=attrs)
     if current().numeric:
         values = src.read()
         if values.size != out.size:  # [P, 1] broadcast along the free axis
@@ -744,7 +744,7 @@ def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, re
     _column(reduce_res, partitions, "tensor_scalar_reduce")
     out, fresh = _output(dst, data.shape, dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
     srcs = (data,) + ((operand0,) if isinstance(operand0, Tile) else ())
-    inst = _record(Engine.VECTOR, "tensor_scalar_reduce", srcs, out, mask=mask, fresh=fresh,
+    inst = _record(Engine.VECTOR, Op.TENSOR_SCALAR_REDUCE, srcs, out, mask=mask, fresh=fresh,
                    attrs={"op": name0, "reduce_op": reduce_name, "reduce": True}, work_shape=data.shape)
     inst.writes = (*inst.writes, reduce_res.access())
     if current().numeric:
@@ -780,7 +780,7 @@ def bn_stats(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Ti
         raise HardwareRuleError(f"bn_stats reads at most {BN_STATS_FMAX} elements per partition "
                                 f"(nl.tile_size.bn_stats_fmax); this tile has {free}")
     out, fresh = _output(dst, (partitions, 6), dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
-    _record(Engine.VECTOR, "bn_stats", (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
+    _record(Engine.VECTOR, Op.BN_STATS, (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
     if current().numeric:
         x = _f32(data).reshape(partitions, free)
         active = _mask_values(mask, data.shape)
@@ -808,7 +808,7 @@ def bn_aggr(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Til
         raise KernelUsageError(f"bn_aggr reads (count, mean, variance x count) triples; {free} elements per "
                                "partition are not a multiple of 3")
     out, fresh = _output(dst, (partitions, 2), dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
-    _record(Engine.VECTOR, "bn_aggr", (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
+    _record(Engine.VECTOR, Op.BN_AGGR, (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
     if current().numeric:
         triples = _f32(data).reshape(partitions, free // 3, 3).astype(np.float64)
         count, means, scaled = triples[..., 0], triples[..., 1], triples[..., 2]
@@ -822,7 +822,7 @@ def bn_aggr(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Til
 
 # Reductions GpSimd runs across partitions (nisa.tensor_partition_reduce docs).
 _PARTITION_REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
-    "add": np.sum, "maximum": np.max, "bitwise_or": np.bitwise_or.reduce, "bitwise_and": np.bitwise_and.reduce}
+    Alu.ADD: np.sum, Alu.MAXIMUM: np.max, Alu.BITWISE_OR: np.bitwise_or.reduce, Alu.BITWISE_AND: np.bitwise_and.reduce}
 
 
 @instruction
@@ -833,7 +833,7 @@ def tensor_partition_reduce(op: Any, data: Tile, *, dtype: Any = None, mask: Mas
     _on_chip(data, "tensor_partition_reduce")
     _check_partitions(data.shape, "tensor_partition_reduce")
     out, fresh = _output(dst, (1, *data.shape[1:]), dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
-    _record(Engine.GPSIMD, "tensor_partition_reduce", (data,), out, mask=mask, fresh=fresh, work_shape=data.shape,
+    _record(Engine.GPSIMD, Op.TENSOR_PARTITION_REDUCE, (data,), out, mask=mask, fresh=fresh, work_shape=data.shape,
             attrs={"op": name})
     if current().numeric:
         values = data.read().astype(np.int64) if name in BITWISE else _f32(data)
@@ -846,7 +846,7 @@ def random_seed(seed: Tile, *, mask: Mask | None = None) -> None:
     """Vector engine: seed the random numbers `dropout` draws with the value of a one-element tile."""
     _on_chip(seed, "random_seed")
     sim = current()
-    sim.emit(Engine.VECTOR, "random_seed", (seed.access(),), (), 1, 1, attrs={"op": "random_seed"})
+    sim.emit(Engine.VECTOR, Op.RANDOM_SEED, (seed.access(),), (), 1, 1, attrs={"op": "random_seed"})
     mask = as_mask(mask)
     if sim.numeric and (mask is None or np.any(mask.values)):
         sim.random = np.random.default_rng(int(np.asarray(_f32(seed)).reshape(-1)[0]))
@@ -861,7 +861,7 @@ def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = Non
     prob = _per_partition_operand(prob, data.shape[0], "dropout probability")
     out, fresh = _output(dst, data.shape, dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
     srcs = (data,) + ((prob,) if isinstance(prob, Tile) else ())
-    _record(Engine.VECTOR, "dropout", srcs, out, mask=mask, fresh=fresh, work_shape=data.shape)
+    _record(Engine.VECTOR, Op.DROPOUT, srcs, out, mask=mask, fresh=fresh, work_shape=data.shape)
     sim = current()
     if sim.numeric:
         x = _f32(data)
@@ -878,7 +878,7 @@ def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None
     if out.buffer == HBM:
         raise HardwareRuleError("memset writes SBUF or PSUM, not HBM")
     _check_partitions(out.shape, "memset")
-    _record(eng, "memset", (), out, mask=mask, fresh=fresh, attrs={"value": float(value)})
+    _record(eng, Op.MEMSET, (), out, mask=mask, fresh=fresh, attrs={"value": float(value)})
     _store(out, np.float32(value), _mask_values(mask, out.shape))
     return out
 
@@ -890,7 +890,7 @@ def iota(expr: Any, dtype: Any, *, mask: Mask | None = None, dst: Tile | None = 
         raise KernelUsageError("iota needs an index expression built from nl.arange or nl.mgrid")
     shape = expr.shape if len(expr.shape) > 1 else (expr.shape[0], 1)
     out, fresh = _output(dst, shape, dtype)
-    _record(Engine.GPSIMD, "iota", (), out, mask=mask, fresh=fresh)
+    _record(Engine.GPSIMD, Op.IOTA, (), out, mask=mask, fresh=fresh)
     _store(out, expr.values.reshape(shape), _mask_values(mask, out.shape))
     return out
 
@@ -903,7 +903,7 @@ def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, engin
     _check_partitions(data.shape, "reciprocal")
     eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR))
     out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
-    _record(eng, "reciprocal", (data,), out, mask=mask, fresh=fresh)
+    _record(eng, Op.RECIPROCAL, (data,), out, mask=mask, fresh=fresh)
     if current().numeric:
         with np.errstate(divide="ignore"):
             _store(out, 1.0 / _f32(data), _mask_values(mask, out.shape))
@@ -930,7 +930,7 @@ def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: An
         raise HardwareRuleError("tensor_tensor_scan: at most one input may be in PSUM")
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.promote(data0.dtype, data1.dtype)
     out, fresh = _output(dst, data0.shape, out_dtype)
-    _record(Engine.VECTOR, "tensor_tensor_scan", srcs, out, mask=mask, fresh=fresh,
+    _record(Engine.VECTOR, Op.TENSOR_TENSOR_SCAN, srcs, out, mask=mask, fresh=fresh,
             attrs={"ops": (name0, name1)})
     if current().numeric:
         d0 = _f32(data0).reshape(partitions, -1)
@@ -957,7 +957,7 @@ def scalar_tensor_tensor(data: Tile, op0: Any, operand0: Any, op1: Any, operand1
     operand0 = _per_partition_operand(operand0, data.shape[0], "scalar_tensor_tensor operand0")
     srcs = (data, operand1) + ((operand0,) if isinstance(operand0, Tile) else ())
     out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
-    _record(Engine.VECTOR, "scalar_tensor_tensor", srcs, out, mask=mask, fresh=fresh,
+    _record(Engine.VECTOR, Op.SCALAR_TENSOR_TENSOR, srcs, out, mask=mask, fresh=fresh,
             attrs={"ops": (name0, name1)})
     if current().numeric:
         x = _f32(data)
@@ -981,7 +981,7 @@ def select(predicate: Any, on_true: Any, on_false: Any, *, dtype: Any = None, ma
         _on_chip(t, "select")
     base = on_true if isinstance(on_true, Tile) else on_false if isinstance(on_false, Tile) else predicate
     out, fresh = _output(dst, shape, dtype if dtype is not None else base.dtype)
-    _record(engine, "affine_select" if engine == Engine.GPSIMD else "select", tuple(tiles), out,
+    _record(engine, Op.AFFINE_SELECT if engine == Engine.GPSIMD else Op.SELECT, tuple(tiles), out,
             mask=mask, fresh=fresh)
     if current().numeric:
         if isinstance(predicate, Mask):
@@ -1044,7 +1044,7 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
     if out.buffer != PSUM:
         raise HardwareRuleError("the Tensor engine writes its results to PSUM only")
     srcs = (stationary, moving) + ((out,) if accumulate else ())
-    op = "nc_transpose" if is_transpose else "nc_matmul"
+    op = Op.NC_TRANSPOSE if is_transpose else Op.NC_MATMUL
     attrs = {"stationary_free": m, "moving_free": n, "contraction": k * rows, "accumulate": accumulate,
              "is_transpose": is_transpose, "onezero": onezero}
     if rows > 1:
@@ -1094,7 +1094,7 @@ def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mas
         if not small:
             raise HardwareRuleError(f"Vector-engine transpose handles at most 32x32, got {p}x{f}")
         out, fresh = _output(dst, (f, p), dtype if dtype is not None else data.dtype)
-        _record(Engine.VECTOR, "nc_transpose", (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
+        _record(Engine.VECTOR, Op.NC_TRANSPOSE, (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
         if current().numeric:
             _store(out, _f32(data).reshape(p, f).T, _mask_values(mask, out.shape))
         return out
@@ -1104,7 +1104,7 @@ def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mas
         raise HardwareRuleError("Tensor-engine transpose reads its input from SBUF")
     # The result keeps the input's dtype; the docs describe dtype= as an extra cast instruction.
     out, fresh = _output(dst, (f, p), data.dtype, PSUM)
-    _record(Engine.TENSOR, "nc_transpose", (data,), out, mask=mask, fresh=fresh, flops=2 * p * p * f,
+    _record(Engine.TENSOR, Op.NC_TRANSPOSE, (data,), out, mask=mask, fresh=fresh, flops=2 * p * p * f,
             attrs={"stationary_free": f, "moving_free": p, "contraction": p, "accumulate": False,
                    "is_transpose": True}, dtype=data.storage.dtype_name)
     if current().numeric:

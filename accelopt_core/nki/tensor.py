@@ -22,7 +22,7 @@ from . import dtypes
 from .allocation import Placement, Slots, place
 from .errors import HardwareRuleError, KernelUsageError, kernel_location
 from .indexing import Subscript, compose, full_subscript, normalize
-from .trace import DTYPE_SIZES, Access, Declared, Instruction, Loop, LoopKind, LoopNest, TensorInfo, Trace
+from .trace import DTYPE_SIZES, Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
 
 HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
 
@@ -144,7 +144,7 @@ class Simulation:
         if self.tape is not None and not self.depth:
             self.tape.append(Declared(storage, role, init))
 
-    def emit(self, engine: str, op: str, reads: tuple[Access, ...], writes: tuple[Access, ...],
+    def emit(self, engine: str, op: Op, reads: tuple[Access, ...], writes: tuple[Access, ...],
              partitions: int, free_elements: int, flops: int = 0, attrs: dict[str, Any] | None = None,
              dtype: str = "float32") -> Instruction:
         _, line = kernel_location()

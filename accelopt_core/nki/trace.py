@@ -47,6 +47,71 @@ class Engine:
     ALL = (TENSOR, VECTOR, SCALAR, GPSIMD, DMA)
 
 
+class Op(enum.StrEnum):
+    """The instructions a trace holds (`Instruction.op`), by the names of the NKI ISA calls that emit them.
+
+    Str-valued: a member compares and hashes like its name, so a trace's plain form and the reports keep
+    their spelling. Only what ops.py emits is a member; a name outside them is refused where it enters
+    (the performance model's schedule), not priced as a guess."""
+
+    DMA_COPY = "dma_copy"
+    NC_MATMUL = "nc_matmul"
+    NC_TRANSPOSE = "nc_transpose"
+    TENSOR_TENSOR = "tensor_tensor"
+    TENSOR_SCALAR = "tensor_scalar"
+    SCALAR_TENSOR_TENSOR = "scalar_tensor_tensor"
+    TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
+    TENSOR_REDUCE = "tensor_reduce"
+    TENSOR_SCALAR_REDUCE = "tensor_scalar_reduce"
+    TENSOR_PARTITION_REDUCE = "tensor_partition_reduce"
+    TENSOR_COPY = "tensor_copy"
+    ACTIVATION = "activation"
+    RECIPROCAL = "reciprocal"
+    MEMSET = "memset"
+    IOTA = "iota"
+    SELECT = "select"
+    AFFINE_SELECT = "affine_select"
+    BN_STATS = "bn_stats"
+    BN_AGGR = "bn_aggr"
+    DROPOUT = "dropout"
+    RANDOM_SEED = "random_seed"
+
+
+class Alu(enum.StrEnum):
+    """The arithmetic operators instructions apply, as an instruction's `attrs` name them ("op", "op0", "op1",
+    "reduce_op") and as NKI spells them (`nl.add` is "add"); str-valued like `Op`."""
+
+    ADD = "add"
+    SUBTRACT = "subtract"
+    MULTIPLY = "multiply"
+    DIVIDE = "divide"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    POWER = "power"
+    MOD = "mod"
+    FMOD = "fmod"
+    EQUAL = "equal"
+    NOT_EQUAL = "not_equal"
+    GREATER = "greater"
+    GREATER_EQUAL = "greater_equal"
+    LESS = "less"
+    LESS_EQUAL = "less_equal"
+    LOGICAL_AND = "logical_and"
+    LOGICAL_OR = "logical_or"
+    LOGICAL_XOR = "logical_xor"
+    BITWISE_AND = "bitwise_and"
+    BITWISE_OR = "bitwise_or"
+    BITWISE_XOR = "bitwise_xor"
+    LEFT_SHIFT = "left_shift"
+    RIGHT_SHIFT = "right_shift"
+    ABS_MAX = "abs_max"
+
+
+def unknown_op(value: object) -> str:
+    """Why a name is not an instruction, with the names that are (for a typo)."""
+    return f"{value!r} is not an instruction the simulator emits (known: {', '.join(sorted(Op))})"
+
+
 class LoopKind:
     """How the iterations of a kernel loop may be scheduled.
 
@@ -139,7 +204,7 @@ class Instruction:
 
     index: int
     engine: str
-    op: str
+    op: Op
     reads: tuple[Access, ...]
     writes: tuple[Access, ...]
     partitions: int

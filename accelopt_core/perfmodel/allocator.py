@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelopt_core.nki.trace import Access, Instruction, TensorInfo, Trace
+from accelopt_core.nki.trace import Access, Instruction, Op, TensorInfo, Trace
 
 Block = tuple[int, tuple[int, ...]]  # (tensor id, block index); () for a tensor without block dims
 Region = tuple[tuple[int, int], ...]
 
 # Instructions that only move or reshape data: the same inputs give the same result, so a repeat is
 # redundant. Arithmetic is left as written (its parameters are not all in the trace).
-_MOVES = frozenset({"dma_copy", "nc_transpose", "tensor_copy"})
+_MOVES = frozenset({Op.DMA_COPY, Op.NC_TRANSPOSE, Op.TENSOR_COPY})
 
 
 @dataclass(slots=True)
@@ -233,7 +233,7 @@ def _moved(trace: Trace) -> tuple[bool, set[int]]:
             key = (op, *((a.tensor, a.region) for a in reads))
             repeats = key in seen
             seen.add(key)
-        if op != "dma_copy" or reads[0].buffer != "hbm":
+        if op != Op.DMA_COPY or reads[0].buffer != "hbm":
             read.update(a.tensor for a in reads if a.buffer != "hbm")
     return repeats, read
 
@@ -488,7 +488,7 @@ class _Allocator:
         for i, inst in enumerate(self.trace.instructions):
             if plan.dropped[i]:
                 continue
-            if inst.op == "dma_copy" and inst.line in plan.streamed_lines and _loads_to_sbuf(inst):
+            if inst.line in plan.streamed_lines and _loads_to_sbuf(inst):
                 plan.dropped[i] = True  # re-issued next to each use instead
                 for _, own in self.blocks.writes[i]:
                     for b in own:
@@ -533,7 +533,7 @@ class _Allocator:
             if b not in self.sizes:
                 continue
             here.add(b)
-            if inst.op == "dma_copy" and _loads_to_sbuf(inst):
+            if _loads_to_sbuf(inst):
                 self.loaded_by.setdefault(b, inst.line)
             else:
                 self.computed.add(b)
@@ -611,10 +611,10 @@ def _load_counts(trace: Trace, dropped: list[bool]) -> dict[int, int]:
     """Executed loads into SBUF per source line."""
     counts: dict[int, int] = {}
     for inst, gone in zip(trace.instructions, dropped, strict=True):
-        if not gone and inst.op == "dma_copy" and _loads_to_sbuf(inst):
+        if not gone and _loads_to_sbuf(inst):
             counts[inst.line] = counts.get(inst.line, 0) + 1
     return counts
 
 
 def _loads_to_sbuf(inst: Instruction) -> bool:
-    return (inst.attrs or {}).get("direction") == "hbm_to_sbuf"
+    return (inst.attrs or {}).get("direction") == "hbm_to_sbuf" and inst.op == Op.DMA_COPY

@@ -18,12 +18,21 @@ import math
 from dataclasses import dataclass
 
 from accelopt_core.hardware import ComputeEngineSpec, HardwareProfile
-from accelopt_core.nki.trace import DTYPE_SIZES, Access, Engine, Instruction
+from accelopt_core.nki.trace import DTYPE_SIZES, Access, Alu, Engine, Instruction, Op
 
 # tensor_tensor ops that run at one element per cycle for all-BF16 SBUF operands (fact sheet B.8).
-_FAST_TT_OPS = frozenset({"add", "subtract", "multiply", "sub", "mul"})
-_FAST_REDUCE_OPS = frozenset({"add", "max", "maximum"})
+_FAST_TT_OPS = frozenset({Alu.ADD, Alu.SUBTRACT, Alu.MULTIPLY})
+_FAST_REDUCE_OPS = frozenset({Alu.ADD, Alu.MAXIMUM})
 _SIXTEEN_BIT = frozenset({"bfloat16", "float16"})
+# Vector engine: one pass at the performance-mode rate, max(MIN_II, N) (+ MIN_II to read a reduction out)
+_VECTOR_STREAMING = frozenset({Op.TENSOR_SCALAR, Op.TENSOR_COPY, Op.TENSOR_SCALAR_REDUCE})
+# Vector engine: documented as max(MIN_II, N) (fact sheet B.8); any other instruction there is noted
+_VECTOR_ONE_PASS = frozenset({Op.NC_TRANSPOSE, Op.BN_STATS, Op.DROPOUT, Op.RANDOM_SEED})
+_SCALAR_PRICED = frozenset({Op.ACTIVATION, Op.TENSOR_SCALAR, Op.TENSOR_COPY})  # max(MIN_II, N); others noted
+# GpSimd: the instructions priced by the iota/affine_select shape (see _gpsimd_cycles); others noted
+_GPSIMD_PRICED = frozenset({Op.IOTA, Op.MEMSET, Op.TENSOR_TENSOR, Op.TENSOR_SCALAR, Op.TENSOR_COPY,
+                            Op.AFFINE_SELECT, Op.TENSOR_PARTITION_REDUCE})
+_GPSIMD_TWO_PASS = frozenset({Op.TENSOR_TENSOR, Op.TENSOR_PARTITION_REDUCE})  # two inputs or across partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +92,7 @@ class CostModel:
             cycles = self._scalar_cycles(inst, spec)
         else:
             cycles = self._gpsimd_cycles(inst, spec)
-        if inst.attrs and inst.attrs.get("loop_reduce") and inst.op == "tensor_tensor":
+        if inst.attrs and inst.attrs.get("loop_reduce") and inst.op == Op.TENSOR_TENSOR:
             # nl.loop_reduce accumulates across iterations as the accumulate flag of the reduce that
             # produced its operand: one pass over its elements, no instruction of its own. Calibration
             # set (2025 compiler, cases.json): bmm_softmax and gqa_full run 8192 each, and their
@@ -97,7 +106,7 @@ class CostModel:
         moving = attrs.get("moving_free")
         if stationary is None or moving is None:
             stationary, moving = _matmul_shape_from_operands(inst)
-        transpose = bool(attrs.get("is_transpose")) or inst.op == "nc_transpose"
+        transpose = bool(attrs.get("is_transpose")) or inst.op == Op.NC_TRANSPOSE
         onezero = bool(attrs.get("onezero"))
         key = (stationary, moving, inst.dtype, transpose, onezero)
         seconds = self._mm_cache.get(key)
@@ -119,40 +128,40 @@ class CostModel:
         attrs = inst.attrs or {}
         ii = spec.min_ii_cycles
         n = inst.free_elements / spec.rate(DTYPE_SIZES.get(inst.dtype, 4))
-        if op in ("tensor_scalar", "tensor_copy", "tensor_scalar_reduce"):
+        if op in _VECTOR_STREAMING:
             # tensor_scalar_reduce: max(MIN_II, N) + MIN_II (fact sheet B.8)
             cycles = max(ii, n / self._vector_perf_mode(inst, spec))
             if attrs.get("reduce"):
                 cycles += ii
             return cycles
-        if op == "tensor_tensor":
+        if op == Op.TENSOR_TENSOR:
             fast = _any_in(inst.reads, "psum") or (
                 _all_sixteen_bit(inst) and _all_in(inst.reads, "sbuf")
                 and attrs.get("op") in _FAST_TT_OPS and _contiguous(inst))
             return max(ii, n if fast else spec.tensor_tensor_cycles_per_element * n)
-        if op == "memset":
+        if op == Op.MEMSET:
             value = attrs.get("value", None)
             if value == 0 and _all_sixteen_bit(inst):
                 return max(ii, n / 2)
             return max(ii, n)
-        if op == "tensor_reduce":
+        if op == Op.TENSOR_REDUCE:
             half = _all_sixteen_bit(inst) and attrs.get("op") in _FAST_REDUCE_OPS
             return max(ii, n / 2 if half else n)
-        if op == "tensor_tensor_scan":
+        if op == Op.TENSOR_TENSOR_SCAN:
             return max(ii, 2 * n)
-        if op == "scalar_tensor_tensor":
-            fast = (_all_sixteen_bit(inst) and attrs.get("op0") == "subtract"
-                    and attrs.get("op1") == "multiply" and inst.free_elements % 2 == 0)
+        if op == Op.SCALAR_TENSOR_TENSOR:
+            fast = (_all_sixteen_bit(inst) and attrs.get("op0") == Alu.SUBTRACT
+                    and attrs.get("op1") == Alu.MULTIPLY and inst.free_elements % 2 == 0)
             return max(ii, n if fast else 2 * n)
-        if op == "reciprocal":
+        if op == Op.RECIPROCAL:
             return max(ii, spec.reciprocal_cycles_per_element * n)
-        if op == "bn_aggr":
+        if op == Op.BN_AGGR:
             return max(ii, 13 * n / 3)
-        if op == "select":
+        if op == Op.SELECT:
             # priced as tensor_copy_predicated (B.8): 1x with one side in PSUM, 2x SBUF to SBUF
             psum = _any_in(inst.reads, "psum") or _any_in(inst.writes, "psum")
             return max(ii, n if psum else 2 * n)
-        if op not in ("nc_transpose", "bn_stats", "dropout", "random_seed"):  # max(MIN_II, N) (fact sheet B.8)
+        if op not in _VECTOR_ONE_PASS:
             self._note_unknown(inst)
         return max(ii, n)
 
@@ -170,7 +179,7 @@ class CostModel:
         attrs = inst.attrs or {}
         ii = spec.min_ii_cycles
         n = inst.free_elements / spec.rate(DTYPE_SIZES.get(inst.dtype, 4))
-        if inst.op not in ("activation", "tensor_scalar", "tensor_copy"):
+        if inst.op not in _SCALAR_PRICED:
             self._note_unknown(inst)
         cycles = max(ii, n)
         if attrs.get("reduce"):
@@ -181,9 +190,8 @@ class CostModel:
         # Only iota/affine_select are documented (150 + N); the rest reuse that shape, with two
         # passes for two-input and cross-partition ops (UNCERTAIN, to calibrate).
         op = inst.op
-        passes = 2 if op in ("tensor_tensor", "tensor_partition_reduce") else 1
-        if op not in ("iota", "memset", "tensor_tensor", "tensor_scalar", "tensor_copy",
-                      "affine_select", "tensor_partition_reduce"):
+        passes = 2 if op in _GPSIMD_TWO_PASS else 1
+        if op not in _GPSIMD_PRICED:
             self._note_unknown(inst)
         n = inst.free_elements / spec.rate(DTYPE_SIZES.get(inst.dtype, 4))
         return max(spec.min_ii_cycles, spec.startup_cycles + passes * n)
@@ -272,7 +280,7 @@ def _matmul_shape_from_operands(inst: Instruction) -> tuple[int, int]:
 
     stationary = inst.reads[0] if inst.reads else None
     moving = inst.reads[1] if len(inst.reads) > 1 else None
-    if inst.op == "nc_transpose":
+    if inst.op == Op.NC_TRANSPOSE:
         return free(stationary), stationary.partitions if stationary else inst.partitions
     return free(stationary), free(moving)
 

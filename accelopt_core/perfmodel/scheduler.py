@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
-from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Instruction, LoopNest, Trace
+from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Instruction, LoopNest, Op, Trace, unknown_op
 from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline
@@ -48,6 +48,7 @@ ENGINES: tuple[str, ...] = (Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.
 _CODE = {name: code for code, name in enumerate(ENGINES)}
 _DMA_CODE = _CODE[Engine.DMA]
 _GPSIMD_CODE = _CODE[Engine.GPSIMD]
+_OPS = frozenset(Op)
 _BANK_BOX = ((0, 1),)  # every PSUM access covers its whole bank pseudo-tensor
 
 
@@ -244,6 +245,8 @@ class _ListScheduler:
             code = _CODE.get(inst.engine)
             if code is None:
                 raise ValueError(f"instruction {i} runs on unknown engine {inst.engine!r}")
+            if inst.op not in _OPS:
+                raise ValueError(f"instruction {i}: {unknown_op(inst.op)}")
             attrs = inst.attrs
             choices = tuple(_CODE[name] for name in attrs["engines"]) if attrs and "engines" in attrs else ()
             if choices:
@@ -257,7 +260,7 @@ class _ListScheduler:
 
             # Start from when the engine (or the soonest DMA queue) is free: the start cannot be earlier,
             # and it lets dependency queries skip every entry that finished before that.
-            folded = inst.op == "memset" and _folded_memset(inst, code)
+            folded = inst.op == Op.MEMSET and _folded_memset(inst, code)
             if folded:
                 bound, p = 0.0, -1
             elif code == _DMA_CODE:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, Self, runtime_checkable
 
 import numpy as np
 
@@ -74,12 +74,25 @@ class TaskRef:
         return f"{path}#{digest}{launch}"
 
 
+@runtime_checkable
 class Profiler(Protocol):
-    """Checks and times kernels on one backend."""
+    """Checks and times kernels on one backend: what the search, the CLI, the language server and the
+    service ask of the simulator, a Trainium host, the profiling service's client or a cache in front of one.
+
+    `profile` never raises for a kernel's faults (they come back as `ProfileResult.error`). `seeds`: the
+    check's seeds instead of fresh ones (the result is then not cached); `kernel_label`: the file name
+    results and errors show (its folder's helpers are importable); `kernel_name`: the kernel function in
+    the file; `cancel`: set, it stops a running evaluation. `at_timed_size`: this backend checking on one
+    fresh seed at the size it times, or None when it already does."""
 
     backend: str
 
-    def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True) -> ProfileResult:
+    def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True, *,
+                seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
+                kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
+        ...
+
+    def at_timed_size(self) -> Profiler | None:
         ...
 
 
@@ -158,7 +171,7 @@ class CheckingProfiler:
         self.rtol = rtol
         self._specs: dict[str, list[TensorSpec]] = {}
 
-    def at_timed_size(self) -> CheckingProfiler | None:
+    def at_timed_size(self) -> Self | None:
         """This profiler checking on one fresh seed at the size it times, so that the run timed is a run
         checked (a kernel that branches on the size gains nothing); None when it already does. Shares
         the cache and the timing shapes."""

@@ -24,9 +24,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
-from .profiler import SimulatorProfiler, TaskRef
+from .profiler import Profiler, SimulatorProfiler, TaskRef
 from .result import ProfileResult
 from .sandbox import CANCELLED
 
@@ -81,7 +81,7 @@ class RemoteProfiler:
     backend = "remote"
 
     def __init__(self, url: str, token: str, timeout: float = 900.0, retries: int = 3, allow_fallback: bool = False,
-                 *, request_timeout: float = 30.0, long_poll: float = 1.0, fallback: Any = None,
+                 *, request_timeout: float = 30.0, long_poll: float = 1.0, fallback: Profiler | None = None,
                  ssl_context: ssl.SSLContext | None = None, check_variant: str | None = None,
                  sleep: Callable[[float], None] = time.sleep):
         parsed = urllib.parse.urlparse(url)
@@ -162,7 +162,7 @@ class RemoteProfiler:
             raise ServiceRefusedError(answer.status, _detail(answer.body))
         return answer.body
 
-    def at_timed_size(self) -> RemoteProfiler | None:
+    def at_timed_size(self) -> Self | None:
         """This client asking the service to check at the size it times (see CheckingProfiler)."""
         if not self.check_variant:
             return None

@@ -24,10 +24,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from ..agents.base import Agent, Candidate, Proposal, SearchContext
-from ..memory import POSITIVE_SPEEDUP
+from ..memory import POSITIVE_SPEEDUP, SearchMemory
 from ..profiling import Profiler, ProfileResult, TaskRef
 from ..profiling.profiler import kernel_hash
 from .config import SearchConfig
@@ -81,8 +80,9 @@ def _sort_key(candidate: Candidate) -> tuple[float, str]:
 class BeamSearch:
     """The search loop. `agents` propose and write rewrites; `profiler` checks and times them."""
 
-    def __init__(self, profiler: Profiler, agents: Sequence[Agent], config: SearchConfig, memory: Any = None,
-                 on_event: Callable[[SearchEvent], None] | None = None, cancel: threading.Event | None = None):
+    def __init__(self, profiler: Profiler, agents: Sequence[Agent], config: SearchConfig,
+                 memory: SearchMemory | None = None, on_event: Callable[[SearchEvent], None] | None = None,
+                 cancel: threading.Event | None = None):
         if not agents:
             raise SearchError("a search needs at least one planner")
         self.profiler = profiler
@@ -93,7 +93,7 @@ class BeamSearch:
         self.cancel = cancel or threading.Event()
         self.evaluated: dict[str, Candidate] = {}
         # checks at the timed size; None when the profiler already checks at the size it times
-        self.verifier: Profiler | None = getattr(profiler, "at_timed_size", lambda: None)()
+        self.verifier = profiler.at_timed_size()
         self._verified: set[str] = set()
         self._base: Candidate | None = None
         self._deadline: float | None = None
@@ -118,8 +118,7 @@ class BeamSearch:
 
     # --- evaluation -------------------------------------------------------------------------------
     def _evaluate(self, source: str, task: TaskRef, hardware: str) -> ProfileResult:
-        return self._timed(lambda: self.profiler.profile(source, task, hardware,  # type: ignore[call-arg]
-                                                         cancel=self.cancel))
+        return self._timed(lambda: self.profiler.profile(source, task, hardware, cancel=self.cancel))
 
     def _evaluate_all(self, drafts: list[tuple[str, Candidate, Proposal]], task: TaskRef, hardware: str,
                       iteration: int, search_id: int | None, best: Candidate) -> list[Candidate]:
@@ -163,8 +162,7 @@ class BeamSearch:
         def one(candidate: Candidate) -> None:
             if self._out_of_time():
                 return  # left unverified, so it is not kept
-            result = self._timed(lambda: verifier.profile(candidate.source, task, hardware,  # type: ignore[call-arg]
-                                                          cancel=self.cancel))
+            result = self._timed(lambda: verifier.profile(candidate.source, task, hardware, cancel=self.cancel))
             if self.cancel.is_set() and result.error:
                 return
             if not result.correct:

@@ -9,7 +9,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from ..profiling import SimulatorProfiler, TaskRef
+from ..profiling import Profiler, SimulatorProfiler, TaskRef
 from ..profiling.sandbox import CANCELLED
 from ..tasks import TaskError
 from .spec import EvaluatorConfig, JobSpec, materialize_reference, private_directory
@@ -49,9 +49,9 @@ class Evaluator:
         self.config = config
         self.visible_cores = visible_cores
         self.refs_root = config.refs_root or private_directory("accelopt-refs-")
-        self._profilers: dict[str | None, Any] = {}
+        self._profilers: dict[str | None, Profiler] = {}
 
-    def _profiler(self, check_variant: str | None) -> Any:
+    def _profiler(self, check_variant: str | None) -> Profiler:
         if check_variant not in self._profilers:
             forbidden = [*self.config.forbidden_paths, self.refs_root]
             if self.config.backend == "neuron":

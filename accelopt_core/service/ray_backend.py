@@ -12,13 +12,15 @@ evaluations straight to Ray without the HTTP service. Ray is imported only when 
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import os
 import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, Self
 
 from ..profiling import ProfileResult, SandboxLimits, TaskRef
 from ..profiling.sandbox import CANCELLED
@@ -198,6 +200,15 @@ class RayProfiler:
         self.timeout = timeout
         self.cache = cache if cache is not None else {}
         self.init_kwargs = dict(init_kwargs or {})
+
+    def at_timed_size(self) -> Self | None:
+        """This profiler checking on one fresh seed at the size it times, as CheckingProfiler's does (the
+        search keeps only kernels checked at the size they were timed); shares the cache."""
+        if not self.check_variant:
+            return None
+        timed = copy.copy(self)
+        timed.check_variant, timed.config = None, replace(self.config, seeds=1)
+        return timed
 
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",

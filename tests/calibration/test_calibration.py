@@ -27,7 +27,7 @@ from calibration_points import (
 
 from accelopt_core.hardware import load_hardware
 from accelopt_core.nki import TensorSpec, load_kernel, run_kernel
-from accelopt_core.nki.trace import Access, Instruction, TensorInfo, Trace
+from accelopt_core.nki.trace import Access, Instruction, Op, TensorInfo, Trace
 from accelopt_core.perfmodel import CostModel, estimate
 from accelopt_core.perfmodel.scheduler import schedule
 
@@ -169,7 +169,7 @@ def _loads(count: int, partitions: int, free: int, dtype: str = "float32") -> Tr
         box = ((0, partitions), (0, free))
         nbytes = partitions * free * size
         trace.instructions.append(Instruction(
-            i, "dma", "dma_copy", (Access(src, "hbm", dtype, shape, box, nbytes, nbytes),),
+            i, "dma", Op.DMA_COPY, (Access(src, "hbm", dtype, shape, box, nbytes, nbytes),),
             (Access(dst, "sbuf", dtype, shape, box, nbytes, free * size),), partitions, free, 0, 1, (),
             {"direction": "hbm_to_sbuf", "transpose": False}, dtype))
     return trace

@@ -156,6 +156,7 @@ def _first_call(tape: dict[str, Any]) -> list[Any]:
 @pytest.mark.parametrize(("where", "change", "message"), [
     ("version", TAPE_VERSION + 1, "version"),
     ("first call", lambda c: [c[0], "__import__", *c[2:]], "not an instruction call"),
+    ("first call", lambda c: [c[0], "dma_cpy", *c[2:]], "call of 'dma_cpy' is not an instruction call"),
     ("first call", lambda c: [*c[:5], c[5], c[6] + 1, c[7]], "emits 1 instructions; the tape says"),
     ("first call", lambda c: [*c[:7], True], "says the call of dma_copy at line 7 failed"),
     ("first call", lambda c: [c[0], c[1], {**c[2], "src": ["tile", 99]}, *c[3:]], "tensor 99 does not exist"),

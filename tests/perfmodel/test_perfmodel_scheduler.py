@@ -459,13 +459,23 @@ def test_unknown_engine_is_a_clear_error(trn1: HardwareProfile) -> None:
         estimate(b.build(), trn1)
 
 
-def test_unknown_op_is_priced_and_noted(trn1: HardwareProfile) -> None:
+def test_unknown_op_is_a_clear_error(trn1: HardwareProfile) -> None:
+    """A name that is no instruction (a typo) is refused where the trace enters the model, naming the
+    instructions there are, instead of being priced as a guess."""
     b = TraceBuilder()
     x, y = b.tensor("x", "sbuf", (128, 512)), b.tensor("y", "sbuf", (128, 512))
-    b.compute("vector", "mystery_op", [x], [y])
+    b.compute("vector", "tensor_tensr", [x], [y])
+    with pytest.raises(ValueError, match=r"instruction 0: 'tensor_tensr' is not an instruction.*tensor_tensor"):
+        estimate(b.build(), trn1)
+
+
+def test_an_instruction_without_a_documented_cost_on_its_engine_is_priced_and_noted(trn1: HardwareProfile) -> None:
+    b = TraceBuilder()
+    x, y = b.tensor("x", "sbuf", (128, 512)), b.tensor("y", "sbuf", (128, 512))
+    b.compute("vector", "iota", [x], [y])
     report = estimate(b.build(), trn1)
     assert report.latency > 0
-    assert any("mystery_op" in note for note in report.notes)
+    assert any("'iota'" in note and "vector" in note for note in report.notes)
 
 
 def test_zeroing_a_psum_accumulator_is_folded_into_the_first_matmul(trn1: HardwareProfile) -> None:

@@ -170,13 +170,18 @@ class SlowStubProfiler:
         self.delay = delay
         self.asked: list[str] = []
 
-    def profile(self, source: str, task: TaskRef, hardware: str = "trn1", check: bool = True, cancel=None):
+    def profile(self, source: str, task: TaskRef, hardware: str = "trn1", check: bool = True, *, seeds=None,
+                kernel_label: str = "k.py", kernel_name: str | None = None, cancel=None):
         from accelopt_core.profiling import ProfileResult
 
         self.asked.append(source)
         time.sleep(self.delay)
-        return ProfileResult("k.py", "t", hardware, self.backend, correct=True,
+        return ProfileResult(kernel_label, "t", hardware, self.backend, correct=True,
                              latency_ms=1.0 * 0.9 ** source.count("# faster"))
+
+    def at_timed_size(self) -> None:
+        """It checks where it times already: nothing to check again."""
+        return None
 
 
 class ManyPlansAgent(ScriptedAgent):

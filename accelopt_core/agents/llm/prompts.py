@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 from ...hardware import available_hardware, load_hardware
+from ...memory.experiences import Experience
 from ...nki.loader import parse_source
 from ...profiling import ProfileResult
 
@@ -145,22 +146,21 @@ def key_numbers(result: ProfileResult) -> str:
     return ", ".join(parts) or "no profile"
 
 
-def experiences_block(experiences: Sequence[Any], limit: int = TOP_EXPERIENCES) -> str:
+def experiences_block(experiences: Sequence[Experience], limit: int = TOP_EXPERIENCES) -> str:
     """Memory lessons: the ones that worked, then the ones to avoid, with their speedups."""
-    worked = [e for e in experiences if getattr(e, "positive", True)][:limit]
-    avoid = [e for e in experiences if not getattr(e, "positive", True)][: max(0, limit - len(worked))]
+    worked = [e for e in experiences if e.positive][:limit]
+    avoid = [e for e in experiences if not e.positive][: max(0, limit - len(worked))]
     if not worked and not avoid:
         return "None yet for this hardware."
 
-    def line(exp: Any) -> str:
-        task = os.path.basename(str(getattr(exp, "task", "") or "")).removesuffix(".py")
-        family = getattr(exp, "task_family", "") or ""
+    def line(exp: Experience) -> str:
+        task = os.path.basename(exp.task or "").removesuffix(".py")
+        family = exp.task_family or ""
         where = f"{task} ({family})" if task and family and family != task else (task or family or "another task")
-        lesson = getattr(exp, "summary", "") or getattr(exp, "plan", "")
-        plan = getattr(exp, "plan", "")
-        tail = f" (plan: {plan})" if plan and plan not in lesson else ""
-        imported = " [imported from another memory, not measured here]" if getattr(exp, "imported", False) else ""
-        return f"- {getattr(exp, 'speedup', 1.0):.2f}x on {where}: {lesson}{tail}{imported}"
+        lesson = exp.summary or exp.plan
+        tail = f" (plan: {exp.plan})" if exp.plan and exp.plan not in lesson else ""
+        imported = " [imported from another memory, not measured here]" if exp.imported else ""
+        return f"- {exp.speedup:.2f}x on {where}: {lesson}{tail}{imported}"
 
     out = []
     if worked:
