@@ -12,11 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .blas import single_threaded_blas
+from .engine import REMOTE, ProfilerSettings, make_profiler
 from .hardware import available_hardware
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
 from .nki.loader import check_source, read_source
-from .profiling import Profiler, ProfileResult, RemoteProfiler, SandboxLimits, SimulatorProfiler, TaskRef
+from .profiling import ProfileResult, SandboxLimits, TaskRef
 from .profiling.confine import INSTALL_HINT, isolation_problem, unconfined_allowed
 from .report import render
 from .service.cli import add_serve_arguments, run_serve
@@ -79,20 +80,19 @@ def _emit(result: ProfileResult, args: argparse.Namespace, kernel_path: str) -> 
     return 0
 
 
-def _profiler(args: argparse.Namespace) -> Profiler:
-    if args.backend == "remote":
+def _profiler_settings(args: argparse.Namespace) -> ProfilerSettings:
+    if args.backend == REMOTE:
         if not args.service_url or not args.token_file:
             raise CliError("--backend remote needs --service-url and --token-file")
-        token = read_source(args.token_file).strip()
-        return RemoteProfiler(args.service_url, token)
+        return ProfilerSettings(REMOTE, args.service_url, read_source(args.token_file).strip())
     # the user's own file, named on the command line: where bubblewrap cannot run it still runs, with a warning
-    return SimulatorProfiler(seeds=args.seeds or 5, rtol=args.rtol, limits=SandboxLimits(allow_unconfined=True))
+    return ProfilerSettings(seeds=args.seeds or 5, rtol=args.rtol, limits=SandboxLimits(allow_unconfined=True))
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     task = _task_for(args)
     source = _read_kernel(args.kernel, args.kernel_name)
-    profiler = _profiler(args)
+    profiler = make_profiler(_profiler_settings(args))
     result = profiler.profile(source, task, args.hardware, check=not args.no_check, seeds=args.seed,
                               kernel_label=os.path.relpath(args.kernel), kernel_name=args.kernel_name)
     return _emit(result, args, args.kernel)
