@@ -13,6 +13,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
+from accelopt_core.engine import task_family
 from accelopt_core.hardware import available_hardware
 
 from ..describe import report
@@ -193,8 +194,8 @@ def register(server: AccelOptServer) -> None:
             return {"error": f"cannot open the optimization memory {ls.session.memory_path}"}
         hardware = doc.hardware(ls.session.settings.hardware)
         try:
-            text = await asyncio.to_thread(memory_markdown, memory, doc.link.ref.key, hardware,
-                                           ls.session.memory_path)
+            text = await asyncio.to_thread(memory_markdown, memory, doc.link.ref.key, task_family(doc.link.ref),
+                                           hardware, ls.session.memory_path)
         except Exception as exc:
             log.exception("reading the optimization memory failed")
             return {"error": f"cannot read the optimization memory: {exc}"}
