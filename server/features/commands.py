@@ -21,6 +21,7 @@ from ..describe import report
 from ..memory_view import memory_markdown
 from ..server import AccelOptServer  # at run time: pygls reads command handlers' type hints
 from ..session import OptimizeError
+from ..state import KernelDocument
 from .code_actions import workspace_edit
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,11 @@ def _uri(args: tuple[Any, ...]) -> str:
     if not isinstance(value, str):
         raise ValueError("expected the kernel file's URI as the first argument")
     return value
+
+
+def _document(ls: AccelOptServer, args: tuple[Any, ...]) -> KernelDocument | None:
+    """The document a command names by its first argument, if the session knows it."""
+    return ls.session.documents.get(_uri(args))
 
 
 def progress_message(event: Any) -> tuple[str, int]:
@@ -150,8 +156,7 @@ def stop(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
 
 @command(PROFILE)
 def profile(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
-    uri = _uri(args)
-    doc = ls.session.documents.get(uri)
+    doc = _document(ls, args)
     if doc is None:
         return {"error": "unknown document"}
     asked = args[1] if len(args) > 1 else None
@@ -174,8 +179,7 @@ def open_text_report(ls: AccelOptServer, path: str | None, data: dict[str, Any])
 
 @command(SHOW_REPORT)
 def show_report(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
-    uri = _uri(args)
-    doc = ls.session.documents.get(uri)
+    doc = _document(ls, args)
     if doc is None:
         return {"error": "unknown document"}
     data = report(doc, ls.session.settings.hardware, ls.session.backend)
@@ -191,8 +195,7 @@ def show_report(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
 @command(APPLY_BEST)
 async def apply_best_rewrite(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
     """The fastest verified rewrite of the last Optimize, applied through workspace/applyEdit."""
-    uri = _uri(args)
-    doc = ls.session.documents.get(uri)
+    doc = _document(ls, args)
     if doc is None:
         return {"applied": False, "message": "this file is not open in the AccelOpt server"}
     rewrites = doc.current_rewrites()
@@ -217,8 +220,7 @@ async def apply_best_rewrite(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
 async def show_memory(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
     """Markdown: the memory's top experiences for this kernel's task family and hardware, and the
     task's recent searches."""
-    uri = _uri(args)
-    doc = ls.session.documents.get(uri)
+    doc = _document(ls, args)
     if doc is None or doc.link is None or doc.link.ref is None:
         return {"error": "link this kernel to a task first (`# accelopt: task=NAME`)"}
     memory = ls.session.memory()
