@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SIMULATOR, NEURON, REMOTE = "simulator", "neuron", "remote"
+Cache = ProfileCache | dict[Any, ProfileResult]  # what a profiler's `cache=` takes
 PLANNERS = ("rules", "llm", "both")
 
 
@@ -53,7 +54,7 @@ class ProfilerSettings:
     neuron_options: tuple[tuple[str, Any], ...] = ()  # keyword arguments of NeuronProfiler
 
 
-def make_profiler(settings: ProfilerSettings, cache: MutableMapping[Any, ProfileResult] | None = None) -> Any:
+def make_profiler(settings: ProfilerSettings, cache: Cache | None = None) -> Any:
     """The profiler the settings describe, caching in `cache` (None: a cache for this profiler alone). A remote
     profiler takes no cache: the service keeps its own, and its results carry the service's backend."""
     if settings.backend == REMOTE:
@@ -71,15 +72,16 @@ def make_profiler(settings: ProfilerSettings, cache: MutableMapping[Any, Profile
     raise ValueError(f"unknown backend {settings.backend!r}; use {SIMULATOR}, {NEURON} or {REMOTE}")
 
 
-def profile_cache(memory: Memory | None) -> MutableMapping[Any, ProfileResult]:
+def profile_cache(memory: Memory | None) -> Cache:
     """The optimization memory's persistent profile cache, or a cache of this process alone without one."""
     return ProfileCache(memory) if memory is not None else {}
 
 
-def cached_profile(cache: MutableMapping[Any, ProfileResult], kernel_source: str, task: TaskRef, hardware: str,
+def cached_profile(cache: Cache, kernel_source: str, task: TaskRef, hardware: str,
                    backend: str, check: bool, check_variant: str | None) -> ProfileResult | None:
     """What a profiler with these settings would answer from `cache` without running the kernel."""
-    return cache.get(profile_key(kernel_source, task, hardware, backend, check, check_variant))
+    key = profile_key(kernel_source, task, hardware, backend, check, check_variant)
+    return cache.get(key) if key is not None else None
 
 
 # --- tasks, read without running their references ----------------------------------------------------
