@@ -10,13 +10,15 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .blas import single_threaded_blas
+from .engine import PLANNERS, REMOTE, ProfilerSettings, make_profiler
 from .hardware import available_hardware
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
 from .nki.loader import check_source, read_source
-from .profiling import Profiler, ProfileResult, RemoteProfiler, SandboxLimits, SimulatorProfiler, TaskRef
+from .profiling import ProfileResult, SandboxLimits, TaskRef
 from .profiling.confine import INSTALL_HINT, isolation_problem, unconfined_allowed
 from .report import render
 from .service.cli import add_serve_arguments, run_serve
@@ -79,20 +81,19 @@ def _emit(result: ProfileResult, args: argparse.Namespace, kernel_path: str) -> 
     return 0
 
 
-def _profiler(args: argparse.Namespace) -> Profiler:
-    if args.backend == "remote":
+def _profiler_settings(args: argparse.Namespace) -> ProfilerSettings:
+    if args.backend == REMOTE:
         if not args.service_url or not args.token_file:
             raise CliError("--backend remote needs --service-url and --token-file")
-        token = read_source(args.token_file).strip()
-        return RemoteProfiler(args.service_url, token)
+        return ProfilerSettings(REMOTE, args.service_url, read_source(args.token_file).strip())
     # the user's own file, named on the command line: where bubblewrap cannot run it still runs, with a warning
-    return SimulatorProfiler(seeds=args.seeds or 5, rtol=args.rtol, limits=SandboxLimits(allow_unconfined=True))
+    return ProfilerSettings(seeds=args.seeds or 5, rtol=args.rtol, limits=SandboxLimits(allow_unconfined=True))
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     task = _task_for(args)
     source = _read_kernel(args.kernel, args.kernel_name)
-    profiler = _profiler(args)
+    profiler = make_profiler(_profiler_settings(args))
     result = profiler.profile(source, task, args.hardware, check=not args.no_check, seeds=args.seed,
                               kernel_label=os.path.relpath(args.kernel), kernel_name=args.kernel_name)
     return _emit(result, args, args.kernel)
@@ -136,24 +137,33 @@ def require_isolation(backend: str) -> None:
         raise CliError(f"kernels cannot be isolated here: {problem}; {INSTALL_HINT}")
 
 
-def build_parser(front_ends: Sequence[FrontEnd] = ()) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="accelopt", description="Check, profile and optimize NKI kernels "
-                                     "for AWS Trainium (on a built-in simulator by default).")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    """The kernel file, what it is checked against, how it is launched and on which hardware."""
+    parser.add_argument("kernel", help="kernel file (.py)")
+    parser.add_argument("--reference", help="reference file (native or NKIBench form)")
+    parser.add_argument("--task", help="a named task instead of a reference file")
 
+
+def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--grid", help="SPMD launch grid, e.g. 4 or 2x2 (default: the reference's GRID, else none)")
+    parser.add_argument("--hardware", choices=available_hardware(), default="trn1")
+
+
+def _add_backend_arguments(parser: argparse.ArgumentParser, backend_help: str) -> None:
+    """--backend and the profiling service's address and token."""
+    parser.add_argument("--backend", choices=("simulator", REMOTE), default="simulator", help=backend_help)
+    parser.add_argument("--service-url", help="profiling service URL, for --backend remote")
+    parser.add_argument("--token-file", help="file holding the service's bearer token, for --backend remote")
+
+
+def _add_profile_parser(sub: Any) -> None:
     profile = sub.add_parser("profile", help="check a kernel against its task and profile it",
                              description="Exit codes: 0 ok, 1 the kernel failed to run, 2 bad input, "
                              "3 wrong results.")
-    profile.add_argument("kernel", help="kernel file (.py)")
-    profile.add_argument("--reference", help="reference file (native or NKIBench form)")
-    profile.add_argument("--task", help="a named task instead of a reference file")
+    _add_task_arguments(profile)
     profile.add_argument("--kernel-name", help="the kernel function, when the file has several")
-    profile.add_argument("--grid", help="SPMD launch grid, e.g. 4 or 2x2 (default: the reference's GRID, else none)")
-    profile.add_argument("--hardware", choices=available_hardware(), default="trn1")
-    profile.add_argument("--backend", choices=("simulator", "remote"), default="simulator",
-                         help="where to profile: the built-in simulator or a profiling service (--service-url)")
-    profile.add_argument("--service-url", help="profiling service URL, for --backend remote")
-    profile.add_argument("--token-file", help="file holding the service's bearer token, for --backend remote")
+    _add_launch_arguments(profile)
+    _add_backend_arguments(profile, "where to profile: the built-in simulator or a profiling service (--service-url)")
     profile.add_argument("--no-check", action="store_true", help="skip the numeric check (trace-only mode)")
     profile.add_argument("--seeds", type=int, help="number of random seeds to check (default 5)")
     profile.add_argument("--seed", type=int, action="append", help="check this seed (repeatable)")
@@ -161,34 +171,34 @@ def build_parser(front_ends: Sequence[FrontEnd] = ()) -> argparse.ArgumentParser
     profile.add_argument("--json", action="store_true", help="print the result as one JSON object")
     profile.set_defaults(func=cmd_profile)
 
+
+def _add_search_size_arguments(parser: argparse.ArgumentParser) -> None:
+    """The preset and what may override it."""
+    parser.add_argument("--preset", default="default", help="search size: quick, default or paper (B=6 N=12 K=2 T=16)")
+    parser.add_argument("--iterations", type=int, help="override the preset's iterations (T)")
+    parser.add_argument("--beam-width", type=int, help="override the preset's beam width (B)")
+    parser.add_argument("--workers", type=int, help="parallel evaluations (default: one per core)")
+    parser.add_argument("--replay-steps", type=int, help="how many remembered wins memory replay may chain "
+                        "before the first iteration (default 8; 0 turns replay off)")
+    parser.add_argument("--time-budget", type=float, help="wall-clock seconds the search may take: no "
+                        "evaluation starts that would end later (default: the preset's, 540 for default, 300 "
+                        "for quick, none for paper; 0 for no limit)")
+
+
+def _add_optimize_parser(sub: Any) -> None:
     optimize = sub.add_parser("optimize", help="search for a faster kernel (AccelOpt's beam search)",
                               description="Exit codes: 0 done, 1 the kernel to optimize fails, 2 bad input.")
-    optimize.add_argument("kernel", help="kernel file (.py)")
-    optimize.add_argument("--reference", help="reference file (native or NKIBench form)")
-    optimize.add_argument("--task", help="a named task instead of a reference file")
-    optimize.add_argument("--grid", help="SPMD launch grid, e.g. 4 or 2x2 (default: the reference's GRID, else none)")
-    optimize.add_argument("--hardware", choices=available_hardware(), default="trn1")
-    optimize.add_argument("--preset", default="default",
-                          help="search size: quick, default or paper (B=6 N=12 K=2 T=16)")
-    optimize.add_argument("--iterations", type=int, help="override the preset's iterations (T)")
-    optimize.add_argument("--beam-width", type=int, help="override the preset's beam width (B)")
-    optimize.add_argument("--workers", type=int, help="parallel evaluations (default: one per core)")
-    optimize.add_argument("--replay-steps", type=int, help="how many remembered wins memory replay may chain "
-                          "before the first iteration (default 8; 0 turns replay off)")
-    optimize.add_argument("--time-budget", type=float, help="wall-clock seconds the search may take: no "
-                          "evaluation starts that would end later (default: the preset's, 540 for default, 300 "
-                          "for quick, none for paper; 0 for no limit)")
-    optimize.add_argument("--planner", choices=("rules", "llm", "both"),
+    _add_task_arguments(optimize)
+    _add_launch_arguments(optimize)
+    _add_search_size_arguments(optimize)
+    optimize.add_argument("--planner", choices=PLANNERS,
                           help="who proposes rewrites: the rule-based optimizer, the LLM agents, or both in one "
                           "search (default: llm when an endpoint is configured, else rules)")
     optimize.add_argument("--llm", action="store_true",
                           help="use the LLM agents (endpoint from ACCELOPT_LLM_BASE_URL, ACCELOPT_LLM_MODEL, "
                           "ACCELOPT_LLM_API_KEY or the config file); with none configured the rule-based "
                           "optimizer runs")
-    optimize.add_argument("--backend", choices=("simulator", "remote"), default="simulator",
-                          help="where candidates are profiled: the built-in simulator or a profiling service")
-    optimize.add_argument("--service-url", help="profiling service URL, for --backend remote")
-    optimize.add_argument("--token-file", help="file holding the service's bearer token, for --backend remote")
+    _add_backend_arguments(optimize, "where candidates are profiled: the built-in simulator or a profiling service")
     optimize.add_argument("--allow-fallback", action="store_true",
                           help="with --backend remote: use the simulator when the service is unreachable")
     optimize.add_argument("--out", help="where to write the best kernel (default: KERNEL.optimized.py)")
@@ -198,13 +208,15 @@ def build_parser(front_ends: Sequence[FrontEnd] = ()) -> argparse.ArgumentParser
     optimize.add_argument("--json", help="also write the search summary to this JSON file")
     optimize.set_defaults(func=cmd_optimize)
 
-    add_memory_parser(sub)
 
+def _add_serve_parser(sub: Any) -> None:
     serve = sub.add_parser("serve", help="serve profile jobs over HTTP (e.g. on a Trainium host)",
                            description="Exit codes: 0 stopped, 2 bad configuration.")
     add_serve_arguments(serve)
     serve.set_defaults(func=run_serve)
 
+
+def _add_demo_parser(sub: Any) -> None:
     demo = sub.add_parser("demo", help="optimize a bundled NKIBench kernel offline and show before/after")
     demo.add_argument("--task", default="silu", help="which NKIBench baseline (default: silu)")
     demo.add_argument("--hardware", choices=available_hardware(), default="trn1")
@@ -212,6 +224,17 @@ def build_parser(front_ends: Sequence[FrontEnd] = ()) -> argparse.ArgumentParser
     demo.add_argument("--out-dir", default="accelopt-demo", help="where the kernel copy and results go")
     demo.add_argument("--db", help="optimization memory database (default: the user data directory)")
     demo.set_defaults(func=cmd_demo)
+
+
+def build_parser(front_ends: Sequence[FrontEnd] = ()) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="accelopt", description="Check, profile and optimize NKI kernels "
+                                     "for AWS Trainium (on a built-in simulator by default).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_profile_parser(sub)
+    _add_optimize_parser(sub)
+    add_memory_parser(sub)
+    _add_serve_parser(sub)
+    _add_demo_parser(sub)
     for front in front_ends:  # main() hands everything after the name to the front end's own parser
         sub.add_parser(front.name, help=front.help, add_help=False)
     return parser

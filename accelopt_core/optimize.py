@@ -11,13 +11,20 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from .agents.llm import LLMAgent
-from .agents.rules.agent import RuleAgent
-from .agents.rules.registry import default_rules
 from .config import ConfigError, LLMSettings
-from .memory import Memory, ProfileCache
+from .engine import (
+    REMOTE,
+    ProfilerSettings,
+    SearchAgents,
+    check_variant,
+    make_profiler,
+    profile_cache,
+    search_agents,
+    task_family,
+)
+from .memory import Memory
 from .nki.loader import read_source
-from .profiling import Profiler, RemoteProfiler, SimulatorProfiler, TaskRef, measured_on
+from .profiling import TaskRef, measured_on
 from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, SearchResult, preset
 
 NO_ENDPOINT = "no LLM endpoint configured: using the rule-based optimizer"
@@ -41,12 +48,6 @@ class ProgressLine:
         elif event.kind != "evaluated":
             self.stream.write(f"{text} [{event.kind}] {event.message}\n")
         self.stream.flush()
-
-
-def _check_variant(task: TaskRef) -> str | None:
-    """Check candidates on the task's small size when it has one (seconds instead of minutes)."""
-    loaded = task.load()
-    return "small" if "small" in loaded.variants and not (task.name or "").endswith(":small") else None
 
 
 def write_outputs(path: str, out: str | None, result: SearchResult) -> tuple[str, str]:
@@ -80,29 +81,29 @@ def summary_lines(result: SearchResult, hardware: str) -> list[str]:
     return lines
 
 
-def choose_agents(args: argparse.Namespace, config: SearchConfig, settings: LLMSettings
-                  ) -> tuple[list[Any], LLMAgent | None, str]:
-    """The search's agents for --planner / --llm, the LLM agent if there is one (for its usage line), and
-    who plans, in words. The LLM agents run when asked for, or by default when an endpoint is configured;
-    asked for with no endpoint configured, the rule-based optimizer runs instead and says so."""
+def choose_agents(args: argparse.Namespace, config: SearchConfig, settings: LLMSettings) -> tuple[SearchAgents, str]:
+    """The search's agents for --planner / --llm and who plans, in words. The LLM agents run when asked for,
+    or by default when an endpoint is configured; asked for with no endpoint configured, the rule-based
+    optimizer runs instead and says so."""
     planner = args.planner or ("llm" if args.llm or settings.configured() else "rules")
     if args.llm and planner == "rules":
         planner = "llm"
-    if planner != "rules" and not settings.configured():
-        print(f"{NO_ENDPOINT} (missing {', '.join(settings.missing())})", file=sys.stderr)
-        planner = "rules"
-    agents: list[Any] = []
-    llm = None
-    if planner in ("rules", "both"):
-        agents.append(RuleAgent(default_rules()))
-    if planner in ("llm", "both"):
-        llm = LLMAgent(settings, prefetch=planner == "llm")  # with rules beside it, unpicked plans cost nothing
-        llm.expect_samples(config.samples_per_plan)
-        agents.append(llm)
+    chosen = search_agents(planner, settings, config.samples_per_plan)
+    if chosen.missing:
+        print(f"{NO_ENDPOINT} (missing {', '.join(chosen.missing)})", file=sys.stderr)
     models = ", ".join(sorted({settings.for_role(role).model for role in ("planner", "executor")}))
     who = {"rules": "the rule-based optimizer", "llm": f"the LLM agents ({models} at {settings.base_url})",
-           "both": f"the rule-based optimizer and the LLM agents ({models} at {settings.base_url})"}[planner]
-    return agents, llm, who
+           "both": f"the rule-based optimizer and the LLM agents ({models} at {settings.base_url})"}[chosen.planner]
+    return chosen, who
+
+
+def profiler_settings(args: argparse.Namespace, config: SearchConfig, variant: str | None) -> ProfilerSettings:
+    """The simulator, or the profiling service with --backend remote (e.g. a Trainium host)."""
+    if args.backend == REMOTE:
+        token = read_source(args.token_file).strip()
+        return ProfilerSettings(REMOTE, args.service_url, token, check_variant=variant,
+                                allow_fallback=args.allow_fallback)
+    return ProfilerSettings(seeds=config.seeds, check_variant=variant)
 
 
 def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
@@ -116,21 +117,16 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
     except ConfigError as exc:
         print(f"accelopt: {exc}", file=sys.stderr)
         return 2
-    agents, llm, who = choose_agents(args, config, settings)
+    chosen, who = choose_agents(args, config, settings)
+    llm = chosen.llm
     memory = Memory(args.db)
     cancel = threading.Event()
-    variant = _check_variant(task)
-    if args.backend == "remote":  # evaluations go to a profiling service (e.g. a Trainium host)
-        token = read_source(args.token_file).strip()
-        profiler: Profiler = RemoteProfiler(args.service_url, token, check_variant=variant,
-                                            allow_fallback=args.allow_fallback)
-    else:
-        profiler = SimulatorProfiler(seeds=config.seeds, check_variant=variant, cache=ProfileCache(memory))
-    search = BeamSearch(profiler, agents, config, memory, ProgressLine(), cancel)
+    profiler = make_profiler(profiler_settings(args, config, check_variant(task)), profile_cache(memory))
+    search = BeamSearch(profiler, chosen.agents, config, memory, ProgressLine(), cancel)
     print(f"optimizing {os.path.relpath(args.kernel)} for {task.key} on {args.hardware} ({profiler.backend} backend) "
           f"with {who}", file=sys.stderr)
     try:
-        result = search.run(source, task, args.hardware, task.load().family, resume=args.resume)
+        result = search.run(source, task, args.hardware, task_family(task), resume=args.resume)
     except SearchError as exc:
         print(f"accelopt: {exc}", file=sys.stderr)
         return 1
@@ -140,8 +136,7 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
         return 130
     finally:
         memory.close()
-        if llm is not None:
-            llm.close()
+        chosen.close()
     target, diff_path = write_outputs(args.kernel, args.out, result)
     print("\n".join(summary_lines(result, args.hardware)))
     if llm is not None:

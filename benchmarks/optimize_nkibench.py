@@ -25,23 +25,27 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from accelopt_core.agents.rules.agent import RuleAgent  # noqa: E402
-from accelopt_core.agents.rules.registry import default_rules  # noqa: E402
 from accelopt_core.blas import single_threaded_blas  # noqa: E402
+from accelopt_core.engine import ProfilerSettings, check_variant, make_profiler, search_agents, task_family  # noqa: E402
 from accelopt_core.memory import Memory  # noqa: E402
 from accelopt_core.nki.loader import read_source  # noqa: E402
-from accelopt_core.profiling import SimulatorProfiler, TaskRef  # noqa: E402
-from accelopt_core.search import BeamSearch, SearchResult, preset  # noqa: E402
-from accelopt_core.tasks.registry import all_task_files, find_task  # noqa: E402
+from accelopt_core.profiling import TaskRef  # noqa: E402
+from accelopt_core.search import BeamSearch, SearchConfig, SearchResult, preset  # noqa: E402
+from accelopt_core.tasks.registry import all_task_files  # noqa: E402
 from nkibench.bench import bench_task_names  # noqa: E402
 
 
+def rule_search(task: str, source: str, config: SearchConfig, memory: Memory) -> tuple[BeamSearch, SearchResult]:
+    """The rule-based search as `accelopt optimize` wires it, on trn1."""
+    ref = TaskRef(task)
+    profiler = make_profiler(ProfilerSettings(seeds=config.seeds, check_variant=check_variant(ref)))
+    search = BeamSearch(profiler, search_agents("rules", None).agents, config, memory)
+    return search, search.run(source, ref, "trn1", task_family(ref))
+
+
 def optimize(task: str, source: str, config_name: str, workers: int, db: str) -> SearchResult:
-    config = preset(config_name, workers=workers)
     with Memory(db) as memory:
-        profiler = SimulatorProfiler(seeds=config.seeds, check_variant="small")
-        search = BeamSearch(profiler, [RuleAgent(default_rules())], config, memory)
-        return search.run(source, TaskRef(task), "trn1", find_task(task).family)
+        return rule_search(task, source, preset(config_name, workers=workers), memory)[1]
 
 
 def evaluations_to_reach(search: BeamSearch, target_ms: float) -> int | None:
@@ -88,12 +92,8 @@ def memory_effect(first: str, second: str, config_name: str, workers: int) -> di
         source = read_source(all_task_files()[second].kernel)
         runs = {}
         for label, db in (("cold", cold_db), ("warm", warm_db)):
-            config = preset(config_name, workers=workers)
             with Memory(db) as memory:
-                search = BeamSearch(SimulatorProfiler(seeds=config.seeds, check_variant="small"),
-                                    [RuleAgent(default_rules())], config, memory)
-                result = search.run(source, TaskRef(second), "trn1", find_task(second).family)
-            runs[label] = (search, result)
+                runs[label] = rule_search(second, source, preset(config_name, workers=workers), memory)
         target = runs["cold"][1].best.latency_ms
         return {"first": first, "second": second, "target_ms": target,
                 **{label: {"evaluations_to_target": evaluations_to_reach(search, target),

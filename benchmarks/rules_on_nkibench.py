@@ -34,6 +34,7 @@ sys.path.insert(0, ROOT)
 
 from accelopt_core.agents.rules.registry import default_rules  # noqa: E402
 from accelopt_core.blas import single_threaded_blas  # noqa: E402
+from accelopt_core.engine import ProfilerSettings, make_profiler  # noqa: E402
 from accelopt_core.profiling import ProfileResult, SimulatorProfiler, TaskRef  # noqa: E402
 
 KERNELS = os.path.join(ROOT, "nkibench", "kernels")
@@ -88,7 +89,8 @@ class Bench:
         return TaskRef(task)
 
     def profiler(self) -> SimulatorProfiler:
-        return SimulatorProfiler(seeds=self.seeds, check_variant=None if self.public else "small")
+        """The search's profiler; the public references declare no small size, so they check at full size."""
+        return make_profiler(ProfilerSettings(seeds=self.seeds, check_variant=None if self.public else "small"))
 
     def evaluate(self, profiler: SimulatorProfiler, source: str, task: str) -> ProfileResult:
         result = profiler.profile(source, self.ref(task), check=self.check)

@@ -29,8 +29,8 @@ from typing import Any
 
 import httpx
 
-from accelopt_core.profiling import SimulatorProfiler, TaskRef
-from accelopt_core.profiling.remote import RemoteProfiler
+from accelopt_core.engine import REMOTE, ProfilerSettings, make_profiler
+from accelopt_core.profiling import TaskRef
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = '''import numpy as np
@@ -152,8 +152,8 @@ def overhead(url: str, token: str, repeats: int, first_variant: int, folder: Pat
     reference = folder / "double_ref.py"
     reference.write_text(REFERENCE)
     task = TaskRef(reference=str(reference))
-    local_profiler = SimulatorProfiler(seeds=1)
-    remote_profiler = RemoteProfiler(url, token)
+    local_profiler = make_profiler(ProfilerSettings(seeds=1))
+    remote_profiler = make_profiler(ProfilerSettings(REMOTE, url, token))
     local_profiler.profile(kernel(first_variant - 1), task)  # load the reference once, like a warm search
     local, remote = [], []
     for i in range(repeats):

@@ -17,10 +17,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
+from accelopt_core.engine import ProfilerSettings, make_profiler
 from accelopt_core.hardware import available_hardware
 from accelopt_core.nki import KernelLoadError
 from accelopt_core.nki.loader import read_source
-from accelopt_core.profiling import ProfileResult, SimulatorProfiler, TaskRef
+from accelopt_core.profiling import ProfileResult, TaskRef
 from accelopt_core.tasks import TaskError
 from accelopt_core.tasks.check import fresh_seeds
 from accelopt_core.tasks.registry import all_task_files
@@ -50,7 +51,7 @@ def run_task(name: str, hardware: str, small: bool, seeds: Sequence[int] | None,
         source = read_source(files.kernel)
     except KernelLoadError as exc:
         return BenchRow(name, ProfileResult(label, name, hardware, "simulator", error=str(exc)), 0.0)
-    profiler = SimulatorProfiler(seeds=len(seeds or []) or 1)
+    profiler = make_profiler(ProfilerSettings(seeds=len(seeds or []) or 1))
     result = profiler.profile(source, TaskRef(f"{name}:small" if small else name), hardware, check=check,
                               seeds=seeds, kernel_label=label)
     return BenchRow(name, result, time.perf_counter() - start)

@@ -4,7 +4,6 @@ is the kernel, which task checks it, and where its loops are. Used on every edit
 from __future__ import annotations
 
 import ast
-import hashlib
 import os
 import re
 import time
@@ -248,64 +247,5 @@ def directive_insert_line(source: str) -> int:
     return line
 
 
-class Digests:
-    """Content digests of reference files, memoised by (mtime, size) so an unchanged file is read once.
-    A changed reference changes the digest, and with it the profile cache key."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, tuple[tuple[int, int], str]] = {}
-
-    def of(self, path: str | None) -> str:
-        if not path:
-            return "-"
-        try:
-            stat = os.stat(path)
-        except OSError:
-            return "missing"
-        stamp = (stat.st_mtime_ns, stat.st_size)
-        cached = self._seen.get(path)
-        if cached and cached[0] == stamp:
-            return cached[1]
-        try:
-            with open(path, "rb") as handle:
-                digest = hashlib.sha256(handle.read()).hexdigest()[:16]
-        except OSError:
-            return "missing"
-        self._seen[path] = (stamp, digest)
-        return digest
-
-    def forget(self, path: str) -> None:
-        self._seen.pop(path, None)
-
-
-def check_variant(link: TaskLink) -> str | None:
-    """Check on the task's small size when the kernel is timed at a larger one (seconds, not minutes).
-    Named tasks say whether they have a small variant without importing the reference."""
-    ref = link.ref
-    if ref is None:
-        return None
-    if ref.name:
-        base, _, variant = ref.name.partition(":")
-        if variant == "small":
-            return None
-        return "small" if _declares_small(all_task_files()[base].reference) else None
-    return "small" if _declares_small(ref.reference or "") else None
-
-
-def _declares_small(reference: str) -> bool:
-    """Whether a native reference's VARIANTS dict has a "small" entry, read from its text."""
-    try:
-        with open(reference, encoding="utf-8") as handle:
-            tree = parse_source(handle.read(), reference)
-    except (OSError, SyntaxError, ValueError):
-        return False
-    for node in tree.body:
-        named = isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "VARIANTS"
-                                                     for t in node.targets)
-        if named and isinstance(node.value, ast.Dict):
-            return any(isinstance(k, ast.Constant) and k.value == "small" for k in node.value.keys)
-    return False
-
-
-__all__ = ["Digests", "Directive", "KernelFile", "Loop", "TaskLink", "analyze", "check_variant",
-           "directive_insert_line", "link_task", "parse_directive", "suggest_tasks"]
+__all__ = ["Directive", "KernelFile", "Loop", "TaskLink", "analyze", "directive_insert_line", "link_task",
+           "parse_directive", "suggest_tasks"]

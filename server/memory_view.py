@@ -15,17 +15,7 @@ def _cell(text: str, width: int = 90) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def task_family(memory: Any, task: str, hardware: str) -> str:
-    """The family the memory files this task under (searches record it with their lessons); before any
-    lesson exists, the task's name without its size, which is what the search uses by default."""
-    for experience in memory.list_experiences(task, hardware):
-        if experience.task_family:
-            return str(experience.task_family)
-    return task.split(":", 1)[0]
-
-
-def memory_markdown(memory: Any, task: str, hardware: str, path: str) -> str:
-    family = task_family(memory, task, hardware)
+def memory_markdown(memory: Any, task: str, family: str, hardware: str, path: str) -> str:
     experiences = memory.top_experiences(family, hardware, limit=TOP_EXPERIENCES)
     searches = memory.list_searches(task, hardware)[:RECENT_SEARCHES]
     out = [f"# AccelOpt memory: {task} on {hardware}", "",

@@ -113,3 +113,4 @@ class AccelOptServer(LanguageServer):
         # whether it shows `accelopt/report` in a panel of its own (then no text report is opened).
         self.client_name: str | None = None
         self.report_panel = False
+        self.progress_uris: dict[str, str] = {}  # $/progress token -> the document its Optimize runs on

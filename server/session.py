@@ -17,19 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelopt_core.config import Secret
-from accelopt_core.profiling import ProfileResult
+from accelopt_core.engine import REMOTE, SIMULATOR, ProfilerSettings, cached_profile, check_variant, profile_cache
+from accelopt_core.profiling import ProfileResult, SandboxLimits
 from accelopt_core.profiling.profiler import kernel_hash
 from accelopt_core.profiling.sandbox import CANCELLED
 
-from .cache import DigestedCache, profile_key
 from .config import SECRET_LABELS, Settings, profiling_changed, secret_destinations
-from .kernels import Digests, TaskLink, check_variant
+from .kernels import TaskLink
 from .state import KernelDocument, Rewrite, SearchRun
 from .workers import Lane
 
 log = logging.getLogger(__name__)
 
-SIMULATOR = "simulator"
 SEARCH_STOP_GRACE_S = 20.0
 MAX_REWRITES = 3
 
@@ -69,7 +68,6 @@ class Session:
         self.documents: dict[str, KernelDocument] = {}
         self.profile_lane = Lane("profile")
         self.search_lane = Lane("search")
-        self.digests = Digests()
         self.stats: Counter[str] = Counter()
         # listeners: (document, {"diagnostics", "lenses"}) after what the editor shows changed
         self.listeners: list[Callable[[KernelDocument, set[str]], None]] = []
@@ -182,7 +180,14 @@ class Session:
     @property
     def backend(self) -> str:
         """The backend name profiles carry: "simulator", or "remote" when the setting is a service URL."""
-        return SIMULATOR if self.settings.backend == SIMULATOR else "remote"
+        return SIMULATOR if self.settings.backend == SIMULATOR else REMOTE
+
+    def profiler_settings(self, check_variant: str | None) -> ProfilerSettings:
+        """The editor's settings in the engine's terms (the backend setting is "simulator" or a service URL)."""
+        url = self.settings.backend if self.backend == REMOTE else ""
+        return ProfilerSettings(self.backend, url, self.secret("service_token") or "", self.settings.check_seeds,
+                                check_variant, SandboxLimits(self.settings.sandbox_seconds,
+                                                             self.settings.sandbox_memory_mb))
 
     def apply_settings(self, settings: Settings) -> None:
         old, self.settings = self.settings, settings
@@ -275,16 +280,15 @@ class Session:
         if not task.cancelled() and task.exception() is not None:
             log.error("profiling %s failed", uri, exc_info=task.exception())
 
-    def _payload(self, doc: KernelDocument, snap: Snapshot, check: bool, variant: str | None,
-                 digest: str) -> dict[str, Any]:
-        memory = self.memory()
+    def _payload(self, doc: KernelDocument, snap: Snapshot, check: bool, variant: str | None) -> dict[str, Any]:
         return {"source": snap.source, "task": snap.link.ref, "hardware": snap.hardware, "check": check,
-                "check_variant": variant, "seeds": self.settings.check_seeds,
-                "limits": (self.settings.sandbox_seconds, self.settings.sandbox_memory_mb),
-                "memory_db": self.memory_path if memory is not None else None, "digest": digest,
+                "profiler": self.profiler_settings(variant), "memory_db": self._memory_db(),
                 # the file's path: the simulator imports helper modules beside it; messages show its name
-                "label": doc.path or "kernel.py", "kernel_name": snap.function,
-                "backend": self.settings.backend, "service_token": self.secret("service_token")}
+                "label": doc.path or "kernel.py", "kernel_name": snap.function}
+
+    def _memory_db(self) -> str | None:
+        """The memory the workers cache in: none when it cannot be opened."""
+        return self.memory_path if self.memory() is not None else None
 
     def _llm_payload(self) -> dict[str, Any] | None:
         """The LLM planner's settings for a search; None (no planner) while the endpoint the workspace
@@ -295,14 +299,13 @@ class Session:
         return {"endpoint": self.settings.llm_endpoint, "model": self.settings.llm_model,
                 "api_key": self.secret("llm_api_key"), "budget_usd": self.settings.search_budget}
 
-    def _cached(self, digest: str, key: tuple[Any, ...]) -> ProfileResult | None:
+    def _cached(self, snap: Snapshot, check: bool, variant: str | None) -> ProfileResult | None:
         memory = self.memory()
-        if memory is None:
+        if memory is None or snap.link.ref is None:
             return None
-        from accelopt_core.memory import ProfileCache
-
         try:
-            return DigestedCache(ProfileCache(memory), digest).get(key)
+            return cached_profile(profile_cache(memory), snap.source, snap.link.ref, snap.hardware, self.backend,
+                                  check, variant)
         except Exception:
             log.exception("profile cache read failed")
             return None
@@ -312,25 +315,21 @@ class Session:
         if delay:
             await asyncio.sleep(delay)
         await self.ready.wait()
-        source, hardware, ref = snap.source, snap.hardware, snap.link.ref
+        source, ref = snap.source, snap.link.ref
         assert ref is not None
-        variant = check_variant(snap.link)
-        digest = self.digests.of(snap.link.reference_path)
-        source_hash = kernel_hash(source)
-        checked = await asyncio.to_thread(self._cached, digest,
-                                          profile_key(source_hash, ref.key, variant, hardware, self.backend, True))
+        variant = check_variant(ref)
+        checked = await asyncio.to_thread(self._cached, snap, True, variant)
         if checked is not None:
             self.stats["cache_hits"] += 1
             await self._deliver(doc, request, source, checked, checked)
             return
-        trace = await asyncio.to_thread(self._cached, digest,
-                                        profile_key(source_hash, ref.key, variant, hardware, self.backend, False))
+        trace = await asyncio.to_thread(self._cached, snap, False, variant)
         if trace is not None:
             self.stats["cache_hits"] += 1
         else:
             doc.phase = "tracing"
             self.changed(doc, {"lenses"})
-            trace = await self._run_job(doc, request, snap, False, variant, digest)
+            trace = await self._run_job(doc, request, snap, False, variant)
             if trace is None:
                 return
         await self._deliver(doc, request, source, trace, None)
@@ -338,15 +337,15 @@ class Session:
             return
         doc.phase = "checking"
         self.changed(doc, {"lenses"})
-        result = await self._run_job(doc, request, snap, True, variant, digest)
+        result = await self._run_job(doc, request, snap, True, variant)
         if result is not None:
             await self._deliver(doc, request, source, trace, result)
 
     async def _run_job(self, doc: KernelDocument, request: int, snap: Snapshot, check: bool,
-                       variant: str | None, digest: str) -> ProfileResult | None:
+                       variant: str | None) -> ProfileResult | None:
         """One profile in the worker; None when it produced no verdict on the kernel."""
         source = snap.source
-        payload = self._payload(doc, snap, check, variant, digest)
+        payload = self._payload(doc, snap, check, variant)
         seconds = self.settings.sandbox_seconds
         job = self.profile_lane.submit("profile", payload, priority=1 if check else 0,
                                        timeout=seconds + (600.0 if check else 120.0))
@@ -415,7 +414,6 @@ class Session:
         """A file changed on disk outside the editor: re-profile kernels that use it as their reference,
         and a known kernel file that is not open in the editor (the editor owns open ones)."""
         path = os.path.abspath(path)
-        self.digests.forget(path)
         self.stats["external_changes"] += 1
         doc = self.by_path(path)
         if doc is not None and not doc.open:
@@ -453,15 +451,10 @@ class Session:
         if not self.trusted:
             raise OptimizeError(UNTRUSTED)
         source, hardware = doc.source, doc.hardware(self.settings.hardware)
-        digest = self.digests.of(doc.link.reference_path)
-        memory = self.memory()
         payload = {"source": source, "task": doc.link.ref, "hardware": hardware,
                    "preset": self.settings.search_preset, "workers": self.settings.search_workers,
-                   "check_variant": check_variant(doc.link),
-                   "limits": (self.settings.sandbox_seconds, self.settings.sandbox_memory_mb),
-                   "memory_db": self.memory_path if memory is not None else None, "digest": digest,
-                   "agents": list(self.settings.optimizer_agents), "backend": self.settings.backend,
-                   "service_token": self.secret("service_token"), "llm": self._llm_payload()}
+                   "profiler": self.profiler_settings(check_variant(doc.link.ref)), "memory_db": self._memory_db(),
+                   "agents": list(self.settings.optimizer_agents), "llm": self._llm_payload()}
 
         def event(value: Any) -> None:
             if doc.search is not None:

@@ -9,12 +9,12 @@ from typing import Any
 
 from pygls.uris import to_fs_path
 
+from accelopt_core.engine import QuickFix
 from accelopt_core.profiling import ProfileResult
 from accelopt_core.profiling.profiler import kernel_hash
 
 from .edits import line_map
 from .kernels import KernelFile, TaskLink, analyze, link_task
-from .rules import QuickFix
 
 
 @dataclass(frozen=True)

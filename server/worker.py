@@ -9,8 +9,7 @@ event, which kills its sandboxed child within a quarter of a second.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
+import logging
 import os
 import pickle
 import signal
@@ -18,7 +17,28 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from typing import IO, Any
+
+from accelopt_core.blas import single_threaded_blas
+from accelopt_core.config import LLMSettings
+from accelopt_core.engine import (
+    ProfilerSettings,
+    SearchAgents,
+    default_rules,
+    load_factories,
+    make_profiler,
+    profile_cache,
+    quick_fixes,
+    search_agents,
+    task_family,
+)
+from accelopt_core.memory import Memory
+from accelopt_core.profiling import Profiler
+from accelopt_core.search import BeamSearch, SearchError, preset
+from accelopt_core.tasks import TaskError
+
+log = logging.getLogger(__name__)
 
 HEADER = 4
 
@@ -52,93 +72,34 @@ def rss_mb() -> float:
 
 # --- the jobs -------------------------------------------------------------------------------------
 
-_memories: dict[str, Any] = {}
-_profilers: dict[tuple[Any, ...], Any] = {}
+_memories: dict[str, Memory] = {}
+_profilers: dict[tuple[ProfilerSettings, str | None], Profiler] = {}
+_rules: dict[tuple[str, ...], list[Any]] = {}
 
 
-def _memory(path: str) -> Any:
-    from accelopt_core.memory import Memory
-
-    if path not in _memories:
+def _memory(path: str | None) -> Memory | None:
+    if path is not None and path not in _memories:
         _memories[path] = Memory(path)
-    return _memories[path]
+    return _memories.get(path) if path is not None else None
 
 
-def _cache(payload: dict[str, Any]) -> Any:
-    from accelopt_core.memory import ProfileCache
-
-    from .cache import DigestedCache
-
-    inner: Any = ProfileCache(_memory(payload["memory_db"])) if payload.get("memory_db") else {}
-    return DigestedCache(inner, payload.get("digest", "-"))
-
-
-class CachingProfiler:
-    """Puts the memory's profile cache in front of a backend that has none of its own (the remote one)."""
-
-    def __init__(self, inner: Any, cache: Any, check_variant: str | None):
-        self.inner = inner
-        self.cache = cache
-        self.check_variant = check_variant
-        self.backend = inner.backend
-
-    def profile(self, kernel_source: str, task: Any, hardware: str = "trn1", check: bool = True,
-                **options: Any) -> Any:
-        from accelopt_core.profiling.profiler import kernel_hash
-
-        key = (kernel_hash(kernel_source), task.key, self.check_variant, hardware, self.backend, check)
-        cached = self.cache.get(key)
-        if cached is not None and options.get("seeds") is None:
-            return cached
-        result = self.inner.profile(kernel_source, task, hardware, check, **options)
-        if result.error is None and result.backend == self.backend and options.get("seeds") is None:
-            self.cache[key] = result
-        return result
-
-    def at_timed_size(self) -> CachingProfiler | None:
-        """The inner backend checking at the size it times, behind the same cache."""
-        inner = self.inner.at_timed_size()
-        return None if inner is None else CachingProfiler(inner, self.cache, None)
-
-
-def make_profiler(payload: dict[str, Any], seeds: int) -> Any:
-    """The simulator, or the profiling service when the backend setting is its URL."""
-    from accelopt_core.profiling import SandboxLimits, SimulatorProfiler
-
-    seconds, memory_mb = payload["limits"]
-    backend = payload.get("backend") or "simulator"
-    if backend != "simulator":
-        from accelopt_core.profiling.remote import RemoteProfiler
-
-        # the session's token (the editor's secret or its environment's), present only for an approved host
-        token = payload.get("service_token") or ""
-        remote = RemoteProfiler(backend, token, check_variant=payload.get("check_variant"))
-        return CachingProfiler(remote, _cache(payload), payload.get("check_variant"))
-    return SimulatorProfiler(seeds=seeds, check_variant=payload.get("check_variant"),
-                             limits=SandboxLimits(seconds, memory_mb), cache=_cache(payload))
-
-
-def _profiler(payload: dict[str, Any]) -> Any:
-    """Profilers remember input shapes per task, so one is kept per task, reference digest and settings (and
-    service token: a token approved later must not meet a profiler made without it)."""
-    token = hashlib.sha256((payload.get("service_token") or "").encode()).hexdigest()
-    key = (payload.get("memory_db"), payload["seeds"], payload.get("check_variant"), tuple(payload["limits"]),
-           payload.get("digest"), payload["task"].key, payload.get("backend"), token)
+def _profiler(settings: ProfilerSettings, memory_db: str | None) -> Profiler:
+    """Profilers remember input shapes per task, so one is kept per settings and memory (the settings hold
+    the service token: a token approved later must not meet a profiler made without it)."""
+    key = (settings, memory_db)
     if key not in _profilers:
         if len(_profilers) >= 16:
             _profilers.clear()
-        _profilers[key] = make_profiler(payload, payload["seeds"])
+        _profilers[key] = make_profiler(settings, profile_cache(_memory(memory_db)))
     return _profilers[key]
 
 
 def profile_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
     """{"result": ProfileResult} or {"task_error": why the task itself could not be used}."""
-    from accelopt_core.tasks import TaskError
-
     try:
-        result = _profiler(payload).profile(payload["source"], payload["task"], payload["hardware"],
-                                            check=payload["check"], kernel_label=payload.get("label", "kernel.py"),
-                                            kernel_name=payload.get("kernel_name"), cancel=cancel)
+        result = _profiler(payload["profiler"], payload.get("memory_db")).profile(
+            payload["source"], payload["task"], payload["hardware"], check=payload["check"],
+            kernel_label=payload.get("label", "kernel.py"), kernel_name=payload.get("kernel_name"), cancel=cancel)
     except TaskError as exc:
         return {"task_error": str(exc)}
     except Exception as exc:  # the reference raised while drawing inputs or computing outputs
@@ -146,94 +107,71 @@ def profile_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable
     return {"result": result}
 
 
-def llm_agent(llm: dict[str, Any], notes: list[str]) -> Any | None:
-    """The LLM planner when the editor's settings name an endpoint or a model (an explicit opt-in: it costs
-    money). The API key is the one the editor passed as a secret (initializationOptions), else the
+def llm_settings(llm: dict[str, Any], notes: list[str]) -> LLMSettings | None:
+    """The LLM planner's settings when the editor's settings name an endpoint or a model (an explicit opt-in:
+    it costs money). The API key is the one the editor passed as a secret (initializationOptions), else the
     environment's or the engine's config file's, never one from settings; `budget_usd` caps the spend."""
     if not (llm.get("endpoint") or llm.get("model")):
         return None
+    budget = {"max_usd": llm["budget_usd"]} if llm.get("budget_usd") else None
     try:
-        from accelopt_core.agents.llm import LLMAgent
-        from accelopt_core.config import LLMSettings
-
-        budget = {"max_usd": llm["budget_usd"]} if llm.get("budget_usd") else None
-        settings = LLMSettings.load(base_url=llm.get("endpoint"), model=llm.get("model"), api_key=llm.get("api_key"),
-                                    budget=budget)
-        if not settings.configured():
-            notes.append(f"LLM planner not used: missing {', '.join(settings.missing())}")
-            return None
-        return LLMAgent(settings)
-    except Exception as exc:  # an engine without the LLM agents, or a bad config file
+        return LLMSettings.load(base_url=llm.get("endpoint"), model=llm.get("model"), api_key=llm.get("api_key"),
+                                budget=budget)
+    except Exception as exc:  # a bad config file
         notes.append(f"LLM planner not used: {type(exc).__name__}: {exc}")
         return None
 
 
-def rule_agent(notes: list[str]) -> Any | None:
-    """The engine's rule-based optimizer with its default rules (looked up by name: that part of the
-    engine may be missing from a build, and the server must still run)."""
-    try:
-        from accelopt_core.agents.rules.agent import RuleAgent
-
-        registry = importlib.import_module("accelopt_core.agents.rules.registry")
-        return RuleAgent(registry.default_rules())
-    except ImportError as exc:
-        notes.append(f"rule-based optimizer not available in this build ({exc})")
-        return None
-
-
-def build_agents(specs: list[str], llm: dict[str, Any] | None = None, notes: list[str] | None = None) -> list[Any]:
-    """Agents from factories named "module:callable" / "file.py:callable"; by default the rule-based
-    optimizer, plus the LLM planner when one is configured."""
-    notes = notes if notes is not None else []
-    if not specs:
-        agents = [agent for agent in (llm_agent(llm or {}, notes), rule_agent(notes)) if agent is not None]
-        if not agents:
-            raise RuntimeError("no optimizer is available: " + "; ".join(notes))
-        return agents
-    from .plugins import load
-
-    try:
-        return load(specs)
-    except Exception as exc:
-        raise RuntimeError(f"cannot load the optimizer agents {', '.join(specs)}: {exc}") from None
+def build_agents(payload: dict[str, Any], samples_per_plan: int, notes: list[str]) -> SearchAgents:
+    """The agents made by the factories the settings name ("module:callable" / "file.py:callable"); by
+    default the rule-based optimizer, with the LLM planner beside it when one is configured."""
+    specs = list(payload.get("agents") or [])
+    if specs:
+        try:
+            return SearchAgents(load_factories(specs))
+        except Exception as exc:
+            raise RuntimeError(f"cannot load the optimizer agents {', '.join(specs)}: {exc}") from None
+    settings = llm_settings(payload.get("llm") or {}, notes)
+    chosen = search_agents("both" if settings is not None else "rules", settings, samples_per_plan)
+    if chosen.missing:
+        notes.append(f"LLM planner not used: missing {', '.join(chosen.missing)}")
+    return chosen
 
 
 def optimize_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
     """{"search": SearchResult} or {"search_error": why the search could not run}."""
-    from accelopt_core.search import BeamSearch, SearchError, preset
-    from accelopt_core.tasks import TaskError
-
     notes: list[str] = []
-    agents: list[Any] = []
+    chosen = SearchAgents([])
     try:
-        agents = build_agents(list(payload.get("agents") or []), payload.get("llm"), notes)
         config = preset(payload["preset"], workers=payload.get("workers"))
+        chosen = build_agents(payload, config.samples_per_plan, notes)
         task = payload["task"]
-        family = task.load().family
-        profiler = make_profiler(payload, config.seeds)
-        memory = _memory(payload["memory_db"]) if payload.get("memory_db") else None
-        search = BeamSearch(profiler, agents, config, memory, emit, cancel)
-        return {"search": search.run(payload["source"], task, payload["hardware"], family), "notes": notes}
+        memory = _memory(payload.get("memory_db"))
+        profiler = make_profiler(replace(payload["profiler"], seeds=config.seeds), profile_cache(memory))
+        search = BeamSearch(profiler, chosen.agents, config, memory, emit, cancel)
+        return {"search": search.run(payload["source"], task, payload["hardware"], task_family(task)),
+                "notes": notes}
     except (SearchError, TaskError, RuntimeError, ValueError, ImportError) as exc:
         return {"search_error": str(exc), "notes": notes}
     finally:
-        for agent in agents:
-            close = getattr(agent, "close", None)
-            if callable(close):
-                close()
+        chosen.close()
 
 
-_fixers: dict[tuple[str, ...], Any] = {}
+def _quick_fix_rules(specs: tuple[str, ...]) -> list[Any]:
+    """The rules the settings name, else the engine's default rules; loaded once per process."""
+    if specs not in _rules:
+        try:
+            _rules[specs] = load_factories(specs) if specs else default_rules()
+        except Exception:
+            log.exception("loading the quick-fix rules %s failed", specs)
+            _rules[specs] = []
+    return _rules[specs]
 
 
 def fixes_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
     """{"fixes": [QuickFix]}: where the rewrite rules apply to this kernel, with each rewrite's source."""
-    from .rules import RuleFixes
-
-    specs = tuple(payload.get("specs") or ())
-    if specs not in _fixers:
-        _fixers[specs] = RuleFixes(specs=specs)
-    return {"fixes": _fixers[specs].plan(payload["source"], payload["profile"], payload["limit"])}
+    rules = _quick_fix_rules(tuple(payload.get("specs") or ()))
+    return {"fixes": quick_fixes(rules, payload["source"], payload["profile"], payload["limit"])}
 
 
 JOBS: dict[str, Callable[[dict[str, Any], threading.Event, Callable[[Any], None]], dict[str, Any]]] = {
@@ -310,8 +248,6 @@ def main() -> None:
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from accelopt_core.blas import single_threaded_blas
-
     single_threaded_blas()
     worker = Worker(protocol_out)
 

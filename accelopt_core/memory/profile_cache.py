@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..profiling.profiler import ProfileKey
 from ..profiling.result import RESULT_FORMAT, ProfileResult
 
 if TYPE_CHECKING:
     from .store import Memory
-
-# What SimulatorProfiler uses as a key: (kernel_hash, task_key, check_variant, hardware, backend, check).
-ProfilerKey = tuple[str, str, str | None, str, str, bool]
 
 
 def check_mode(check_variant: str | None, check: bool) -> str:
@@ -22,7 +20,7 @@ def check_mode(check_variant: str | None, check: bool) -> str:
     return f"check:{check_variant}" if check_variant else "check"
 
 
-def memory_key(key: ProfilerKey) -> tuple[str, str, str, str, str]:
+def memory_key(key: ProfileKey) -> tuple[str, str, str, str, str]:
     """The profiler's key reordered into the memory's (kernel, task, hardware, backend, mode)."""
     kernel_hash, task, check_variant, hardware, backend, check = key
     return kernel_hash, task, hardware, backend, check_mode(check_variant, check)
@@ -34,25 +32,25 @@ class ProfileCache:
     def __init__(self, memory: Memory):
         self.memory = memory
 
-    def _current(self, key: ProfilerKey) -> dict[str, Any] | None:
+    def _current(self, key: ProfileKey) -> dict[str, Any] | None:
         """The stored result when this version wrote it. One of an older result format (percent where the
         fields are now fractions) counts as absent: the kernel is profiled again and the entry replaced,
         rather than served in a unit nobody reads it in any more."""
         data = self.memory.get_profile(*memory_key(key))
         return data if data is not None and data.get("result_format") == RESULT_FORMAT else None
 
-    def get(self, key: ProfilerKey, default: Any = None) -> ProfileResult | Any:
+    def get(self, key: ProfileKey, default: Any = None) -> ProfileResult | Any:
         data = self._current(key)
         return default if data is None else ProfileResult.from_dict(data)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, tuple) and len(key) == 6 and self._current(key) is not None
 
-    def __getitem__(self, key: ProfilerKey) -> ProfileResult:
+    def __getitem__(self, key: ProfileKey) -> ProfileResult:
         result = self.get(key)
         if result is None:
             raise KeyError(key)
         return result
 
-    def __setitem__(self, key: ProfilerKey, result: ProfileResult) -> None:
+    def __setitem__(self, key: ProfileKey, result: ProfileResult) -> None:
         self.memory.put_profile(*memory_key(key), result.to_dict())

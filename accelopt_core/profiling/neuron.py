@@ -239,9 +239,10 @@ class NeuronProfiler(CheckingProfiler):
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
-        cache_key = self._cache_key(kernel_source, task, hardware, check)
-        if seeds is None and cache_key in self.cache:
-            return self.cache[cache_key]
+        cache_key = self._cache_key(kernel_source, task, hardware, check, seeds)
+        cached = self._cached(cache_key)
+        if cached is not None:
+            return cached
         timing_task = task.load()
         result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend)
         if self.hardware is not None and hardware != self.hardware:
@@ -261,7 +262,7 @@ class NeuronProfiler(CheckingProfiler):
                 measured = run_device_child(job, workdir, self.limits, self._environment(workdir), cancel)
                 if measured.error:
                     result.error, result.error_line = measured.error, measured.error_line
-                    if measured.error_line is not None and seeds is None:
+                    if measured.error_line is not None and cache_key is not None:
                         self.cache[cache_key] = result
                     return result
                 summary, lines, problem = self._read_profile(workdir, measured, job.kernel_filename)
@@ -279,7 +280,7 @@ class NeuronProfiler(CheckingProfiler):
             if violation:
                 result.correct, result.check_message = False, violation
         self._fill(result, measured, summary, lines, problem, work, hardware)
-        if seeds is None:
+        if cache_key is not None:
             self.cache[cache_key] = result
         return result
 

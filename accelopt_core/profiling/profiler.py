@@ -31,12 +31,14 @@ from ..nki.trace import TapeError
 from ..perfmodel import peak_percent
 from ..tasks import PeakWork, Task, load_reference
 from ..tasks.check import compare, fresh_seeds
-from ..tasks.registry import find_task
+from ..tasks.registry import find_task, task_files
 from .guards import guard_violation
 from .handback import MalformedResultError, read_trace
 from .result import ProfileResult
 from .sandbox import MALFORMED, SandboxJob, SandboxLimits, run_sandboxed, sandbox_workdir
 from .verdict import Replays, RunPlan, plan_runs, timing_report, trace_facts
+
+UNNAMED = "a TaskRef needs a name or a reference path"
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class TaskRef:
         if self.reference:
             task = load_reference(self.reference, variant=variant)
         elif not self.name:
-            raise ValueError("a TaskRef needs a name or a reference path")
+            raise ValueError(UNNAMED)
         else:
             base = self.name.split(":", 1)[0]
             task = find_task(f"{base}:{variant}" if variant else self.name)
@@ -66,12 +68,42 @@ class TaskRef:
         if self.name or not self.reference:
             return (self.name or "") + launch
         path = os.path.abspath(self.reference)
-        try:
-            with open(path, "rb") as handle:
-                digest = hashlib.sha256(handle.read()).hexdigest()[:16]
-        except OSError:
-            digest = "missing"
-        return f"{path}#{digest}{launch}"
+        return f"{path}#{file_digest(path)}{launch}"
+
+    @property
+    def reference_path(self) -> str:
+        """The reference file that checks kernels of this task (a named task's from the registry)."""
+        if not (self.reference or self.name):
+            raise ValueError(UNNAMED)
+        return os.path.abspath(self.reference) if self.reference else task_files(self.name or "").reference
+
+    @property
+    def identity(self) -> str:
+        """`key` with the content of the reference file folded in, for a named task too: the verdict on a
+        kernel must not outlive an edit (or a `git checkout`) of the reference that gave it."""
+        return f"{self.key}@{file_digest(self.reference_path)}"
+
+
+def file_digest(path: str) -> str:
+    """A short content digest of a file ("missing" when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()[:16]
+    except OSError:
+        return "missing"
+
+
+ProfileKey = tuple[str, str, str | None, str, str, bool]
+
+
+def profile_key(kernel_source: str, task: TaskRef, hardware: str, backend: str, check: bool,
+                check_variant: str | None, seeds: Sequence[int] | None = None) -> ProfileKey | None:
+    """The one key a profile is cached under, by every profiler and every reader of the cache: the kernel's
+    content, the task with its reference's content, how it was checked, the hardware and the backend. None
+    for a run on seeds chosen by the caller: its verdict is not the one of fresh seeds, so it is not cached."""
+    if seeds is not None:
+        return None
+    return kernel_hash(kernel_source), task.identity, check_variant, hardware, backend, check
 
 
 @runtime_checkable
@@ -181,13 +213,18 @@ class CheckingProfiler:
         timed.check_variant, timed.seed_count = None, 1
         return timed
 
-    def _cache_key(self, kernel_source: str, task: TaskRef, hardware: str, check: bool) -> tuple[Any, ...]:
-        return kernel_hash(kernel_source), task.key, self.check_variant, hardware, self.backend, check
+    def _cache_key(self, kernel_source: str, task: TaskRef, hardware: str, check: bool,
+                   seeds: Sequence[int] | None) -> ProfileKey | None:
+        return profile_key(kernel_source, task, hardware, self.backend, check, self.check_variant, seeds)
+
+    def _cached(self, key: ProfileKey | None) -> ProfileResult | None:
+        return self.cache.get(key) if key is not None else None
 
     def _timing_specs(self, task: Task, ref: TaskRef) -> list[TensorSpec]:
-        if ref.key not in self._specs:
-            self._specs[ref.key] = [TensorSpec.of(a) for a in task.make_case(0).inputs]
-        return self._specs[ref.key]
+        """The timed size's input shapes, drawn once per task and version of its reference."""
+        if ref.identity not in self._specs:
+            self._specs[ref.identity] = [TensorSpec.of(a) for a in task.make_case(0).inputs]
+        return self._specs[ref.identity]
 
     def _check_cases(self, result: ProfileResult, task: TaskRef, timing_task: Task, check: bool,
                      seeds: Sequence[int] | None) -> tuple[Task, list[Any]]:
@@ -244,9 +281,10 @@ class SimulatorProfiler(CheckingProfiler):
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
-        cache_key = self._cache_key(kernel_source, task, hardware, check)
-        if seeds is None and cache_key in self.cache:
-            return self.cache[cache_key]
+        cache_key = self._cache_key(kernel_source, task, hardware, check, seeds)
+        cached = self._cached(cache_key)
+        if cached is not None:
+            return cached
         timing_task = task.load()
         specs = self._timing_specs(timing_task, task)
         result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend)
@@ -255,7 +293,6 @@ class SimulatorProfiler(CheckingProfiler):
         plan = plan_runs([c.inputs for c in cases], check_task.launch, specs, timing_task.launch)
         job = SandboxJob(kernel_source, list(plan.runs), hardware, self._forbidden(timing_task), kernel_name,
                          kernel_label, kernel_folder(kernel_label))
-        cache_key = cache_key if seeds is None else None
         workdir = sandbox_workdir()
         with reference_thread() as references:
             work = references.submit(task_work, timing_task, specs, cases)  # while the child records

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
+from ..tasks.declared import default_task_name
 from .profiler import Profiler, SimulatorProfiler, TaskRef
 from .result import ProfileResult
 from .sandbox import CANCELLED
@@ -194,7 +195,7 @@ class RemoteProfiler:
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
         """Profile on the service; failures come back as `ProfileResult.error`, never as exceptions."""
-        task_name = task.name or os.path.splitext(os.path.basename(task.reference or ""))[0].removesuffix("_ref")
+        task_name = task.name or default_task_name(task.reference or "")
         failed = ProfileResult(kernel_label, task_name, hardware, self.backend)
         deadline = time.monotonic() + self.timeout
         job_id: str | None = None

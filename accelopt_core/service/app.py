@@ -243,6 +243,139 @@ def _digest(value: str) -> bytes:
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
 
 
+def make_runner(config: EvaluatorConfig, workers: int, ray_address: str | None) -> Runner:
+    """The evaluation slots: worker processes on this host, or Ray tasks on a cluster."""
+    if ray_address:
+        from .ray_backend import RayRunner
+
+        return RayRunner(ray_address, config, slots=workers or None)
+    from .workers import ProcessRunner
+
+    return ProcessRunner(workers, config)
+
+
+def bearer_check(token: str) -> Callable[..., None]:
+    """The dependency every call but health has: the token compared through fixed-length digests."""
+    expected = _digest(token)
+
+    def authorize(credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]) -> None:
+        given = credentials.credentials if credentials is not None else ""
+        if not hmac.compare_digest(_digest(given), expected) or not given:
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    return authorize
+
+
+class Jobs:
+    """The job manager while the app runs (its lifespan), for the routes; 503 outside it."""
+
+    def __init__(self) -> None:
+        self.current: JobManager | None = None
+
+    def __call__(self) -> JobManager:
+        if self.current is None:
+            raise HTTPException(503, "the service is starting or stopping")
+        return self.current
+
+
+def job_lifespan(jobs: Jobs, runner: Runner, backend: str, queue_limit: int | None, cache_size: int, job_ttl: float,
+                 private_refs: str | None) -> Callable[[FastAPI], Any]:
+    """Start the job manager and its workers with the app, stop them (and remove the references clients sent,
+    when the folder is ours) after it."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        manager = JobManager(runner, backend, queue_limit=queue_limit or 1, cache_size=cache_size, job_ttl=job_ttl)
+        manager.start()  # a Ray runner learns its slot count here, from the cluster
+        if queue_limit is None:
+            manager.queue_limit = 16 * runner.slots
+        jobs.current = app.state.jobs = manager
+        try:
+            yield
+        finally:
+            jobs.current = None
+            manager.stop()
+            if private_refs:
+                shutil.rmtree(private_refs, ignore_errors=True)
+
+    return lifespan
+
+
+def add_job_routes(app: FastAPI, jobs: Jobs, auth: list[Any], max_kernel_bytes: int) -> None:
+    """Submit, poll and cancel."""
+
+    @app.post("/v1/jobs", status_code=202, response_model=JobCreated, dependencies=auth, tags=["jobs"],
+              responses=_errors(401, 413, 422, 429, 503))
+    def submit(request: JobRequest, response: Response) -> dict[str, Any]:
+        """Queue a profile job (answered at once from the cache when the same job ran before)."""
+        for name, text in (("kernel", request.kernel), ("reference", request.reference)):
+            if text is not None and len(text.encode("utf-8")) > max_kernel_bytes:
+                raise HTTPException(413, f"{name} source larger than {max_kernel_bytes} bytes")
+        spec = request.to_spec()
+        try:
+            validate_spec(spec)
+        except SpecError as exc:
+            raise HTTPException(422, str(exc)) from None
+        try:
+            job = jobs().submit(spec)
+        except QueueFullError as exc:
+            raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+        response.headers["Location"] = f"/v1/jobs/{job.id}"
+        return {"id": job.id, "status": job.status}
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobState, dependencies=auth, tags=["jobs"],
+             responses=_errors(401, 404, 503))
+    async def status(job_id: str = Path(pattern=JOB_ID),
+                     wait: float = Query(0.0, ge=0.0, le=30.0, description="seconds to wait for the job to "
+                                         "finish before answering (long polling)")) -> dict[str, Any]:
+        """The job's status; `result` once done, `error` once failed."""
+        manager = jobs()
+        await manager.wait(job_id, wait)
+        snapshot = manager.get(job_id)
+        if snapshot is None:
+            raise HTTPException(404, f"no job {job_id} (unknown, expired, or lost in a restart)")
+        return snapshot
+
+    @app.delete("/v1/jobs/{job_id}", response_model=JobState, dependencies=auth, tags=["jobs"],
+                responses=_errors(401, 404, 409, 503))
+    def cancel(job_id: str = Path(pattern=JOB_ID)) -> dict[str, Any]:
+        """Cancel a queued or running job."""
+        try:
+            snapshot = jobs().cancel(job_id)
+        except JobFinishedError as exc:
+            raise HTTPException(409, str(exc)) from None
+        if snapshot is None:
+            raise HTTPException(404, f"no job {job_id}")
+        return snapshot
+
+
+def add_health_route(app: FastAPI, jobs: Jobs) -> None:
+    """The only call without a token."""
+
+    @app.get("/v1/health", response_model=Health, tags=["service"])
+    def health() -> dict[str, Any]:
+        """Liveness and capacity: worker slots, queued and running evaluations. No token needed."""
+        return jobs().health()
+
+
+def add_service_routes(app: FastAPI, jobs: Jobs, auth: list[Any]) -> None:
+    """The workers, the counters and the schema."""
+
+    @app.get("/v1/workers", dependencies=auth, tags=["service"], responses=_errors(401, 503))
+    def worker_list() -> list[dict[str, Any]]:
+        """Each worker slot: process id, whether it is busy, how often it was replaced, its NeuronCore."""
+        return jobs().runner.describe()
+
+    @app.get("/v1/stats", dependencies=auth, tags=["service"], responses=_errors(401, 503))
+    def stats() -> dict[str, Any]:
+        """Counters: submitted, cache hits, coalesced duplicates, evaluations, retries, rejections."""
+        return jobs().stats()
+
+    @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
+    def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+
 def create_app(backend: str = "simulator", workers: int = 2, token: str = "", *, queue_limit: int | None = None,
                max_kernel_bytes: int = 1 * MiB, max_body_bytes: int = 4 * MiB, seeds: int = 5,
                limits: SandboxLimits | None = None, ray_address: str | None = None,
@@ -258,119 +391,21 @@ def create_app(backend: str = "simulator", workers: int = 2, token: str = "", *,
         raise ValueError("the service needs a non-empty bearer token")
     if backend not in ("simulator", "neuron"):
         raise ValueError(f"unknown backend {backend!r}; use simulator or neuron")
-    own_refs = refs_root is None  # references sent as text are kept in a private folder while we run
-    refs_root = refs_root or private_directory("accelopt-service-refs-")
-    config = EvaluatorConfig(backend=backend, seeds=seeds, limits=limits or SandboxLimits(), refs_root=refs_root,
-                             forbidden_paths=tuple(forbidden_paths),
+    private_refs = private_directory("accelopt-service-refs-") if refs_root is None else None
+    config = EvaluatorConfig(backend=backend, seeds=seeds, limits=limits or SandboxLimits(),
+                             refs_root=refs_root or private_refs, forbidden_paths=tuple(forbidden_paths),
                              neuron_options=tuple(sorted((neuron_options or {}).items())))
-    if runner is None:
-        if ray_address:
-            from .ray_backend import RayRunner
-
-            runner = RayRunner(ray_address, config, slots=workers or None)
-        else:
-            from .workers import ProcessRunner
-
-            runner = ProcessRunner(workers, config)
-    manager_box: dict[str, JobManager] = {}
-    expected = _digest(token)
-
-    def authorize(credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]) -> None:
-        given = credentials.credentials if credentials is not None else ""
-        if not hmac.compare_digest(_digest(given), expected) or not given:
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-
-    def manager() -> JobManager:
-        if "jobs" not in manager_box:
-            raise HTTPException(503, "the service is starting or stopping")
-        return manager_box["jobs"]
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        jobs = JobManager(runner, backend, queue_limit=queue_limit or 1, cache_size=cache_size, job_ttl=job_ttl)
-        jobs.start()  # a Ray runner learns its slot count here, from the cluster
-        if queue_limit is None:
-            jobs.queue_limit = 16 * runner.slots
-        manager_box["jobs"] = jobs
-        app.state.jobs = jobs
-        try:
-            yield
-        finally:
-            manager_box.pop("jobs", None)
-            jobs.stop()
-            if own_refs:
-                shutil.rmtree(refs_root, ignore_errors=True)
-
-    app = FastAPI(title="AccelOpt profiling service", version="1", lifespan=lifespan, openapi_url=None,
-                  docs_url=None, redoc_url=None,
+    runner = runner or make_runner(config, workers, ray_address)
+    jobs = Jobs()
+    app = FastAPI(title="AccelOpt profiling service", version="1", openapi_url=None, docs_url=None, redoc_url=None,
+                  lifespan=job_lifespan(jobs, runner, backend, queue_limit, cache_size, job_ttl, private_refs),
                   description="Checks and profiles NKI kernels on a Trainium host (Neuron SDK) or the "
                               "built-in simulator. Every call but /v1/health needs a bearer token.")
     app.add_middleware(BodySizeLimit, limit=max_body_bytes)  # type: ignore[arg-type]
     app.add_middleware(NoCredentialsInQuery)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
-    auth = [Depends(authorize)]
-
-    @app.get("/v1/health", response_model=Health, tags=["service"])
-    def health() -> dict[str, Any]:
-        """Liveness and capacity: worker slots, queued and running evaluations. No token needed."""
-        return manager().health()
-
-    @app.post("/v1/jobs", status_code=202, response_model=JobCreated, dependencies=auth, tags=["jobs"],
-              responses=_errors(401, 413, 422, 429, 503))
-    def submit(request: JobRequest, response: Response) -> dict[str, Any]:
-        """Queue a profile job (answered at once from the cache when the same job ran before)."""
-        for name, text in (("kernel", request.kernel), ("reference", request.reference)):
-            if text is not None and len(text.encode("utf-8")) > max_kernel_bytes:
-                raise HTTPException(413, f"{name} source larger than {max_kernel_bytes} bytes")
-        spec = request.to_spec()
-        try:
-            validate_spec(spec)
-        except SpecError as exc:
-            raise HTTPException(422, str(exc)) from None
-        try:
-            job = manager().submit(spec)
-        except QueueFullError as exc:
-            raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
-        response.headers["Location"] = f"/v1/jobs/{job.id}"
-        return {"id": job.id, "status": job.status}
-
-    @app.get("/v1/jobs/{job_id}", response_model=JobState, dependencies=auth, tags=["jobs"],
-             responses=_errors(401, 404, 503))
-    async def status(job_id: str = Path(pattern=JOB_ID),
-                     wait: float = Query(0.0, ge=0.0, le=30.0, description="seconds to wait for the job to "
-                                         "finish before answering (long polling)")) -> dict[str, Any]:
-        """The job's status; `result` once done, `error` once failed."""
-        jobs = manager()
-        await jobs.wait(job_id, wait)
-        snapshot = jobs.get(job_id)
-        if snapshot is None:
-            raise HTTPException(404, f"no job {job_id} (unknown, expired, or lost in a restart)")
-        return snapshot
-
-    @app.delete("/v1/jobs/{job_id}", response_model=JobState, dependencies=auth, tags=["jobs"],
-                responses=_errors(401, 404, 409, 503))
-    def cancel(job_id: str = Path(pattern=JOB_ID)) -> dict[str, Any]:
-        """Cancel a queued or running job."""
-        try:
-            snapshot = manager().cancel(job_id)
-        except JobFinishedError as exc:
-            raise HTTPException(409, str(exc)) from None
-        if snapshot is None:
-            raise HTTPException(404, f"no job {job_id}")
-        return snapshot
-
-    @app.get("/v1/workers", dependencies=auth, tags=["service"], responses=_errors(401, 503))
-    def worker_list() -> list[dict[str, Any]]:
-        """Each worker slot: process id, whether it is busy, how often it was replaced, its NeuronCore."""
-        return manager().runner.describe()
-
-    @app.get("/v1/stats", dependencies=auth, tags=["service"], responses=_errors(401, 503))
-    def stats() -> dict[str, Any]:
-        """Counters: submitted, cache hits, coalesced duplicates, evaluations, retries, rejections."""
-        return manager().stats()
-
-    @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
-    def openapi() -> JSONResponse:
-        return JSONResponse(app.openapi())
-
+    auth = [Depends(bearer_check(token))]
+    add_health_route(app, jobs)
+    add_job_routes(app, jobs, auth, max_kernel_bytes)
+    add_service_routes(app, jobs, auth)
     return app

@@ -9,7 +9,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from ..profiling import Profiler, SimulatorProfiler, TaskRef
+from ..engine import NEURON, SIMULATOR, ProfilerSettings, make_profiler
+from ..profiling import Profiler, TaskRef
 from ..profiling.sandbox import CANCELLED
 from ..tasks import TaskError
 from .spec import EvaluatorConfig, JobSpec, materialize_reference, private_directory
@@ -53,23 +54,21 @@ class Evaluator:
 
     def _profiler(self, check_variant: str | None) -> Profiler:
         if check_variant not in self._profilers:
-            forbidden = [*self.config.forbidden_paths, self.refs_root]
-            if self.config.backend == "neuron":
-                from ..profiling.neuron import NeuronProfiler
-
-                options = dict(self.config.neuron_options)
-                if self.visible_cores is not None:
-                    options["visible_cores"] = self.visible_cores
-                self._profilers[check_variant] = NeuronProfiler(
-                    seeds=self.config.seeds, check_variant=check_variant, limits=self.config.limits,
-                    forbidden_paths=forbidden, cache=_NoCache(), **options)
-            elif self.config.backend == "simulator":
-                self._profilers[check_variant] = SimulatorProfiler(
-                    seeds=self.config.seeds, check_variant=check_variant, limits=self.config.limits,
-                    forbidden_paths=forbidden, cache=_NoCache())
-            else:
-                raise ValueError(f"unknown backend {self.config.backend!r}")
+            self._profilers[check_variant] = make_profiler(self.profiler_settings(check_variant), _NoCache())
         return self._profilers[check_variant]
+
+    def profiler_settings(self, check_variant: str | None) -> ProfilerSettings:
+        """The service's configuration in the engine's terms: this slot's NeuronCore, and the folder of the
+        references clients sent, which no kernel may read."""
+        if self.config.backend not in (SIMULATOR, NEURON):
+            raise ValueError(f"unknown backend {self.config.backend!r}")
+        options = dict(self.config.neuron_options)
+        if self.config.backend == NEURON and self.visible_cores is not None:
+            options["visible_cores"] = self.visible_cores
+        return ProfilerSettings(self.config.backend, seeds=self.config.seeds, check_variant=check_variant,
+                                limits=self.config.limits, forbidden_paths=(*self.config.forbidden_paths,
+                                                                            self.refs_root),
+                                neuron_options=tuple(sorted(options.items())))
 
     def task_ref(self, spec: JobSpec) -> TaskRef:
         if spec.task:

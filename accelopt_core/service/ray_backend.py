@@ -24,6 +24,7 @@ from typing import Any, Self
 
 from ..profiling import ProfileResult, SandboxLimits, TaskRef
 from ..profiling.sandbox import CANCELLED
+from ..tasks.declared import default_task_name
 from .evaluate import Evaluator, Outcome
 from .spec import EvaluatorConfig, JobSpec
 
@@ -213,7 +214,7 @@ class RayProfiler:
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
-        task_name = task.name or os.path.splitext(os.path.basename(task.reference or ""))[0].removesuffix("_ref")
+        task_name = task.name or default_task_name(task.reference or "")
         failed = ProfileResult(kernel_label, task_name, hardware, self.config.backend)
         try:
             reference = None

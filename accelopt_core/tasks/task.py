@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..nki.runner import Launch
+from .declared import default_task_name
 from .work import PeakWork, count_work
 
 DEFAULT_RTOL = 2e-5
@@ -183,7 +184,7 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
     """Read a reference file in either format. A native reference may define size `VARIANTS`
     (e.g. {"full": {...}, "small": {...}}): `make_inputs(rng, **sizes)` then gets the chosen one."""
     module, source = _import_reference(path)
-    task_name = name or os.path.splitext(os.path.basename(path))[0].removesuffix("_ref")
+    task_name = name or default_task_name(path)
     rtol = float(getattr(module, "RTOL", DEFAULT_RTOL))
     sizes = _variant_sizes(module, path, variant)
     family = str(getattr(module, "FAMILY", task_name))

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from lsp_client import ROOT, SILU
 
+from accelopt_core.engine import check_variant, quick_fixes
 from server.config import Settings, merge
 from server.edits import apply_line_edits, line_edits, line_map
 from server.findings import repeated_loads
-from server.kernels import analyze, check_variant, directive_insert_line, link_task, parse_directive, suggest_tasks
+from server.kernels import analyze, directive_insert_line, link_task, parse_directive, suggest_tasks
 
 MATMUL = (ROOT / "nkibench" / "kernels" / "matmul.py").read_text()
 
@@ -33,8 +34,8 @@ def test_directives_and_task_links(tmp_path: Path) -> None:
     assert parse_directive("# accelopt: colour=blue\n").problems  # type: ignore[union-attr]
     link = link_task(analyze("# accelopt: task=silu\n" + SILU), None)
     assert link.ok and link.ref is not None and link.ref.name == "silu" and link.reference_path
-    assert check_variant(link) == "small"
-    assert check_variant(link_task(analyze("# accelopt: task=silu:small\n" + SILU), None)) is None
+    assert check_variant(link.ref) == "small"
+    assert check_variant(link_task(analyze("# accelopt: task=silu:small\n" + SILU), None).ref) is None  # type: ignore[arg-type]
     assert "unknown task" in (link_task(analyze("# accelopt: task=nope\n" + SILU), None).problem or "")
     missing = link_task(analyze("# accelopt: reference=ref.py\n" + SILU), str(tmp_path / "k.py"))
     assert missing.problem and "not found" in missing.problem
@@ -108,10 +109,7 @@ class _Rule:
 
 
 def test_rule_fixes_are_ordered_limited_and_skip_plans_that_do_not_apply() -> None:
-    from server.rules import RuleFixes
-
-    fixer = RuleFixes([_Rule("a", [(10, 0.2), (13, 0.9)]), _Rule("b", [(11, 0.5), (12, 0.1)])])
-    fixes = fixer.plan(SILU, None, limit=2)
+    fixes = quick_fixes([_Rule("a", [(10, 0.2), (13, 0.9)]), _Rule("b", [(11, 0.5), (12, 0.1)])], SILU, None, 2)
     assert [(f.rule, f.line) for f in fixes] == [("b", 11), ("a", 10)]
     assert fixes[0].new_source.endswith("# b at 11\n")
 

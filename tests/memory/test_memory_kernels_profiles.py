@@ -9,7 +9,7 @@ import pytest
 
 from accelopt_core.memory import Memory, ProfileCache, check_mode, source_hash
 from accelopt_core.profiling import ProfileResult, SimulatorProfiler, TaskRef
-from accelopt_core.profiling.profiler import kernel_hash
+from accelopt_core.profiling.profiler import kernel_hash, profile_key
 
 SOURCE = "@nki.jit\ndef kernel(x):\n    return x\n"
 
@@ -112,7 +112,7 @@ def test_profile_cache_survives_reopen(db_path: Path) -> None:
 def test_simulator_profiler_reads_profile_cache(memory: Memory) -> None:
     """The key SimulatorProfiler builds finds what the memory holds: a cached kernel is not run again."""
     cache = ProfileCache(memory)
-    cache[(kernel_hash(SOURCE), "silu", "small", "trn1", "simulator", True)] = sample_result()
+    cache[profile_key(SOURCE, TaskRef(name="silu"), "trn1", "simulator", True, "small")] = sample_result()
     profiler = SimulatorProfiler(check_variant="small", cache=cache)
     assert profiler.profile(SOURCE, TaskRef(name="silu"), "trn1") == sample_result()
 

@@ -8,7 +8,8 @@ import threading
 import pytest
 from attack_kit import DISABLE_AUDIT_HOOK, attack_kernel, write_reference
 
-from accelopt_core.profiling import TaskRef
+from accelopt_core.engine import ProfilerSettings
+from accelopt_core.profiling import SandboxLimits, TaskRef
 
 pytestmark = pytest.mark.usefixtures("confined")
 
@@ -46,9 +47,9 @@ def test_the_language_server_workers_payload_secrets_never_reach_the_kernel(
 
     monkeypatch.setenv("ACCELOPT_SERVICE_TOKEN", "svc-env-secret-3")
     monkeypatch.setenv("ACCELOPT_LLM_API_KEY", "llm-env-secret-4")
-    payload = {"source": attack_kernel(HUNT), "task": task, "hardware": "trn1", "check": True, "check_variant": None,
-               "seeds": 1, "limits": (30.0, 2048), "memory_db": None, "digest": "-", "label": "kernel.py",
-               "kernel_name": None, "backend": "simulator", "service_token": "svc-payload-secret-1",
+    profiler = ProfilerSettings(token="svc-payload-secret-1", seeds=1, limits=SandboxLimits(30.0, 2048))
+    payload = {"source": attack_kernel(HUNT), "task": task, "hardware": "trn1", "check": True, "profiler": profiler,
+               "memory_db": None, "label": "kernel.py", "kernel_name": None,
                "llm": {"endpoint": "https://llm.example", "api_key": "llm-payload-secret-2"}}
     outcome = profile_job(payload, threading.Event(), lambda event: None)
     error = outcome["result"].error

@@ -8,10 +8,14 @@ every iteration as well pushed the profile's best plans out of a small beam and 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
+from ...profiling.result import ProfileResult
 from ..base import Candidate, Draft, Proposal, SearchContext
 from .base import Plan, Rule, RuleError
+
+log = logging.getLogger(__name__)
 
 
 class RuleAgent:
@@ -23,8 +27,23 @@ class RuleAgent:
         self.rules = list(rules)
 
     def propose(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
-        proposals = sorted(self._proposals(self.rules, parent, context), key=lambda p: -p.priority)
-        return proposals[:count]
+        ranked = [self._proposal(rule, plan) for rule, plan in self.ranked_plans(parent.source, parent.result)]
+        return self._untried(ranked, parent, context)[:count]
+
+    def ranked_plans(self, source: str, profile: ProfileResult | None, skip_failing: bool = False
+                     ) -> list[tuple[Rule, Plan]]:
+        """Every rule's plans for a kernel, the largest share of kernel time first (rules in their order among
+        equals). `skip_failing`: a rule that raises while planning is logged and left out (the editor's quick
+        fixes must not all fail for one rule's bug; a search lets it surface)."""
+        plans: list[tuple[Rule, Plan]] = []
+        for rule in self.rules:
+            try:
+                plans += [(rule, plan) for plan in rule.plan(source, profile)]
+            except Exception:
+                if not skip_failing:
+                    raise
+                log.exception("rule %s failed to plan", rule.name)
+        return sorted(plans, key=lambda item: -item[1].priority)
 
     def recall(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
         """Plans of the rules that won more often than they lost on this family, the rule with the
@@ -32,18 +51,17 @@ class RuleAgent:
         winners = {name: stats.mean_speedup for name, stats in context.rule_stats.items()
                    if stats.wins > stats.losses and stats.mean_speedup > 1.0}
         rules = sorted((r for r in self.rules if r.name in winners), key=lambda r: -winners[r.name])
-        return self._proposals(rules, parent, context)[:count]
+        plans = [self._proposal(rule, plan) for rule in rules for plan in rule.plan(parent.source, parent.result)]
+        return self._untried(plans, parent, context)[:count]
 
     @staticmethod
-    def _proposals(rules: Sequence[Rule], parent: Candidate, context: SearchContext) -> list[Proposal]:
-        """Every plan of `rules` for `parent` that the search has not already tried on it."""
-        proposals: list[Proposal] = []
-        for rule in rules:
-            origin = f"rule:{rule.name}"
-            proposals += [Proposal(plan.description, origin, (rule, plan), plan.priority)
-                          for plan in rule.plan(parent.source, parent.result)
-                          if (parent.hash, origin, plan.description) not in context.tried]
-        return proposals
+    def _untried(proposals: list[Proposal], parent: Candidate, context: SearchContext) -> list[Proposal]:
+        """The proposals the search has not already tried on `parent`."""
+        return [p for p in proposals if (parent.hash, p.origin, p.description) not in context.tried]
+
+    @staticmethod
+    def _proposal(rule: Rule, plan: Plan) -> Proposal:
+        return Proposal(plan.description, f"rule:{rule.name}", (rule, plan), plan.priority)
 
     def realize(self, parent: Candidate, proposal: Proposal, samples: int) -> list[Draft]:
         rule, plan = proposal.payload

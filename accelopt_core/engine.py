@@ -1,0 +1,216 @@
+"""Engine wiring: the one place that turns settings — the command line's flags, the editor's settings, the
+service's configuration — into the engine's working parts (a profiler and its cache, the search's agents,
+the rewrite rules' quick fixes), and that answers what a front end asks before anything runs: how a task is
+checked, which family of lessons it belongs to, what is cached for a kernel.
+
+Importing this module loads neither the rewrite rules (libcst) nor the LLM agents: the language server's
+own process asks it questions, and only its workers build agents.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .config import LLMSettings
+from .memory import Memory, ProfileCache
+from .profiling import Profiler, ProfileResult, RemoteProfiler, SandboxLimits, SimulatorProfiler, TaskRef
+from .profiling.profiler import profile_key
+from .tasks.declared import default_task_name, read_declared
+
+if TYPE_CHECKING:
+    from .agents.llm import LLMAgent
+    from .agents.rules import Rule
+
+log = logging.getLogger(__name__)
+
+SIMULATOR, NEURON, REMOTE = "simulator", "neuron", "remote"
+Cache = ProfileCache | dict[Any, ProfileResult]  # what a profiler's `cache=` takes
+PLANNERS = ("rules", "llm", "both")
+
+
+# --- profiling --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfilerSettings:
+    """Everything a profiler is built from; frozen and hashable, so a long-lived process keeps one profiler
+    per settings. `backend`: "simulator", "neuron" (this host's NeuronCores) or "remote" (the profiling
+    service at `service_url`, with `token`). `limits` None: the backend's own defaults."""
+
+    backend: str = SIMULATOR
+    service_url: str = ""
+    token: str = field(default="", repr=False)
+    seeds: int = 5
+    check_variant: str | None = None
+    limits: SandboxLimits | None = None
+    rtol: float | None = None
+    allow_fallback: bool = False  # remote: profile on the simulator when the service is unreachable
+    forbidden_paths: tuple[str, ...] = ()
+    neuron_options: tuple[tuple[str, Any], ...] = ()  # keyword arguments of NeuronProfiler
+
+
+def make_profiler(settings: ProfilerSettings, cache: Cache | None = None) -> Profiler:
+    """The profiler the settings describe, caching in `cache` (None: a cache for this profiler alone). A remote
+    profiler takes no cache: the service keeps its own, and its results carry the service's backend."""
+    if settings.backend == REMOTE:
+        return RemoteProfiler(settings.service_url, settings.token, check_variant=settings.check_variant,
+                              allow_fallback=settings.allow_fallback)
+    common: dict[str, Any] = {"seeds": settings.seeds, "check_variant": settings.check_variant,
+                              "limits": settings.limits, "forbidden_paths": list(settings.forbidden_paths),
+                              "cache": cache, "rtol": settings.rtol}
+    if settings.backend == NEURON:
+        from .profiling.neuron import NeuronProfiler
+
+        return NeuronProfiler(**common, **dict(settings.neuron_options))
+    if settings.backend == SIMULATOR:
+        return SimulatorProfiler(**common)
+    raise ValueError(f"unknown backend {settings.backend!r}; use {SIMULATOR}, {NEURON} or {REMOTE}")
+
+
+def profile_cache(memory: Memory | None) -> Cache:
+    """The optimization memory's persistent profile cache, or a cache of this process alone without one."""
+    return ProfileCache(memory) if memory is not None else {}
+
+
+def cached_profile(cache: Cache, kernel_source: str, task: TaskRef, hardware: str,
+                   backend: str, check: bool, check_variant: str | None) -> ProfileResult | None:
+    """What a profiler with these settings would answer from `cache` without running the kernel."""
+    key = profile_key(kernel_source, task, hardware, backend, check, check_variant)
+    return cache.get(key) if key is not None else None
+
+
+# --- tasks, read without running their references ----------------------------------------------------
+
+
+def check_variant(task: TaskRef) -> str | None:
+    """Check on the task's small size when it has one and is timed at another (seconds instead of minutes).
+    Read from the reference's text: the editor decides this in a process that runs no reference."""
+    if (task.name or "").partition(":")[2] == "small":
+        return None
+    return "small" if "small" in read_declared(task.reference_path).variants else None
+
+
+def task_family(task: TaskRef) -> str:
+    """The family whose lessons a search of this task reads and writes: the reference's `FAMILY`, else the
+    task's name (as `load_reference` gives it)."""
+    declared = read_declared(task.reference_path).family
+    if declared:
+        return declared
+    return task.name.partition(":")[0] if task.name else default_task_name(task.reference or "")
+
+
+# --- agents -------------------------------------------------------------------------------------------
+
+
+def load_factories(specs: Sequence[str]) -> list[Any]:
+    """Objects made by factories named "module:callable" or "path/to/file.py:callable" (optimizer agents and
+    quick-fix rules supplied by whoever launches a front end); a factory may return one object or a list."""
+    made: list[Any] = []
+    for spec in specs:
+        where, _, name = spec.rpartition(":")
+        if not where or not name:
+            raise ValueError(f"{spec!r} should look like module:callable or path/to/file.py:callable")
+        if where.endswith(".py"):
+            module_spec = importlib.util.spec_from_file_location(f"accelopt_plugin_{abs(hash(where))}", where)
+            if module_spec is None or module_spec.loader is None:
+                raise ValueError(f"cannot import {where}")
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        value = getattr(module, name)()
+        made.extend(value if isinstance(value, (list, tuple)) else [value])
+    return made
+
+
+def default_rules() -> list[Rule]:
+    """The rule-based optimizer's rules, in their default order."""
+    from .agents.rules.registry import default_rules as registered
+
+    return registered()
+
+
+@dataclass
+class SearchAgents:
+    """The agents of one search, the LLM agent among them (for its usage line), who plans ("rules", "llm"
+    or "both") and, when the LLM agents were asked for but could not run, the settings they missed."""
+
+    agents: list[Any]
+    llm: LLMAgent | None = None
+    planner: str = "rules"
+    missing: tuple[str, ...] = ()
+
+    def close(self) -> None:
+        for agent in self.agents:
+            close = getattr(agent, "close", None)
+            if callable(close):
+                close()
+
+
+def search_agents(planner: str, settings: LLMSettings | None, samples_per_plan: int = 1) -> SearchAgents:
+    """The agents for `planner`. The LLM agents asked for with no endpoint configured: the rule-based optimizer
+    runs instead, and `missing` says why. Beside the rules, the LLM agent does not prefetch samples of plans
+    the search may not pick (they would cost money for nothing)."""
+    if planner not in PLANNERS:
+        raise ValueError(f"unknown planner {planner!r}; use one of {', '.join(PLANNERS)}")
+    missing: tuple[str, ...] = ()
+    if planner != "rules" and (settings is None or not settings.configured()):
+        missing = tuple(settings.missing()) if settings is not None else ("an LLM endpoint",)
+        planner = "rules"
+    chosen = SearchAgents([], planner=planner, missing=missing)
+    if planner in ("rules", "both"):
+        from .agents.rules.agent import RuleAgent
+
+        chosen.agents.append(RuleAgent(default_rules()))
+    if planner in ("llm", "both"):
+        from .agents.llm import LLMAgent
+
+        assert settings is not None
+        chosen.llm = LLMAgent(settings, prefetch=planner == "llm")
+        chosen.llm.expect_samples(samples_per_plan)
+        chosen.agents.append(chosen.llm)
+    return chosen
+
+
+# --- quick fixes ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuickFix:
+    """One rule's plan for one place in a kernel, with the source its rewrite produces (unverified: nothing
+    runs; verified rewrites come from a search)."""
+
+    rule: str
+    line: int  # 1-based
+    description: str
+    priority: float
+    key: str
+    new_source: str
+
+
+def quick_fixes(rules: Sequence[Rule], source: str, profile: ProfileResult | None, limit: int) -> list[QuickFix]:
+    """The best `limit` rewrites the rules would make, in the rule-based optimizer's order, each distinct.
+    Parsing and rewriting with libcst never executes the kernel; a rule that fails is skipped, not fatal."""
+    from .agents.rules.agent import RuleAgent
+
+    fixes: list[QuickFix] = []
+    seen: set[str] = set()
+    for rule, plan in RuleAgent(rules).ranked_plans(source, profile, skip_failing=True):
+        if len(fixes) >= limit:
+            break
+        try:
+            new_source = rule.apply(source, plan)
+        except Exception as exc:  # a RuleError: the plan does not fit after all (or the rule's own bug)
+            log.debug("rule %s could not apply %s: %s", plan.rule, plan.key, exc)
+            continue
+        if new_source == source or new_source in seen:
+            continue
+        seen.add(new_source)
+        fixes.append(QuickFix(plan.rule, int(plan.line), plan.description, float(plan.priority), plan.key,
+                              new_source))
+    return fixes
