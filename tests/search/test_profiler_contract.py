@@ -9,17 +9,18 @@ import threading
 import pytest
 from test_beam import CountingProfiler, SlowStubProfiler
 
+from accelopt_core.engine import NEURON, REMOTE, SIMULATOR, ProfilerSettings, make_profiler
 from accelopt_core.profiling import Profiler, RemoteProfiler, SimulatorProfiler, TaskRef
 from accelopt_core.profiling.neuron import NeuronProfiler
 from accelopt_core.service.ray_backend import RayProfiler
-from server.worker import CachingProfiler
 
 
 def _profilers() -> list[object]:
     return [SimulatorProfiler(), SimulatorProfiler(check_variant="small"), NeuronProfiler(),
             RemoteProfiler("http://127.0.0.1:9", "token", check_variant="small"),
             RayProfiler(address=None, check_variant="small"),
-            CachingProfiler(RemoteProfiler("http://127.0.0.1:9", "token"), {}, None),
+            *(make_profiler(ProfilerSettings(backend, "http://127.0.0.1:9", "token"))
+              for backend in (SIMULATOR, NEURON, REMOTE)),
             CountingProfiler(), SlowStubProfiler(0.0)]
 
 
