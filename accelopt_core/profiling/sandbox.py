@@ -20,6 +20,7 @@ import json
 import math
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -349,10 +350,48 @@ def _supervise(child: subprocess.Popen[bytes], workdir: str, limits: SandboxLimi
                 return problem
 
 
+WORKDIR_PREFIX = "accelopt-eval-"
+
+
 def sandbox_workdir() -> str:
     """A fresh private folder for one evaluation, on disk in the system's temporary folder (not /dev/shm:
-    what a kernel stores there would sit in memory outside its address-space limit)."""
-    return os.path.realpath(tempfile.mkdtemp(prefix="accelopt-eval-"))
+    what a kernel stores there would sit in memory outside its address-space limit). Its name carries this
+    process's id, so that folders left by a process that was killed are removed by the next one."""
+    remove_orphaned_workdirs(tempfile.gettempdir())
+    return os.path.realpath(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
+
+
+ORPHAN_AGE_SECONDS = 900.0  # untouched this long: no live evaluation (its child writes within its time limit)
+
+
+def remove_orphaned_workdirs(folder: str) -> list[str]:
+    """Remove the evaluation folders in `folder` whose process no longer exists (killed before it could
+    clean up, e.g. a language server or a service worker stopped with SIGKILL) and that nothing touched
+    for a while (a process of another PID namespace sharing the folder looks dead from here); the ones
+    removed."""
+    removed = []
+    for entry in os.scandir(folder):
+        owner = entry.name.removeprefix(WORKDIR_PREFIX).split("-", 1)[0]
+        if not (entry.name.startswith(WORKDIR_PREFIX) and owner.isdigit()) or _process_exists(int(owner)):
+            continue
+        try:
+            idle = time.time() - entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        if idle > ORPHAN_AGE_SECONDS:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def kernel_confinement(job: SandboxJob, workdir: str) -> Confinement:

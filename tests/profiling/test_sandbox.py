@@ -122,3 +122,25 @@ def test_a_reference_beside_the_kernel_is_not_importable_even_when_compiled(tmp_
     # covered by an empty device file under bubblewrap (no module of that name), refused by the audit hook
     assert result.error is not None
     assert "No module named 'pair_ref'" in result.error or "not allowed" in result.error
+
+
+def test_folders_of_killed_processes_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    from accelopt_core.profiling.sandbox import ORPHAN_AGE_SECONDS, WORKDIR_PREFIX, remove_orphaned_workdirs
+
+    child = subprocess.Popen(["true"])  # a process that has exited and been reaped: its id names no process
+    child.wait()
+    dead_pid = child.pid
+    old = time.time() - ORPHAN_AGE_SECONDS - 60
+    folders = {name: tmp_path / name for name in (f"{WORKDIR_PREFIX}{dead_pid}-old", f"{WORKDIR_PREFIX}{dead_pid}-new",
+                                                  f"{WORKDIR_PREFIX}{os.getpid()}-mine", f"{WORKDIR_PREFIX}legacy",
+                                                  "unrelated")}
+    for folder in folders.values():
+        folder.mkdir()
+        (folder / "job.pkl").write_bytes(b"")
+    for name in (f"{WORKDIR_PREFIX}{dead_pid}-old", f"{WORKDIR_PREFIX}{os.getpid()}-mine", "unrelated"):
+        os.utime(folders[name], (old, old))
+    assert remove_orphaned_workdirs(str(tmp_path)) == [str(folders[f"{WORKDIR_PREFIX}{dead_pid}-old"])]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(folders) - {f"{WORKDIR_PREFIX}{dead_pid}-old"})
