@@ -153,6 +153,9 @@ def task_work(task: Task, specs: Sequence[TensorSpec], cases: Sequence[Any]) -> 
     return task.counted_work(case)
 
 
+_one_conclusion_at_a_time = threading.Lock()
+
+
 @contextmanager
 def reference_thread() -> Iterator[ThreadPoolExecutor]:
     """A thread for the trusted side's own NumPy work of one evaluation (the reference's counted work and
@@ -320,7 +323,18 @@ class SimulatorProfiler(CheckingProfiler):
     def _conclude(self, result: ProfileResult, tapes: list[dict[str, Any]], plan: RunPlan, cases: list[Any],
                   timing_task: Task, check: bool, cache_key: Any, kernel_label: str, rtol: float | None,
                   references: ThreadPoolExecutor, counted: Future[PeakWork | None]) -> ProfileResult:
-        """Replay the traces: judge the check's outputs, apply the guards to the timed replay and time it."""
+        """Replay the traces: judge the check's outputs, apply the guards to the timed replay and time it. One
+        evaluation at a time per process: the replays are Python (the GIL runs one at a time anyway), and
+        a full-size check holds gigabytes (replayed block tensors, reference outputs, the comparison's
+        temporaries): the search's two workers concluding at once exceeded 22 GB on the calibration
+        bmm_softmax. The kernels' children still record side by side."""
+        with _one_conclusion_at_a_time:
+            return self._concluded(result, tapes, plan, cases, timing_task, check, cache_key, kernel_label, rtol,
+                                   references, counted)
+
+    def _concluded(self, result: ProfileResult, tapes: list[dict[str, Any]], plan: RunPlan, cases: list[Any],
+                   timing_task: Task, check: bool, cache_key: Any, kernel_label: str, rtol: float | None,
+                   references: ThreadPoolExecutor, counted: Future[PeakWork | None]) -> ProfileResult:
         try:
             replays = Replays(tapes, plan, result.hardware, kernel_label, self.limits.seconds,
                               self.limits.memory_mb * 2**20)

@@ -16,7 +16,6 @@ cannot depend on data the kernel never saw (dynamic_range's bounds are integers 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -58,13 +57,6 @@ def plan_runs(case_inputs: Sequence[Sequence[Any]], check_launch: Launch, timing
     return RunPlan(tuple(runs), case_runs, timing_run)
 
 
-# One replay at a time in a process: a replay is Python, so concurrent evaluations (the search's workers)
-# could not run two at once anyway (the GIL), but each may hold gigabytes of block tensors: two at once
-# exceeded 22 GB on the calibration bmm_softmax, while the kernels' children and the references still
-# run side by side.
-_one_replay_at_a_time = threading.Lock()
-
-
 class Replays:
     """Replays of a kernel's recorded traces, within one budget of time and memory for all of them. Only
     the replays spend the time budget: the trusted side's own work between them (the reference's outputs
@@ -83,14 +75,12 @@ class Replays:
         self._timed: RunResult | None = None
 
     def _replay(self, run: int, inputs: Sequence[Any], numeric: bool) -> RunResult:
-        with _one_replay_at_a_time:  # waiting for another evaluation's replay spends no budget
-            started = time.monotonic()
-            try:
-                return replay(self.readers[run], inputs, self.hardware, numeric=numeric,
-                              kernel_file=self.kernel_file,
-                              limits=ReplayLimits(self.memory_bytes, max(0.0, self.seconds_left)))
-            finally:
-                self.seconds_left -= time.monotonic() - started
+        started = time.monotonic()
+        try:
+            return replay(self.readers[run], inputs, self.hardware, numeric=numeric, kernel_file=self.kernel_file,
+                          limits=ReplayLimits(self.memory_bytes, max(0.0, self.seconds_left)))
+        finally:
+            self.seconds_left -= time.monotonic() - started
 
     def outputs(self, cases: Sequence[Any]) -> Iterator[list[np.ndarray]]:
         """Each case's outputs as the replay of its run's trace on the case's inputs computes them, one
