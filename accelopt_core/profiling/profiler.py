@@ -153,6 +153,10 @@ def task_work(task: Task, specs: Sequence[TensorSpec], cases: Sequence[Any]) -> 
     return task.counted_work(case)
 
 
+# One evaluation concludes (replays, references, comparison) at a time per process: the replays are Python
+# (the GIL runs one at a time anyway), and a full-size check holds gigabytes (replayed block tensors,
+# reference outputs, the comparison's temporaries): the search's two workers concluding at once exceeded
+# 22 GB on the calibration bmm_softmax. The kernels' children still record side by side.
 _one_conclusion_at_a_time = threading.Lock()
 
 
@@ -309,8 +313,9 @@ class SimulatorProfiler(CheckingProfiler):
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             rtol = check_task.rtol if self.rtol is None else self.rtol
-            return self._conclude(result, tapes, plan, cases, timing_task, check, cache_key, kernel_label, rtol,
-                                  references, work)
+            with _one_conclusion_at_a_time:
+                return self._conclude(result, tapes, plan, cases, timing_task, check, cache_key, kernel_label,
+                                      rtol, references, work)
 
     def _failed(self, result: ProfileResult, error: str, line: int | None, cache_key: Any) -> ProfileResult:
         """An evaluation that ends in an error; a kernel's own error (it has a line) is deterministic, so it
@@ -323,18 +328,7 @@ class SimulatorProfiler(CheckingProfiler):
     def _conclude(self, result: ProfileResult, tapes: list[dict[str, Any]], plan: RunPlan, cases: list[Any],
                   timing_task: Task, check: bool, cache_key: Any, kernel_label: str, rtol: float | None,
                   references: ThreadPoolExecutor, counted: Future[PeakWork | None]) -> ProfileResult:
-        """Replay the traces: judge the check's outputs, apply the guards to the timed replay and time it. One
-        evaluation at a time per process: the replays are Python (the GIL runs one at a time anyway), and
-        a full-size check holds gigabytes (replayed block tensors, reference outputs, the comparison's
-        temporaries): the search's two workers concluding at once exceeded 22 GB on the calibration
-        bmm_softmax. The kernels' children still record side by side."""
-        with _one_conclusion_at_a_time:
-            return self._concluded(result, tapes, plan, cases, timing_task, check, cache_key, kernel_label, rtol,
-                                   references, counted)
-
-    def _concluded(self, result: ProfileResult, tapes: list[dict[str, Any]], plan: RunPlan, cases: list[Any],
-                   timing_task: Task, check: bool, cache_key: Any, kernel_label: str, rtol: float | None,
-                   references: ThreadPoolExecutor, counted: Future[PeakWork | None]) -> ProfileResult:
+        """Replay the traces: judge the check's outputs, apply the guards to the timed replay and time it."""
         try:
             replays = Replays(tapes, plan, result.hardware, kernel_label, self.limits.seconds,
                               self.limits.memory_mb * 2**20)
