@@ -478,6 +478,10 @@ def full_subscript(shape: tuple[int, ...]) -> Subscript:
 def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
     """Turn a kernel's subscript into a `Subscript` over a tensor of shape `dims`, checking bounds."""
     key = key if isinstance(key, tuple) else (key,)
+    if len(key) == len(dims):
+        plain = _in_bounds_indices(key, dims)
+        if plain is not None:
+            return plain
     if any(k is Ellipsis for k in key):
         at = key.index(Ellipsis)
         fill = (slice(None),) * (len(dims) - len(key) + 1)
@@ -555,6 +559,37 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
     if overhang is not None:
         return Subscript(tuple(items), final_shape, tuple(region), advanced, overhang, dims)
     return Subscript(tuple(items), final_shape, tuple(region), advanced)
+
+
+def _in_bounds_indices(key: tuple[Any, ...], dims: tuple[int, ...]) -> Subscript | None:
+    """`normalize` of the commonest subscript, in one pass: one in-bounds int or affine index expression
+    per dimension, at least one expression (every instruction operand of compiler-style code, and most
+    of the tutorials'); None for anything else, which the general path handles (and words the errors of)."""
+    region: list[tuple[int, int]] = []
+    shape: tuple[int, ...] = ()
+    advanced = False
+    for k, size in zip(key, dims):  # noqa: B905 (the caller compared the lengths)
+        kind = type(k)
+        if kind is int:
+            if not 0 <= k < size:
+                return None
+            region.append((k, k + 1))
+        elif kind is IndexExpr and k._values is None:
+            lo = hi = k.offset
+            for axis, coef in k.terms:
+                span = coef * (k.shape[axis] - 1)
+                if span > 0:
+                    hi += span
+                else:
+                    lo += span
+            if lo < 0 or hi >= size:
+                return None
+            region.append((lo, hi + 1))
+            shape = _broadcast(shape, k.shape)
+            advanced = True
+        else:
+            return None
+    return Subscript(key, shape, tuple(region), True) if advanced else None
 
 
 def compose(outer: Subscript, key: Any, name: str) -> Subscript:

@@ -60,8 +60,9 @@ def write_result(folder: str, fields: dict[str, Any]) -> None:
 def save_trace(folder: str, index: int, plain: dict[str, Any]) -> str:
     """Child side: a recorded run's tape (trace.tape_to_plain) as FOLDER/trace-INDEX.json; its name."""
     name = f"trace-{index}.json"
+    text = json.dumps(plain, separators=(",", ":"))  # one shot: json.dump's streaming encoder is pure Python, 6x slower
     with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
-        json.dump(plain, handle, separators=(",", ":"))
+        handle.write(text)
     return name
 
 

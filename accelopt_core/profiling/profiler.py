@@ -27,7 +27,7 @@ import numpy as np
 from ..hardware import load_hardware
 from ..nki import NkiError, TensorSpec
 from ..nki.replay import ReplayLimitError
-from ..nki.trace import TapeError
+from ..nki.trace import TapeError, collector_paused
 from ..perfmodel import peak_percent
 from ..tasks import PeakWork, Task, load_reference
 from ..tasks.check import compare, fresh_seeds
@@ -313,7 +313,9 @@ class SimulatorProfiler(CheckingProfiler):
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             rtol = check_task.rtol if self.rtol is None else self.rtol
-            with _one_conclusion_at_a_time:
+            # the collector stays paused while the tapes' millions of parsed lists are alive: each collection
+            # would scan them all (seconds per full-size tape), and they hold no cycles
+            with _one_conclusion_at_a_time, collector_paused():
                 return self._conclude(result, tapes, plan, cases, timing_task, check, cache_key, kernel_label,
                                       rtol, references, work)
 

@@ -16,6 +16,7 @@ A candidate that hangs, exhausts memory, exits early or crashes costs one failed
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -180,6 +181,9 @@ def worker_main() -> None:
 
     workdir, limits, confined = worker_arguments()
     _die_with_parent()
+    # a short-lived process recording one trace: each collection would rescan the millions of small objects
+    # the trace and its tape are made of (seconds on a full-size kernel), and its memory is bounded anyway
+    gc.disable()
     single_threaded_blas()
     apply_limits(limits, WORKER_THREADS if confined else None)
     os.chdir(workdir)
