@@ -40,6 +40,15 @@ def replaying(filename: str) -> Iterator[Callable[[int], None]]:
         _replaying.location = saved
 
 
+def pin_location(location: tuple[str, int] | None) -> tuple[str, int] | None:
+    """Make `location` the kernel location (None: the stack's again) until the next pin; the one before.
+    A recorded instruction pins its caller's line, so the simulator's calls under it need not walk the
+    stack again for each tensor and instruction they create."""
+    saved = _replaying.location
+    _replaying.location = location
+    return saved
+
+
 def kernel_location(skip_internal: bool = True) -> tuple[str, int]:
     """The innermost stack frame outside the simulator: the kernel line being executed (while
     replaying, the line the instruction was recorded at)."""

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import dtypes
-from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location
+from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, pin_location
 from .indexing import IndexExpr, Mask, as_mask
 from .tensor import HBM, PSUM, SBUF, Limits, Tile, allocate, close_accumulation, current, running
 from .trace import Alu, Called, Engine, Instruction, Op
@@ -164,15 +164,18 @@ def instruction(fn: F) -> F:
             return fn(*args, **kwargs)
         arguments = dict(zip(names, args, strict=False))
         arguments.update(kwargs)
-        call = Called(op, arguments, kernel_location()[1], sim.nest, sim.ids_used, len(sim.trace.instructions))
+        location = kernel_location()
+        call = Called(op, arguments, location[1], sim.nest, sim.ids_used, len(sim.trace.instructions))
         sim.tape.append(call)
         sim.depth += 1
+        unpinned = pin_location(location)
         try:
             return fn(*args, **kwargs)
         except BaseException:
             call.raised = True
             raise
         finally:
+            pin_location(unpinned)
             sim.depth -= 1
             call.finish(sim.ids_used, len(sim.trace.instructions))
 

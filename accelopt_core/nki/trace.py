@@ -358,7 +358,7 @@ class Called:
 
 
 TAPE_FORMAT = "accelopt-trace"
-TAPE_VERSION = 1
+TAPE_VERSION = 2
 # Bounds of what the trusted side reads: a recorded run of the largest NKIBench kernels is far below them.
 MAX_ENTRIES = 2_000_000
 MAX_ARRAY_BYTES = 256 * 1024 * 1024  # masks, materialised index expressions and host constants, decoded
@@ -398,6 +398,8 @@ class _TapeWriter:
         self._by_object: dict[int, int] = {}
         self.nests: list[list[int]] = [[]]
         self._nest_index: dict[LoopNest, int] = {(): 0}
+        self.exprs: list[list[Any]] = []
+        self._expr_index: dict[tuple[Any, ...], int] = {}
         self.last_use: dict[int, int] = {}
         self.kept: set[int] = set()
         self.position = 0
@@ -418,8 +420,8 @@ class _TapeWriter:
                 dropped.append(["drop", sorted(drops[position])])
         loops = [[loop.kind, loop.trip_count, loop.line, loop.parent.id if loop.parent is not None else -1]
                  for loop in self.trace.loops]
-        return {"format": TAPE_FORMAT, "version": TAPE_VERSION, "arrays": self.arrays, "loops": loops,
-                "nests": self.nests, "entries": dropped}
+        return {"format": TAPE_FORMAT, "version": TAPE_VERSION, "arrays": self.arrays, "exprs": self.exprs,
+                "loops": loops, "nests": self.nests, "entries": dropped}
 
     def entry(self, entry: Any) -> list[Any]:
         if isinstance(entry, Called):
@@ -535,9 +537,14 @@ class _TapeWriter:
         return items
 
     def expr(self, expr: Any) -> list[Any]:
-        if expr.affine:
-            return ["x", list(expr.shape), expr.offset, [n for term in expr.terms for n in term]]
-        return ["v", self.array(expr.values)]
+        if not expr.affine:
+            return ["v", self.array(expr.values)]
+        key = (expr.shape, expr.offset, expr.terms)
+        index = self._expr_index.get(key)
+        if index is None:  # the same few expressions index every iteration's tiles: each is written once
+            index = self._expr_index[key] = len(self.exprs)
+            self.exprs.append([list(expr.shape), expr.offset, [n for term in expr.terms for n in term]])
+        return ["x", index]
 
 
 class TapeReader:
@@ -547,7 +554,8 @@ class TapeReader:
 
     Wire form (version 1), a JSON object:
       format, version; arrays: [dtype, shape, base64 of zlib of the little-endian bytes] (masks,
-      materialised index expressions, host constants, direct-allocation slot maps); loops: [kind,
+      materialised index expressions, host constants, direct-allocation slot maps); exprs: [shape,
+      offset, [axis, coef, ...]] (the affine index expressions, each once); loops: [kind,
       trip_count, line, parent loop or -1]; nests: flat [loop, iteration, ...] pairs, outermost first;
       entries, in program order:
         ["input", id, name, dtype, shape]                     the next array argument
@@ -561,8 +569,8 @@ class TapeReader:
         ["return", [tiles]]                                    the kernel's outputs
       values: null, bool, int, float, str, or a tagged list: ["tile", id, item...] (no items: the whole
       tensor; an item is an int, ["s", start, count, step], an index expression or ["d", tile, size,
-      step, start] for indices read from a tile), ["x", shape, offset, [axis, coef, ...]] (affine index
-      expression), ["v", k] (materialised one), ["mask", k], ["np", dtype, value], ["dtype", name],
+      step, start] for indices read from a tile), ["x", k] (affine index expression k of exprs),
+      ["v", k] (materialised one), ["mask", k], ["np", dtype, value], ["dtype", name],
       ["tuple", ...], ["list", ...], ["reduce", tile, op, dtype, mask] (nl.loop_reduce), ["array", k].
     """
 
@@ -576,6 +584,8 @@ class TapeReader:
         if data.get("version") != TAPE_VERSION:
             raise TapeError(f"trace tape version {data.get('version')!r}; this side reads version {TAPE_VERSION}")
         self._arrays = _listed(data, "arrays")
+        self._exprs = _listed(data, "exprs")
+        self._decoded_exprs: dict[int, Any] = {}
         self.entries = _listed(data, "entries")
         if len(self.entries) > MAX_ENTRIES:
             raise TapeError(f"{len(self.entries)} tape entries, more than {MAX_ENTRIES}")
@@ -696,18 +706,32 @@ class TapeReader:
         raise TapeError(f"{_shown(plain)} is not a recorded value")
 
     def expr(self, plain: list[Any]) -> Any:
-        """An index expression: ["x", shape, offset, [axis, coef, ...]] or ["v", array]."""
-        expr = self._classes[0]
-        if plain[0] == "v" and len(plain) == 2:
-            return expr(self.array(plain[1], "int64").shape, values=self.array(plain[1], "int64"))
-        if len(plain) != 4 or type(plain[2]) is not int or not isinstance(plain[3], list) or len(plain[3]) % 2:
+        """An index expression: ["x", k] (affine, k in exprs) or ["v", k] (materialised, k in arrays)."""
+        if len(plain) != 2:
             raise TapeError(f"{_shown(plain)} is not an index expression")
-        shape = self.shape(plain[1], allow_empty=True)
-        flat = plain[3]
+        if plain[0] == "v":
+            values = self.array(plain[1], "int64")
+            return self._classes[0](values.shape, values=values)
+        index = plain[1]
+        expr = self._decoded_exprs.get(index) if type(index) is int else None
+        if expr is None:
+            expr = self._decoded_exprs[index] = self._decode_expr(index)
+        return expr
+
+    def _decode_expr(self, index: Any) -> Any:
+        """Affine expression `index` of the table, checked (once: its uses share it, as they never change it)."""
+        if type(index) is not int or not 0 <= index < len(self._exprs):
+            raise TapeError(f"index expression {index!r} does not exist")
+        plain = self._exprs[index]
+        if not (isinstance(plain, list) and len(plain) == 3 and type(plain[1]) is int and isinstance(plain[2], list)
+                and not len(plain[2]) % 2):
+            raise TapeError(f"{_shown(plain)} is not an index expression")
+        shape = self.shape(plain[0], allow_empty=True)
+        flat = plain[2]
         terms = tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
         if not all(type(a) is int and 0 <= a < len(shape) and type(c) is int for a, c in terms):
             raise TapeError(f"{_shown(plain)} has a term on an axis it does not have")
-        return expr(shape, plain[2], terms)
+        return self._classes[0](shape, plain[1], terms)
 
 
 LOOP_KINDS = (LoopKind.AFFINE, LoopKind.SEQUENTIAL, LoopKind.STATIC)

@@ -301,7 +301,9 @@ class SimulatorProfiler(CheckingProfiler):
         job = SandboxJob(kernel_source, list(plan.runs), hardware, self._forbidden(timing_task), kernel_name,
                          kernel_label, kernel_folder(kernel_label))
         workdir = sandbox_workdir()
-        with reference_thread() as references:
+        # the collector stays paused from the tapes' parsing to the end of their replays: each collection
+        # would rescan their millions of parsed lists (seconds per full-size tape), which hold no cycles
+        with reference_thread() as references, collector_paused():
             work = references.submit(task_work, timing_task, specs, cases)  # while the child records
             try:
                 recording = run_sandboxed(job, workdir, self.limits, cancel)
@@ -313,9 +315,7 @@ class SimulatorProfiler(CheckingProfiler):
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             rtol = check_task.rtol if self.rtol is None else self.rtol
-            # the collector stays paused while the tapes' millions of parsed lists are alive: each collection
-            # would scan them all (seconds per full-size tape), and they hold no cycles
-            with _one_conclusion_at_a_time, collector_paused():
+            with _one_conclusion_at_a_time:
                 return self._conclude(result, tapes, plan, cases, timing_task, check, cache_key, kernel_label,
                                       rtol, references, work)
 
@@ -334,6 +334,7 @@ class SimulatorProfiler(CheckingProfiler):
         try:
             replays = Replays(tapes, plan, result.hardware, kernel_label, self.limits.seconds,
                               self.limits.memory_mb * 2**20)
+            tapes.clear()  # the replays hold what they need: the rest goes before the collector resumes
             if check:
                 self._judge(result, cases, replays.outputs(cases), rtol if rtol is not None else timing_task.rtol,
                             references)

@@ -176,6 +176,20 @@ def test_a_forged_tape_stops_the_replay(recorded, x, where, change, message) -> 
         replay(_forged(tape, where, value), [x], "trn1", numeric=True)
 
 
+@pytest.mark.parametrize(("expr", "table", "message"), [
+    (["x", 5], [], "index expression 5 does not exist"),
+    (["x", 0], [[[128, 1], 0, [2, 1]]], "term on an axis it does not have"),
+    (["x", 0], [[[128, 1], "0", []]], "is not an index expression"),
+    (["x", 0, 1], [[[128, 1], 0, []]], "is not an index expression"),
+])
+def test_a_forged_index_expression_stops_the_replay(recorded, x, expr, table, message) -> None:
+    tape, _ = recorded(EXP, x)
+    tape["exprs"] = table
+    calls(tape)[0][2]["src"] = ["tile", calls(tape)[0][2]["src"][1], expr, expr]
+    with pytest.raises(TapeError, match=message):
+        replay(tape, [x], "trn1", numeric=True)
+
+
 def test_a_dropped_tensor_cannot_be_used_again(recorded, x) -> None:
     tape, _ = recorded(EXP, x)
     entries = tape["entries"]
@@ -212,7 +226,9 @@ def test_no_operand_is_larger_than_an_instruction_handles(recorded, x) -> None:
     tape, _ = recorded(EXP, x)
     load = calls(tape)[0]
     side = 2**15
-    load[2]["src"] = ["tile", 1, ["x", [side, side], 0, []], ["x", [side, side], 0, []]]
+    tape["exprs"].append([[side, side], 0, []])
+    huge = ["x", len(tape["exprs"]) - 1]
+    load[2]["src"] = ["tile", 1, huge, huge]
     assert side * side > MAX_TILE_ELEMENTS
     with pytest.raises(TapeError, match="larger than any instruction handles"):
         replay(tape, [x], "trn1", numeric=True)
