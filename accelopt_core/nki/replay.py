@@ -89,12 +89,21 @@ class _Replay:
             raise ReplayLimitError(f"the replay ran out of memory: {exc}") from None
         finally:
             pop()
+            self._let_go()
         if self.result is None:
             raise TapeError("the tape does not say what the kernel returned")
         if self.inputs:
             raise TapeError(f"the tape declares {len(self.input_ids)} array inputs; the kernel has "
                             f"{len(self.input_ids) + len(self.inputs)}")
         return self.result
+
+    def _let_go(self) -> None:
+        """Break the replay's reference cycles (its handlers, the reader's resolve, the registry), so that
+        its tensors are freed the moment it ends: a paused collector (the profiler pauses it while it
+        concludes) must not keep a numeric replay's gigabytes alive until it resumes."""
+        self.handlers.clear()
+        self.reader.detach()
+        self.sim.registry = None
 
     def entry(self, position: int, entry: Any) -> None:
         if not isinstance(entry, list) or not entry or not isinstance(entry[0], str):

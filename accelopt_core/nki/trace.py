@@ -596,6 +596,10 @@ class TapeReader:
         self._array_bytes = 0
         self.resolve: Callable[[list[Any]], Any] = _no_tensors
 
+    def detach(self) -> None:
+        """Forget the replay that resolved tensor references (it has ended)."""
+        self.resolve = _no_tensors
+
     def _read_loops(self, plain: list[Any]) -> list[Loop]:
         if len(plain) > MAX_LOOPS:
             raise TapeError(f"{len(plain)} loops, more than {MAX_LOOPS}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import gc
 import json
 import zlib
 from typing import Any
@@ -270,3 +271,17 @@ def test_only_the_replays_spend_their_time_budget(recorded, x, monkeypatch) -> N
         np.testing.assert_allclose(outputs[0], np.exp(x), rtol=1e-6)
         clock[0] += 60.0  # the reference and the comparison, between replays
     assert replays.seconds_left == 5.0
+
+
+def test_a_finished_replay_leaves_no_garbage_for_the_collector(recorded, x) -> None:
+    """Its tensors are freed when it ends, not when the collector next runs: the profiler pauses the
+    collector while it concludes, and a numeric replay's tensors are gigabytes at full size."""
+    tape, _ = recorded(EXP, x)
+    gc.collect()
+    gc.disable()
+    try:
+        replay(tape, [x], "trn1", numeric=True)
+        left = [o for o in gc.get_objects() if type(o).__name__ in ("_Replay", "Simulation")]
+    finally:
+        gc.enable()
+    assert left == []
