@@ -18,7 +18,7 @@ import shutil
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -301,14 +301,15 @@ class SimulatorProfiler(CheckingProfiler):
         job = SandboxJob(kernel_source, list(plan.runs), hardware, self._forbidden(timing_task), kernel_name,
                          kernel_label, kernel_folder(kernel_label))
         workdir = sandbox_workdir()
-        # the collector stays paused from the tapes' parsing to the end of their replays: each collection
-        # would rescan their millions of parsed lists (seconds per full-size tape), which hold no cycles
-        with reference_thread() as references, collector_paused():
+        with reference_thread() as references, ExitStack() as paused:
             work = references.submit(task_work, timing_task, specs, cases)  # while the child records
             try:
                 recording = run_sandboxed(job, workdir, self.limits, cancel)
                 if recording.error:
                     return self._failed(result, recording.error, recording.error_line, cache_key)
+                # the collector stays paused from the tapes' parsing to the end of their replays: each
+                # collection would rescan their millions of parsed lists (seconds per full-size tape)
+                paused.enter_context(collector_paused())
                 tapes = [read_trace(workdir, name) for name in recording.traces]
             except MalformedResultError as exc:
                 return self._failed(result, f"{MALFORMED}: {exc}", None, None)
