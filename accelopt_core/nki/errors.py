@@ -16,7 +16,8 @@ _SKIPPED = (_PACKAGE_DIR, "<frozen ")
 
 
 class _Replaying(threading.local):
-    """The kernel line a replayed instruction was recorded at (None: not replaying on this thread)."""
+    """The pinned kernel location on this thread: the line a replayed instruction was recorded at, or
+    the caller's line of the recorded call under way (None: find it on the stack)."""
 
     location: tuple[str, int] | None = None
 
@@ -28,16 +29,15 @@ _replaying = _Replaying()
 def replaying(filename: str) -> Iterator[Callable[[int], None]]:
     """Inside, the kernel location is `filename` at the line last given to the function yielded (a
     replay has no kernel frame on its stack: it says where each recorded call was made)."""
-    saved = _replaying.location
 
     def at_line(line: int) -> None:
         _replaying.location = (filename, line)
 
-    at_line(0)
+    saved = pin_location((filename, 0))
     try:
         yield at_line
     finally:
-        _replaying.location = saved
+        pin_location(saved)
 
 
 def pin_location(location: tuple[str, int] | None) -> tuple[str, int] | None:

@@ -68,8 +68,10 @@ class IndexExpr:
             lo = hi = self.offset
             for axis, coef in self.terms:
                 span = coef * (self.shape[axis] - 1)
-                lo += min(0, span)
-                hi += max(0, span)
+                if span > 0:
+                    hi += span
+                else:
+                    lo += span
             return lo, hi
         return int(self._values.min()), int(self._values.max())
 
@@ -568,20 +570,14 @@ def _in_bounds_indices(key: tuple[Any, ...], dims: tuple[int, ...]) -> Subscript
     region: list[tuple[int, int]] = []
     shape: tuple[int, ...] = ()
     advanced = False
-    for k, size in zip(key, dims):  # noqa: B905 (the caller compared the lengths)
+    for k, size in zip(key, dims, strict=True):
         kind = type(k)
         if kind is int:
             if not 0 <= k < size:
                 return None
             region.append((k, k + 1))
         elif kind is IndexExpr and k._values is None:
-            lo = hi = k.offset
-            for axis, coef in k.terms:
-                span = coef * (k.shape[axis] - 1)
-                if span > 0:
-                    hi += span
-                else:
-                    lo += span
+            lo, hi = k.bounds()
             if lo < 0 or hi >= size:
                 return None
             region.append((lo, hi + 1))

@@ -552,7 +552,7 @@ class TapeReader:
     entry is checked when the replay (replay.py) reaches it: `value` rebuilds an argument, `resolve`
     (given by the replay) turns a tensor reference into a tile of the replay's own tensors.
 
-    Wire form (version 1), a JSON object:
+    Wire form (version 2), a JSON object:
       format, version; arrays: [dtype, shape, base64 of zlib of the little-endian bytes] (masks,
       materialised index expressions, host constants, direct-allocation slot maps); exprs: [shape,
       offset, [axis, coef, ...]] (the affine index expressions, each once); loops: [kind,
