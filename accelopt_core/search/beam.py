@@ -11,6 +11,10 @@ Every kernel that enters the beam (and so may be offered as the result) or becom
 is then checked again at the size it was timed, on one fresh seed, and that checked run is its timing:
 a kernel whose control flow depends on the size, the seed or a trace-only run gains nothing.
 
+Where a task has no small variant, every check is a full-size simulation (minutes) while a timing alone
+takes seconds: each candidate is then timed unchecked first, and checked only if it is fast enough to
+enter the beam (in the memory replay: to win), the fastest first; the rest are recorded unchecked.
+
 Every evaluated candidate and every finished iteration is written to the optimization memory as
 it happens, so a killed search resumes from its last finished iteration without re-evaluating
 anything. Lessons from slow->fast pairs go to memory as experiences.
@@ -18,6 +22,7 @@ anything. Lessons from slow->fast pairs go to memory as experiences.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import threading
 import time
@@ -73,6 +78,11 @@ def _wins_over(child: Candidate, parent: Candidate) -> bool:
                 and parent.latency_ms / child.latency_ms > POSITIVE_SPEEDUP)
 
 
+def _winning_bar(current: Candidate) -> Callable[[list[Candidate]], float]:
+    """The memory replay's screen: a kernel is worth checking only if its timing is a win over `current`."""
+    return lambda checked: current.latency_ms / POSITIVE_SPEEDUP
+
+
 def _sort_key(candidate: Candidate) -> tuple[float, str]:
     return candidate.latency_ms, candidate.hash
 
@@ -97,57 +107,135 @@ class BeamSearch:
         self._verified: set[str] = set()
         self._base: Candidate | None = None
         self._deadline: float | None = None
-        self._longest_evaluation = 0.0  # seconds: what the next evaluation is expected to take at most
-        self._candidates_started = 0
+        self._longest = {True: 0.0, False: 0.0}  # seconds the longest checked / unchecked evaluation took
+        self._started = {True: 0, False: 0}  # checked / unchecked evaluations of candidates started
+        self._screened = itertools.count()  # ties between equal timings go to the kernel screened first
 
     # --- the time budget ----------------------------------------------------------------------------
-    def _out_of_time(self) -> bool:
-        """Whether an evaluation started now would end after the budget (the longest one so far is
-        the estimate: the baseline's before any candidate). The first wave of candidates always
-        runs: a search that evaluates nothing is not a search."""
-        if self._deadline is None or self._candidates_started < max(1, self.config.workers):
+    def _out_of_time(self, check: bool = True) -> bool:
+        """Whether an evaluation started now would end after the budget (the longest one of its kind so
+        far is the estimate: the baseline's before any candidate); a screen needs the time for its check
+        too. The first wave of each kind always runs: a search that evaluates nothing is not a search."""
+        if self._deadline is None or self._started[check] < max(1, self.config.workers):
             return False
-        return time.monotonic() + self._longest_evaluation > self._deadline
+        needed = self._longest[True] + (0.0 if check else self._longest[False])
+        return time.monotonic() + needed > self._deadline
 
-    def _timed(self, evaluate: Callable[[], ProfileResult]) -> ProfileResult:
+    def _timed(self, evaluate: Callable[[], ProfileResult], check: bool = True) -> ProfileResult:
         start = time.monotonic()
         try:
             return evaluate()
         finally:
-            self._longest_evaluation = max(self._longest_evaluation, time.monotonic() - start)
+            self._longest[check] = max(self._longest[check], time.monotonic() - start)
 
     # --- evaluation -------------------------------------------------------------------------------
-    def _evaluate(self, source: str, task: TaskRef, hardware: str) -> ProfileResult:
-        return self._timed(lambda: self.profiler.profile(source, task, hardware, cancel=self.cancel))
+    def _evaluate(self, source: str, task: TaskRef, hardware: str, check: bool = True) -> ProfileResult:
+        return self._timed(lambda: self.profiler.profile(source, task, hardware, check, cancel=self.cancel), check)
+
+    def _screens(self) -> bool:
+        """Whether a candidate is first timed unchecked: when the profiler checks at the size it times (no
+        small variant to check on), a check is minutes of full-size simulation while the timing alone is
+        seconds, and a kernel too slow to enter the beam gains nothing from being checked."""
+        return self.config.screen and self.verifier is None
 
     def _evaluate_all(self, drafts: list[tuple[str, Candidate, Proposal]], task: TaskRef, hardware: str,
-                      iteration: int, search_id: int | None, best: Candidate) -> list[Candidate]:
-        """Evaluate new kernels in parallel; record each one in memory as soon as it is done."""
-        done: list[Candidate] = []
-        lock = threading.Lock()
+                      iteration: int, search_id: int | None, best: Candidate,
+                      bar: Callable[[list[Candidate]], float] | None = None) -> list[Candidate]:
+        """Evaluate new kernels in parallel; record each one in memory as soon as it is done.
 
-        def one(item: tuple[str, Candidate, Proposal]) -> None:
+        When screening, each kernel is timed unchecked first and checked only while its timing beats
+        `bar(the candidates checked so far)`, the fastest first; waiting checks go before new screens, so
+        the time budget is spent on the most promising kernels. One left unchecked is recorded with its
+        timing and no verdict."""
+        screening = self._screens()
+        bar = bar or (lambda done: float("inf"))
+        todo = list(reversed(drafts))
+        waiting: list[tuple[float, int, tuple[str, Candidate, Proposal], ProfileResult]] = []  # heap of screened
+        done: list[Candidate] = []
+        busy = [0]
+        raised: list[BaseException] = []
+        turn = threading.Condition()
+
+        def finish(item: tuple[str, Candidate, Proposal], result: ProfileResult, label: str) -> None:
             source, parent, proposal = item
-            with lock:
-                if self.cancel.is_set() or self._out_of_time():
-                    return  # not evaluated: not a verdict on the kernel either
-                self._candidates_started += 1
-            result = self._evaluate(source, task, hardware)
-            if self.cancel.is_set() and result.error:
-                return  # killed mid-run: not a verdict on the kernel
             candidate = Candidate(source, kernel_hash(source), result, parent.hash, proposal.description,
                                   proposal.origin, iteration)
-            with lock:
-                self.evaluated[candidate.hash] = candidate
-                done.append(candidate)
-                self._record(search_id, candidate)
-                leader = min([best, *[c for c in done if c.result.correct]], key=_sort_key)
-                label = "memory replay: " if iteration == REPLAY_ITERATION else ""
-                self._emit("evaluated", max(iteration, 0), leader, f"{label}{proposal.origin}: {proposal.description}")
+            self.evaluated[candidate.hash] = candidate
+            done.append(candidate)
+            self._record(search_id, candidate)
+            leader = min([best, *[c for c in done if c.result.correct]], key=_sort_key)
+            replayed = "memory replay: " if iteration == REPLAY_ITERATION else ""
+            self._emit("evaluated", max(iteration, 0), leader,
+                       f"{replayed}{proposal.origin}: {proposal.description}{label}")
 
-        with ThreadPoolExecutor(max_workers=max(1, self.config.workers)) as pool:
-            list(pool.map(one, drafts))
+        def leave_unchecked(reason: str) -> None:
+            while waiting:
+                latency, _, item, result = heapq.heappop(waiting)
+                finish(item, replace(result, check_message=reason.format(latency)), " (not checked)")
+
+        def next_job() -> tuple[bool, tuple[str, Candidate, Proposal]] | None:
+            """Under `turn`: the next (check?, draft) to run, or None when there is nothing left to do."""
+            while not self.cancel.is_set() and not raised:
+                limit = bar([c for c in done if c.result.correct])
+                if waiting and waiting[0][0] >= limit:  # the fastest waiting kernel cannot win: none can
+                    leave_unchecked(f"not checked: timed at {{:.4g}} ms, no faster than the {limit:.4g} ms "
+                                    "it needed to enter the beam")
+                if waiting and not self._out_of_time(True):
+                    self._started[True] += 1
+                    return True, heapq.heappop(waiting)[2]
+                leave_unchecked("not checked: timed at {:.4g} ms, no time left in the budget to check it")
+                if todo and not self._out_of_time(not screening):
+                    self._started[not screening] += 1
+                    return not screening, todo.pop()
+                if not busy[0]:
+                    return None
+                turn.wait()
+            return None
+
+        def work() -> None:
+            while True:
+                with turn:
+                    job = next_job()
+                    if job is None:
+                        turn.notify_all()
+                        return
+                    busy[0] += 1
+                check, item = job
+                try:
+                    result = self._evaluate(item[0], task, hardware, check)
+                except BaseException as exc:  # raised again in the caller's thread; the others stop
+                    raised.append(exc)
+                    return
+                finally:
+                    with turn:
+                        busy[0] -= 1
+                        turn.notify_all()
+                with turn:
+                    if self.cancel.is_set() and result.error:
+                        continue  # killed mid-run: not a verdict on the kernel
+                    if check or result.error:
+                        finish(item, result, "")
+                    else:
+                        heapq.heappush(waiting, (result.latency_ms if result.latency_ms is not None else
+                                                 float("inf"), next(self._screened), item, result))
+                    turn.notify_all()
+
+        workers = [threading.Thread(target=work, daemon=True) for _ in range(max(1, self.config.workers))]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join()
+        if raised:
+            raise raised[0]
         return done
+
+    def _enters_beam(self, beam: Sequence[Candidate]) -> Callable[[list[Candidate]], float]:
+        """The bar of the main loop's screen: the latency to beat to be among the best B correct kernels
+        of the beam and the candidates checked so far (none while fewer than B)."""
+        def bar(checked: list[Candidate]) -> float:
+            times = sorted(c.latency_ms for c in [*beam, *checked] if c.result.correct)
+            return times[self.config.beam_width - 1] if len(times) >= self.config.beam_width else float("inf")
+        return bar
 
     def _verify_all(self, candidates: Sequence[Candidate], task: TaskRef, hardware: str,
                     search_id: int | None) -> list[Candidate]:
@@ -201,16 +289,20 @@ class BeamSearch:
         if self.memory is None or search_id is None:
             return
         self.memory.add_kernel(c.source)
-        status = "failed" if c.result.error else ("correct" if c.result.correct else "incorrect")
+        status = ("failed" if c.result.error else "unchecked" if c.result.correct is None
+                  else "correct" if c.result.correct else "incorrect")
         self.memory.record_candidate(search_id, c.iteration, c.hash, c.parent, c.plan, c.origin,
                                      c.result.to_dict(), status)
 
     def _learn(self, parent: Candidate, child: Candidate, context: SearchContext, search_id: int | None) -> None:
         """Turn a slow->fast (or fast->slow) pair into an experience; memory applies the thresholds. A
-        speed-up is a lesson only once the faster kernel was checked at the size it was timed."""
-        if self.memory is None or not child.result.correct or not parent.latency_ms or not child.latency_ms:
+        speed-up is a lesson only once the faster kernel was checked at the size it was timed; a slow-down
+        is one for a kernel left unchecked too (it was timed: too slow to be worth checking)."""
+        verdict = child.result.correct
+        if (self.memory is None or verdict is False or child.result.error or not parent.latency_ms
+                or not child.latency_ms):
             return
-        if child.latency_ms < parent.latency_ms and child.hash not in self._verified:
+        if child.latency_ms < parent.latency_ms and (verdict is None or child.hash not in self._verified):
             return
         agent = next((a for a in self.agents if child.origin.startswith(a.name)), self.agents[0])
         speedup = parent.latency_ms / child.latency_ms
@@ -254,7 +346,7 @@ class BeamSearch:
             if not drafts:
                 self._emit("iteration", iteration, best, "no rewrite applies to any kernel in the beam")
                 break
-            children = self._evaluate_all(drafts, task, hardware, iteration, search_id, best)
+            children = self._evaluate_all(drafts, task, hardware, iteration, search_id, best, self._enters_beam(beam))
             beam = self._admit([*beam, *children], task, hardware, search_id) or beam
             children = [self.evaluated.get(c.hash, c) for c in children]
             for child in children:
@@ -293,7 +385,7 @@ class BeamSearch:
                 if self.cancel.is_set():
                     break
                 children = self._evaluate_all(drafts[start:start + wave], task, hardware, REPLAY_ITERATION,
-                                              search_id, current)
+                                              search_id, current, _winning_bar(current))
                 self._verify_all([c for c in children if _wins_over(c, current)], task, hardware, search_id)
                 children = [self.evaluated.get(c.hash, c) for c in children]
                 for child in children:

@@ -14,7 +14,8 @@ class SearchConfig:
     within it (None: no limit). Kernels
     whose every check simulates full-size data take minutes per candidate, so the budget, not T,
     decides how much of the search runs; plans go best first, so it is the least promising that
-    are left out."""
+    are left out. There `screen` times each candidate unchecked first (seconds) and checks it (minutes)
+    only if it is fast enough to enter the beam, the fastest first."""
 
     beam_width: int = 6
     plans_per_candidate: int = 12
@@ -25,6 +26,7 @@ class SearchConfig:
     replay_steps: int = 8  # remembered wins to chain before the first iteration (0: no memory replay)
     seeds: int = 5
     time_budget_s: float | None = None
+    screen: bool = True  # where checks are full-size: time each kernel unchecked, check only beam entrants
 
 
 PRESETS: dict[str, SearchConfig] = {

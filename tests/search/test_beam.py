@@ -200,7 +200,7 @@ def test_the_time_budget_stops_the_search_before_an_evaluation_would_overrun_it(
     profiler = SlowStubProfiler(0.4)
     events: list[SearchEvent] = []
     config = replace(CONFIG, beam_width=2, plans_per_candidate=8, iterations=8, workers=1, time_budget_s=2.1,
-                     replay_steps=0)
+                     replay_steps=0, screen=False)
     start = time.monotonic()
     result = BeamSearch(profiler, [ManyPlansAgent()], config, None, events.append).run("x = 1\n", TASK)
     assert time.monotonic() - start < 2.1 + 0.1  # no evaluation was started that would end after the budget
@@ -212,7 +212,7 @@ def test_the_time_budget_stops_the_search_before_an_evaluation_would_overrun_it(
 def test_every_beam_kernel_gets_its_best_plan_evaluated_before_any_gets_its_second() -> None:
     profiler = SlowStubProfiler(0.0)
     config = replace(CONFIG, beam_width=2, plans_per_candidate=3, iterations=2, workers=1, replay_steps=0,
-                     patience=0)
+                     patience=0, screen=False)
     search = BeamSearch(profiler, [ManyPlansAgent()], config)
     search.run("x = 1\n", TASK)
     second = [c for c in search.evaluated.values() if c.iteration == 1]
@@ -222,6 +222,57 @@ def test_every_beam_kernel_gets_its_best_plan_evaluated_before_any_gets_its_seco
 
 def test_a_budget_smaller_than_the_baseline_still_evaluates_one_wave() -> None:
     profiler = SlowStubProfiler(0.3)
-    config = replace(CONFIG, plans_per_candidate=8, workers=2, time_budget_s=0.2, replay_steps=0)
+    config = replace(CONFIG, plans_per_candidate=8, workers=2, time_budget_s=0.2, replay_steps=0, screen=False)
     result = BeamSearch(profiler, [ManyPlansAgent()], config).run("x = 1\n", TASK)
     assert len(profiler.asked) == 3 and result.best.source.count("# faster") == 1
+
+
+class ScreeningStubProfiler(SlowStubProfiler):
+    """Like SlowStubProfiler, but an unchecked run is a timing with no verdict, as the real ones give."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay)
+        self.checked: list[str] = []
+
+    def profile(self, source, task, hardware="trn1", check=True, **kwargs):  # type: ignore[no-untyped-def]
+        result = super().profile(source, task, hardware, check, **kwargs)
+        if check:
+            self.checked.append(source)
+        else:
+            result.correct = None
+        return result
+
+
+def test_where_checks_are_full_size_only_kernels_that_can_enter_the_beam_are_checked(tmp_path: Path) -> None:
+    profiler = ScreeningStubProfiler(0.0)
+    config = replace(CONFIG, beam_width=2, plans_per_candidate=8, iterations=1, workers=1, replay_steps=0)
+    with Memory(tmp_path / "m.db") as memory:
+        search = BeamSearch(profiler, [ManyPlansAgent()], config, memory)
+        result = search.run("x = 1\n", TASK)
+        # the baseline, then the one faster kernel: the neutral ones only tie the beam's second place
+        assert profiler.checked == ["x = 1\n", "x = 1\n# faster\n"]
+        assert result.best.source.count("# faster") == 1 and result.best.result.correct
+        state = memory.search_state(result.search_id)
+        statuses = sorted(c.status for c in state.candidates)
+        assert statuses == ["correct", "correct", *["unchecked"] * 6]
+        unchecked = [c for c in search.evaluated.values() if c.result.correct is None]
+        assert all("no faster than the 1 ms it needed to enter the beam" in c.result.check_message
+                   for c in unchecked)
+
+
+def test_screened_kernels_are_checked_fastest_first_and_slower_ones_fill_a_beam_with_room() -> None:
+    profiler = ScreeningStubProfiler(0.0)
+    config = replace(CONFIG, beam_width=4, plans_per_candidate=8, iterations=1, workers=1, replay_steps=0)
+    BeamSearch(profiler, [ManyPlansAgent()], config).run("x = 1\n", TASK)
+    # room for 3 beside the baseline: the faster kernel first, then 2 neutral ones; the rest cannot enter
+    assert profiler.checked[1] == "x = 1\n# faster\n" and len(profiler.checked) == 4
+
+
+def test_a_screening_search_keeps_to_its_budget() -> None:
+    profiler = ScreeningStubProfiler(0.3)
+    config = replace(CONFIG, beam_width=2, plans_per_candidate=8, iterations=8, workers=1, time_budget_s=2.0,
+                     replay_steps=0, patience=0)
+    start = time.monotonic()
+    result = BeamSearch(profiler, [ManyPlansAgent()], config).run("x = 1\n", TASK)
+    assert time.monotonic() - start < 2.0 + 0.1
+    assert result.best.source.count("# faster") >= 1
