@@ -109,7 +109,6 @@ class BeamSearch:
         self._deadline: float | None = None
         self._longest = {True: 0.0, False: 0.0}  # seconds the longest checked / unchecked evaluation took
         self._started = {True: 0, False: 0}  # checked / unchecked evaluations of candidates started
-        self._screened = itertools.count()  # ties between equal timings go to the kernel screened first
 
     # --- the time budget ----------------------------------------------------------------------------
     def _out_of_time(self, check: bool = True) -> bool:
@@ -151,6 +150,7 @@ class BeamSearch:
         bar = bar or (lambda done: float("inf"))
         todo = list(reversed(drafts))
         waiting: list[tuple[float, int, tuple[str, Candidate, Proposal], ProfileResult]] = []  # heap of screened
+        order = itertools.count()  # equal timings: the kernel screened first is checked first
         done: list[Candidate] = []
         busy = [0]
         raised: list[BaseException] = []
@@ -204,20 +204,19 @@ class BeamSearch:
                 try:
                     result = self._evaluate(item[0], task, hardware, check)
                 except BaseException as exc:  # raised again in the caller's thread; the others stop
-                    raised.append(exc)
-                    return
-                finally:
                     with turn:
+                        raised.append(exc)
                         busy[0] -= 1
                         turn.notify_all()
-                with turn:
-                    if self.cancel.is_set() and result.error:
-                        continue  # killed mid-run: not a verdict on the kernel
+                    return
+                with turn:  # one step with the count, so an idle worker never sees neither job nor result
+                    busy[0] -= 1
                     if check or result.error:
-                        finish(item, result, "")
+                        if not (self.cancel.is_set() and result.error):  # killed mid-run: no verdict
+                            finish(item, result, "")
                     else:
                         heapq.heappush(waiting, (result.latency_ms if result.latency_ms is not None else
-                                                 float("inf"), next(self._screened), item, result))
+                                                 float("inf"), next(order), item, result))
                     turn.notify_all()
 
         workers = [threading.Thread(target=work, daemon=True) for _ in range(max(1, self.config.workers))]
