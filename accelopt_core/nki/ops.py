@@ -152,7 +152,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 def instruction(fn: F) -> F:
     """Mark a public instruction: when the simulation records (trace-only runs in the sandbox), each
     call the kernel's own code makes is appended to the trace's tape with its arguments by name, so the
-    trusted side can replay exactly this call; the calls it makes in turn are part of it."""
+    trusted side can replay exactly this call; the calls it makes in turn are part of it. In every mode
+    the kernel's line is found once per call of the kernel's own, not once per tensor and instruction."""
     code = fn.__code__
     names = code.co_varnames[:code.co_argcount]
     op = fn.__name__
@@ -160,24 +161,28 @@ def instruction(fn: F) -> F:
     @functools.wraps(fn)
     def recorded(*args: Any, **kwargs: Any) -> Any:
         sim = running()
-        if sim is None or sim.tape is None or sim.depth:
+        if sim is None or sim.depth:
             return fn(*args, **kwargs)
-        arguments = dict(zip(names, args, strict=False))
-        arguments.update(kwargs)
         location = kernel_location()
-        call = Called(op, arguments, location[1], sim.nest, sim.ids_used, len(sim.trace.instructions))
-        sim.tape.append(call)
+        call = None
+        if sim.tape is not None:
+            arguments = dict(zip(names, args, strict=False))
+            arguments.update(kwargs)
+            call = Called(op, arguments, location[1], sim.nest, sim.ids_used, len(sim.trace.instructions))
+            sim.tape.append(call)
         sim.depth += 1
-        unpinned = pin_location(location)
+        unpinned = pin_location(location)  # the tensors and instructions of this call are at the caller's line
         try:
             return fn(*args, **kwargs)
         except BaseException:
-            call.raised = True
+            if call is not None:
+                call.raised = True
             raise
         finally:
             pin_location(unpinned)
             sim.depth -= 1
-            call.finish(sim.ids_used, len(sim.trace.instructions))
+            if call is not None:
+                call.finish(sim.ids_used, len(sim.trace.instructions))
 
     REPLAYABLE[op] = recorded
     return recorded  # type: ignore[return-value]

@@ -169,7 +169,7 @@ class TensorInfo:
         return count * DTYPE_SIZES.get(self.dtype, 4)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: a frozen init costs 8 % of a trace
 class Access:
     """One operand of an instruction: which tensor, which region, how many bytes.
 
