@@ -595,6 +595,9 @@ class TapeReader:
         self._masks: dict[int, Any] = {}
         self._array_bytes = 0
         self.resolve: Callable[[list[Any]], Any] = _no_tensors
+        # tile references already decoded, by the identity of their entry: a replay of each seed of a
+        # check meets the same entries, on tensors of the same shapes (see replay.py, `_Replay.tile`)
+        self.subscripts: dict[int, tuple[list[Any], tuple[int, ...], Any]] = {}
 
     def detach(self) -> None:
         """Forget the replay that resolved tensor references (it has ended)."""

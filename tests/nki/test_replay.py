@@ -17,7 +17,7 @@ from calibration_set import ABSENT, calibration_cases
 
 from accelopt_core.nki import HardwareRuleError, NkiError, TensorSpec, load_kernel, run_kernel
 from accelopt_core.nki.replay import MAX_TILE_ELEMENTS, ReplayLimitError, ReplayLimits, replay
-from accelopt_core.nki.trace import TAPE_VERSION, TapeError, tape_to_plain
+from accelopt_core.nki.trace import TAPE_VERSION, TapeError, TapeReader, tape_to_plain
 from accelopt_core.tasks import load_reference
 
 HEADER = """
@@ -126,6 +126,48 @@ def kernel(table, rows):
     with pytest.raises(HardwareRuleError, match="indirect index 250") as caught:
         replay(tape, [table, rows], "trn1", numeric=True)
     assert caught.value.line == 7
+
+
+def test_the_seeds_of_a_check_share_the_decoded_subscripts(recorded, rng) -> None:
+    """The replays of one tape (a check's seeds) decode each tile reference once; each computes on its
+    own inputs, bit for bit what a replay of its own gives."""
+    x = rng.standard_normal((4, 128, 64)).astype(np.float32)
+    source = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for b in nl.affine_range(x.shape[0]):
+        i_p, i_f = nl.mgrid[0:128, 0:64]
+        nl.store(out[b, i_p, i_f], value=nl.exp(nl.load(x[b, i_p, i_f])), mask=(i_f < 48))
+    return out
+"""
+    tape, _ = recorded(source, x)
+    reader = TapeReader(tape)
+    first = replay(reader, [x], "trn1", numeric=True).outputs[0]
+    decoded = dict(reader.subscripts)
+    assert decoded
+    other = rng.standard_normal(x.shape).astype(np.float32)
+    again = replay(reader, [other], "trn1", numeric=True).outputs[0]
+    assert reader.subscripts == decoded
+    assert again.tobytes() == replay(TapeReader(tape), [other], "trn1", numeric=True).outputs[0].tobytes()
+    assert first.tobytes() != again.tobytes()
+
+
+def test_indices_read_from_a_tile_are_each_replays_own(recorded, rng) -> None:
+    table = rng.standard_normal((200, 32)).astype(np.float32)
+    source = HEADER + """
+@nki.jit
+def kernel(table, rows):
+    out = nl.ndarray((128, 32), dtype=table.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(table[nl.load(rows), nl.arange(32)[None, :]]))
+    return out
+"""
+    rows = [rng.integers(0, 200, (128, 1)).astype(np.int32) for _ in range(2)]
+    tape, _ = recorded(source, table, rows[0])
+    reader = TapeReader(tape)
+    for seed_rows in rows:
+        gathered = replay(reader, [table, seed_rows], "trn1", numeric=True).outputs[0]
+        np.testing.assert_array_equal(gathered, table[seed_rows[:, 0]])
 
 
 def _nested(depth: int) -> list[Any]:
