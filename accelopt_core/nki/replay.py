@@ -30,7 +30,7 @@ from .errors import NkiError, replaying
 from .indexing import DynamicIndex, full_subscript, normalize
 from .ops import REPLAYABLE
 from .runner import RunResult, TensorSpec, end_launch, start_program, storage_root
-from .tensor import HBM, PSUM, SBUF, MemoryBudget, Simulation, Storage, Tile, declare, host_fill, pop, push
+from .tensor import HBM, PSUM, SBUF, BufferPool, MemoryBudget, Simulation, Storage, Tile, declare, host_fill, pop, push
 from .trace import TapeError, TapeReader, collector_paused, shown_name
 
 MAX_TILE_ELEMENTS = 2**28  # one operand of one instruction; the largest honest one is a whole HBM tensor
@@ -49,22 +49,27 @@ class ReplayLimits:
 
 
 def replay(tape: Any, inputs: Sequence[np.ndarray | TensorSpec], hardware: str, numeric: bool,
-           kernel_file: str = "kernel.py", limits: ReplayLimits = ReplayLimits()) -> RunResult:
+           kernel_file: str = "kernel.py", limits: ReplayLimits = ReplayLimits(),
+           recycled: BufferPool | None = None) -> RunResult:
     """Run the tape's calls again on `inputs` (arrays for a numeric replay, else shapes): the outputs
-    (None when trace-only), the instruction trace this replay recorded, and the guards' facts."""
+    (None when trace-only), the instruction trace this replay recorded, and the guards' facts. A numeric
+    replay takes the arrays of its tensors from `recycled` where it has them, and leaves there those of
+    the tensors it drops (the replays of one check share one)."""
     reader = tape if isinstance(tape, TapeReader) else TapeReader(tape)
-    return _Replay(reader, hardware, numeric, kernel_file, limits).run(inputs)
+    return _Replay(reader, hardware, numeric, kernel_file, limits, recycled).run(inputs)
 
 
 class _Replay:
     """One replay: the simulation, the tensors the tape's entries may refer to, the outputs."""
 
-    def __init__(self, reader: TapeReader, hardware: str, numeric: bool, kernel_file: str, limits: ReplayLimits):
+    def __init__(self, reader: TapeReader, hardware: str, numeric: bool, kernel_file: str, limits: ReplayLimits,
+                 recycled: BufferPool | None):
         self.reader = reader
         self.sim = Simulation(numeric=numeric, hardware=hardware)
         self.sim.trace.kernel_file = kernel_file
         self.sim.registry = {}
         self.sim.memory = MemoryBudget(limits.memory_bytes) if numeric else None
+        self.sim.recycled = recycled if numeric else None
         self.deadline = time.monotonic() + limits.seconds
         self.limits = limits
         self.inputs: list[np.ndarray | TensorSpec] = []
@@ -213,6 +218,9 @@ class _Replay:
             data = storage.data
             if data is not None and data.base is None and tensor not in self.viewed and self.sim.memory is not None:
                 self.sim.memory.release(data.nbytes)
+                if self.sim.recycled is not None:
+                    storage.data = None  # its array is the pool's now
+                    self.sim.recycled.give(data)
 
     # --- calls ----------------------------------------------------------------------------------
     def call(self, entry: list[Any]) -> None:
@@ -248,7 +256,8 @@ class _Replay:
         storage = self._storage(plain[1])
         if len(plain) == 2:
             return Tile(storage, full_subscript(storage.shape))
-        known = self.reader.subscripts.get(id(plain))
+        decoded = self.reader.subscripts
+        known = decoded.get(id(plain)) if decoded is not None else None
         if known is not None and known[0] is plain and known[1] == storage.shape:
             return Tile(storage, known[2])  # decoded and checked by an earlier replay of this tape
         if len(plain) - 2 != len(storage.shape):
@@ -257,8 +266,8 @@ class _Replay:
         sub = normalize(items, storage.shape, storage.name)
         if math.prod(sub.shape) > MAX_TILE_ELEMENTS:
             raise TapeError(f"a tile of shape {sub.shape} is larger than any instruction handles")
-        if not any(type(item) is DynamicIndex for item in items):  # indices read from a tile differ per replay
-            self.reader.subscripts[id(plain)] = (plain, storage.shape, sub)
+        if decoded is not None and not any(type(item) is DynamicIndex for item in items):
+            decoded[id(plain)] = (plain, storage.shape, sub)  # indices read from a tile differ per replay
         return Tile(storage, sub)
 
     def _item(self, plain: Any) -> Any:

@@ -114,6 +114,7 @@ class Simulation:
         # A replay's view of the tensors (replay.py): every storage by id, and the bytes they may hold.
         self.registry: dict[int, Storage] | None = None
         self.memory: MemoryBudget | None = None
+        self.recycled: BufferPool | None = None  # large arrays of dropped tensors, for the next ones
 
     def placed(self, placement: Placement, dims: tuple[int, ...], partition_axis: int, dtype: np.dtype) -> Slots:
         """The physical tiles of a directly allocated tensor. The legacy compiler traces an affine or
@@ -188,6 +189,50 @@ class MemoryBudget:
 
     def release(self, nbytes: int) -> None:
         self.used -= nbytes
+
+
+class BufferPool:
+    """Large arrays of the tensors a replay dropped, kept for the next tensor of the same size: the
+    replays of a check's seeds declare the same tensors, and fresh memory costs page faults (on a
+    virtual machine, about a second per GB) where reused memory costs a fill. The arrays kept and those
+    live never add up to more than the most the replays held live at once, so it raises no peak."""
+
+    SMALLEST = 1 << 20  # smaller arrays come from the C heap, which reuses them anyway
+
+    def __init__(self) -> None:
+        self.free: dict[int, list[np.ndarray]] = {}  # bytes -> flat byte arrays of that size
+        self.kept = 0
+        self.ceiling = 0
+
+    def uninitialized(self, dims: tuple[int, ...], dtype: np.dtype, live: int) -> np.ndarray:
+        """A tensor's new array, `live` bytes held with it: a kept one of its size, else a fresh one."""
+        self.ceiling = max(self.ceiling, live)
+        nbytes = math.prod(dims) * dtype.itemsize
+        arrays = self.free.get(nbytes) if nbytes >= self.SMALLEST else None
+        if not arrays:
+            self.make_room(live)
+            return _uninitialized(dims, dtype)
+        data = arrays.pop().view(dtype).reshape(dims)
+        if not arrays:
+            del self.free[nbytes]
+        self.kept -= nbytes
+        data.fill(_garbage(dtype))
+        return data
+
+    def make_room(self, live: int) -> None:
+        """Let kept arrays go until they and the `live` bytes fit under the most ever held live."""
+        while self.kept and self.kept + live > self.ceiling:
+            nbytes, arrays = next(iter(self.free.items()))
+            arrays.pop()
+            self.kept -= nbytes
+            if not arrays:
+                del self.free[nbytes]
+
+    def give(self, data: np.ndarray) -> None:
+        """A dropped tensor's array, which nothing else views."""
+        if data.nbytes >= self.SMALLEST and data.base is None and data.flags.c_contiguous:
+            self.free.setdefault(data.nbytes, []).append(data.reshape(-1).view(np.uint8))
+            self.kept += data.nbytes
 
 
 class _Running(threading.local):
@@ -542,10 +587,13 @@ def close_accumulation(storage: Storage, region: tuple[tuple[int, int], ...]) ->
         storage.mm_open = [r for r in storage.mm_open if not overlaps(r, region)] or None
 
 
-def _uninitialized(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def _garbage(dtype: np.dtype) -> float:
     """New on-chip memory holds garbage on hardware; NaN (floats) or 4 (ints) makes misuse visible."""
-    fill = np.nan if dtypes.is_float(dtype) else 4
-    return np.full(shape, fill, dtype=dtype)
+    return np.nan if dtypes.is_float(dtype) else 4
+
+
+def _uninitialized(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return np.full(shape, _garbage(dtype), dtype=dtype)
 
 
 def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = "") -> Tile:
@@ -596,7 +644,10 @@ def declare(kind: str, dims: tuple[int, ...], partition_axis: int, dtype: np.dty
     if sim.numeric:
         if sim.memory is not None:
             sim.memory.reserve(math.prod(dims) * dtype.itemsize)
-        data = _uninitialized(dims, dtype)
+        if sim.recycled is not None and sim.memory is not None:
+            data = sim.recycled.uninitialized(dims, dtype, sim.memory.used)
+        else:
+            data = _uninitialized(dims, dtype)
     storage = Storage(sim, name, kind, dims, dtype, partition_axis, data, slots)
     sim.declared(storage, "tensor")
     return Tile(storage, full_subscript(dims))

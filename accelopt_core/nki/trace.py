@@ -595,9 +595,10 @@ class TapeReader:
         self._masks: dict[int, Any] = {}
         self._array_bytes = 0
         self.resolve: Callable[[list[Any]], Any] = _no_tensors
-        # tile references already decoded, by the identity of their entry: a replay of each seed of a
-        # check meets the same entries, on tensors of the same shapes (see replay.py, `_Replay.tile`)
-        self.subscripts: dict[int, tuple[list[Any], tuple[int, ...], Any]] = {}
+        # tile references already decoded, by the identity of their entry, for a tape replayed more than
+        # once (the seeds of a check meet the same entries, on tensors of the same shapes: replay.py,
+        # `_Replay.tile`); None: each replay decodes its own (one replay gains nothing from keeping them)
+        self.subscripts: dict[int, tuple[list[Any], tuple[int, ...], Any]] | None = None
 
     def detach(self) -> None:
         """Forget the replay that resolved tensor references (it has ended)."""

@@ -27,6 +27,7 @@ from ..hardware import load_hardware
 from ..nki import RunResult, TensorSpec, Trace
 from ..nki.replay import ReplayLimits, replay
 from ..nki.runner import Launch, storage_root
+from ..nki.tensor import BufferPool
 from ..nki.trace import TapeError, TapeReader
 from ..perfmodel import estimate
 from .measure import Run
@@ -67,6 +68,11 @@ class Replays:
         if len(tapes) != len(plan.runs):
             raise TapeError(f"{len(tapes)} traces for {len(plan.runs)} runs")
         self.readers = [TapeReader(tape) for tape in tapes]
+        for run, reader in enumerate(self.readers):
+            replays = plan.case_runs.count(run) + (run == plan.timing_run and run not in plan.case_runs)
+            if replays > 1:
+                reader.subscripts = {}  # its replays decode each tile reference once
+        self.recycled: BufferPool | None = BufferPool()  # the tensors' arrays, from one case's replay to the next
         self.plan = plan
         self.hardware = hardware
         self.kernel_file = kernel_file
@@ -78,7 +84,7 @@ class Replays:
         started = time.monotonic()
         try:
             return replay(self.readers[run], inputs, self.hardware, numeric=numeric, kernel_file=self.kernel_file,
-                          limits=ReplayLimits(self.memory_bytes, max(0.0, self.seconds_left)))
+                          limits=ReplayLimits(self.memory_bytes, max(0.0, self.seconds_left)), recycled=self.recycled)
         finally:
             self.seconds_left -= time.monotonic() - started
 
@@ -96,6 +102,7 @@ class Replays:
 
     def timed(self) -> RunResult:
         """The run that is timed: a checked replay at the timed size, else a trace-only replay of it."""
+        self.recycled = None  # the checks are over: their arrays go
         if self._timed is None:
             specs = self.plan.runs[self.plan.timing_run].specs
             self._timed = self._replay(self.plan.timing_run, specs, numeric=False)

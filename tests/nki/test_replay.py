@@ -17,6 +17,7 @@ from calibration_set import ABSENT, calibration_cases
 
 from accelopt_core.nki import HardwareRuleError, NkiError, TensorSpec, load_kernel, run_kernel
 from accelopt_core.nki.replay import MAX_TILE_ELEMENTS, ReplayLimitError, ReplayLimits, replay
+from accelopt_core.nki.tensor import BufferPool
 from accelopt_core.nki.trace import TAPE_VERSION, TapeError, TapeReader, tape_to_plain
 from accelopt_core.tasks import load_reference
 
@@ -143,6 +144,7 @@ def kernel(x):
 """
     tape, _ = recorded(source, x)
     reader = TapeReader(tape)
+    reader.subscripts = {}
     first = replay(reader, [x], "trn1", numeric=True).outputs[0]
     decoded = dict(reader.subscripts)
     assert decoded
@@ -151,6 +153,49 @@ def kernel(x):
     assert reader.subscripts == decoded
     assert again.tobytes() == replay(TapeReader(tape), [other], "trn1", numeric=True).outputs[0].tobytes()
     assert first.tobytes() != again.tobytes()
+
+
+def test_the_seeds_of_a_check_reuse_the_arrays_of_dropped_tensors(recorded, rng) -> None:
+    """A tensor dropped by one replay lends its array to the next tensor of its size (refilled with NaN),
+    and the outputs are bit for bit those of replays that allocate afresh."""
+    x = rng.standard_normal((4, 128, 4096)).astype(np.float32)  # 2 MiB per block tensor
+    source = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    first = nl.ndarray((4, nl.par_dim(128), 1024), dtype=x.dtype, buffer=nl.sbuf)
+    for b in nl.affine_range(4):
+        first[b] = nl.load(x[b, :, 0:1024])
+    second = nl.ndarray((4, nl.par_dim(128), 1024), dtype=x.dtype, buffer=nl.sbuf)
+    for b in nl.affine_range(4):
+        second[b] = nl.exp(first[b])
+        nl.store(out[b, :, 0:1024], value=second[b])
+    return out
+"""
+    tape, _ = recorded(source, x)
+    pool = BufferPool()
+    fresh = [replay(tape, [x * seed], "trn1", numeric=True).outputs[0] for seed in (1, 2)]
+    pooled = [replay(tape, [x * seed], "trn1", numeric=True, recycled=pool).outputs[0] for seed in (1, 2)]
+    assert [o.tobytes() for o in pooled] == [o.tobytes() for o in fresh]
+    assert pool.kept > 0 and pool.kept <= pool.ceiling
+
+
+def test_a_buffer_pool_never_holds_more_than_the_most_held_live() -> None:
+    pool = BufferPool()
+    dims, dtype = (128, 4096), np.dtype(np.float32)
+    size = 128 * 4096 * 4
+    arrays = [pool.uninitialized(dims, dtype, live=size * (n + 1)) for n in range(3)]
+    assert all(np.isnan(a).all() for a in arrays)
+    for a in arrays:
+        a[...] = 1.0
+        pool.give(a)
+    assert pool.kept == 3 * size
+    again = pool.uninitialized(dims, dtype, live=size)
+    assert np.isnan(again).all() and pool.kept == 2 * size
+    pool.uninitialized((256, 4096), dtype, live=3 * size)  # another size: room is made for it
+    assert pool.kept + 3 * size <= pool.ceiling
+    pool.give(np.zeros(1024, np.float32))  # small arrays are the C heap's business
+    assert pool.kept <= pool.ceiling
 
 
 def test_indices_read_from_a_tile_are_each_replays_own(recorded, rng) -> None:
@@ -165,6 +210,7 @@ def kernel(table, rows):
     rows = [rng.integers(0, 200, (128, 1)).astype(np.int32) for _ in range(2)]
     tape, _ = recorded(source, table, rows[0])
     reader = TapeReader(tape)
+    reader.subscripts = {}
     for seed_rows in rows:
         gathered = replay(reader, [table, seed_rows], "trn1", numeric=True).outputs[0]
         np.testing.assert_array_equal(gathered, table[seed_rows[:, 0]])
