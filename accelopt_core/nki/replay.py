@@ -159,8 +159,14 @@ class _Replay:
                             f"{np.dtype(given.dtype).name}{list(given.shape)}")
         data = None
         if self.sim.numeric:
-            self.sim.memory.reserve(math.prod(dims) * dtype.itemsize)  # type: ignore[union-attr]
-            data = np.array(given, dtype=dtype, copy=True)
+            memory = self.sim.memory
+            memory.reserve(math.prod(dims) * dtype.itemsize)  # type: ignore[union-attr]
+            recycled = self.sim.recycled
+            data = recycled.take(dims, dtype, memory.used) if recycled is not None else None  # type: ignore[union-attr]
+            if data is None:
+                data = np.array(given, dtype=dtype, copy=True)
+            else:
+                data[...] = given  # the previous seed's input array, this seed's values
         storage = Storage(self.sim, shown_name(name), HBM, dims, dtype, -1, data)
         self._new(tensor, storage)
         self.input_ids.add(storage.id)

@@ -193,9 +193,10 @@ class MemoryBudget:
 
 class BufferPool:
     """Large arrays of the tensors a replay dropped, kept for the next tensor of the same size: the
-    replays of a check's seeds declare the same tensors, and fresh memory costs page faults (on a
-    virtual machine, about a second per GB) where reused memory costs a fill. The arrays kept and those
-    live never add up to more than the most the replays held live at once, so it raises no peak."""
+    replays of a check's seeds declare the same tensors, and fresh memory costs page faults (on this
+    project's virtual machines, over 3 s per GB the first time) where reused memory costs a fill. The
+    arrays kept and those live never add up to more than the most the replays held live at once, so it
+    raises no peak."""
 
     SMALLEST = 1 << 20  # smaller arrays come from the C heap, which reuses them anyway
 
@@ -204,18 +205,26 @@ class BufferPool:
         self.kept = 0
         self.ceiling = 0
 
-    def uninitialized(self, dims: tuple[int, ...], dtype: np.dtype, live: int) -> np.ndarray:
-        """A tensor's new array, `live` bytes held with it: a kept one of its size, else a fresh one."""
+    def take(self, dims: tuple[int, ...], dtype: np.dtype, live: int) -> np.ndarray | None:
+        """A kept array of a new tensor's size, old contents and all, `live` bytes held with it; None (after
+        making room for a fresh one) when none is kept."""
         self.ceiling = max(self.ceiling, live)
         nbytes = math.prod(dims) * dtype.itemsize
         arrays = self.free.get(nbytes) if nbytes >= self.SMALLEST else None
         if not arrays:
             self.make_room(live)
-            return _uninitialized(dims, dtype)
+            return None
         data = arrays.pop().view(dtype).reshape(dims)
         if not arrays:
             del self.free[nbytes]
         self.kept -= nbytes
+        return data
+
+    def uninitialized(self, dims: tuple[int, ...], dtype: np.dtype, live: int) -> np.ndarray:
+        """A new on-chip tensor's array, filled as fresh memory is (`_uninitialized`)."""
+        data = self.take(dims, dtype, live)
+        if data is None:
+            return _uninitialized(dims, dtype)
         data.fill(_garbage(dtype))
         return data
 
