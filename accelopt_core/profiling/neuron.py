@@ -50,7 +50,16 @@ from .errors import describe_kernel_exception
 from .guards import guard_violation
 from .handback import OPTIONAL_INT, OPTIONAL_NUMBER, OPTIONAL_TEXT, MalformedResultError, typed, write_result
 from .measure import spill
-from .profiler import CheckingProfiler, TaskRef, fill_peak, input_shapes, reference_thread, task_work
+from .profiler import (
+    CheckingProfiler,
+    TaskRef,
+    counting_case,
+    fill_peak,
+    input_shapes,
+    reference_thread,
+    specs_of,
+    task_work,
+)
 from .result import ProfileResult
 from .sandbox import SandboxLimits, apply_limits, open_guard, plain_result, run_worker, worker_arguments
 
@@ -248,16 +257,16 @@ class NeuronProfiler(CheckingProfiler):
         if self.hardware is not None and hardware != self.hardware:
             result.error = f"this host profiles on {self.hardware}; the job asked for {hardware}"
             return result
-        specs = self._timing_specs(timing_task, task)
+        specs, drawn = self._timing_specs(timing_task, task)
         check_task, cases = self._check_cases(result, task, timing_task, check, seeds)
-        result.input_shapes = input_shapes(specs, cases)
-        job = NeuronJob(kernel_source, [c.inputs for c in cases], specs, kernel_name, _file_name(kernel_label),
+        result.input_shapes = input_shapes(specs, specs_of(cases[0]) if cases else None)
+        job = NeuronJob(kernel_source, [c.result().inputs for c in cases], specs, kernel_name, _file_name(kernel_label),
                         self._forbidden(timing_task), self.writable_paths, self.allowed_programs, self.warmup,
                         self.iters, self.max_timing_runs, self.agreement, check_launch=check_task.launch,
                         timing_launch=timing_task.launch)
         workdir = os.path.realpath(tempfile.mkdtemp(prefix="accelopt-neuron-"))
         with reference_thread() as references:
-            counted = references.submit(task_work, timing_task, specs, cases)  # while the device runs
+            counted = references.submit(task_work, timing_task, specs, counting_case(specs, cases, drawn))
             try:
                 measured = run_device_child(job, workdir, self.limits, self._environment(workdir), cancel)
                 if measured.error:

@@ -29,14 +29,14 @@ from ..nki import NkiError, TensorSpec
 from ..nki.replay import ReplayLimitError
 from ..nki.trace import TapeError, collector_paused
 from ..perfmodel import peak_percent
-from ..tasks import PeakWork, Task, load_reference
+from ..tasks import Case, PeakWork, Task, load_reference
 from ..tasks.check import compare, fresh_seeds
 from ..tasks.registry import find_task, task_files
 from .guards import guard_violation
 from .handback import MalformedResultError, read_trace
 from .result import ProfileResult
 from .sandbox import MALFORMED, SandboxJob, SandboxLimits, run_sandboxed, sandbox_workdir
-from .verdict import Replays, RunPlan, plan_runs, timing_report, trace_facts
+from .verdict import Replays, RunPlan, ShapeDriftError, plan_runs, timing_report, trace_facts
 
 UNNAMED = "a TaskRef needs a name or a reference path"
 
@@ -142,15 +142,28 @@ def zero_arrays(specs: Sequence[TensorSpec]) -> list[np.ndarray]:
     return [np.broadcast_to(np.zeros((), dtype=s.dtype), s.shape) for s in specs]
 
 
-def task_work(task: Task, specs: Sequence[TensorSpec], cases: Sequence[Any]) -> PeakWork | None:
+def task_work(task: Task, specs: Sequence[TensorSpec], case: Case | None) -> PeakWork | None:
     """The work "% of peak" divides by, at the timed size: the reference's declared peak_work, else its own
-    NumPy work, counted (on a checked case of the timed size when there is one: the check runs its
-    reference anyway, so counting costs no extra run)."""
+    NumPy work, counted on `case` (a case of the timed size already drawn; None: one is drawn)."""
     if task.peak_work is not None:
         return task.peak_work(zero_arrays(specs))
-    timed = [tuple(s.shape) for s in specs]
-    case = next((c for c in cases if c is not None and [np.shape(a) for a in c.inputs] == timed), None)
     return task.counted_work(case)
+
+
+def counting_case(specs: Sequence[TensorSpec], cases: Sequence[Future[Case]], drawn: Case | None) -> Case | None:
+    """The case to count the reference's work on: a checked case of the timed size when there is one (the
+    check runs its reference anyway, so counting costs no extra run), else the case the timed shapes were
+    just drawn from."""
+    timed = [tuple(s.shape) for s in specs]
+    ready = (f.result() for f in cases if f.done())
+    return next((c for c in ready if [np.shape(a) for a in c.inputs] == timed), drawn)
+
+
+def ready(case: Case) -> Future[Case]:
+    """A case drawn already, as the future the check takes its cases from."""
+    future: Future[Case] = Future()
+    future.set_result(case)
+    return future
 
 
 # One evaluation concludes (replays, references, comparison) at a time per process: the replays are Python
@@ -185,12 +198,16 @@ def fill_peak(result: ProfileResult, work: PeakWork | None, hardware: str) -> No
     result.peak_work = asdict(work)
 
 
-def input_shapes(timed: Sequence[TensorSpec], cases: Sequence[Any]) -> dict[str, list[list[int]]]:
+def input_shapes(timed: Sequence[TensorSpec], checked: Sequence[TensorSpec] | None) -> dict[str, list[list[int]]]:
     """The sizes a kernel ran with, for rewrite rules that must know the dimensions they tile."""
     shapes = {"timed": [list(s.shape) for s in timed]}
-    if cases:
-        shapes["checked"] = [list(np.shape(a)) for a in cases[0].inputs]
+    if checked is not None:
+        shapes["checked"] = [list(s.shape) for s in checked]
     return shapes
+
+
+def specs_of(case: Future[Case]) -> list[TensorSpec]:
+    return [TensorSpec.of(a) for a in case.result().inputs]
 
 
 class CheckingProfiler:
@@ -227,21 +244,24 @@ class CheckingProfiler:
     def _cached(self, key: ProfileKey | None) -> ProfileResult | None:
         return self.cache.get(key) if key is not None else None
 
-    def _timing_specs(self, task: Task, ref: TaskRef) -> list[TensorSpec]:
-        """The timed size's input shapes, drawn once per task and version of its reference."""
-        if ref.identity not in self._specs:
-            self._specs[ref.identity] = [TensorSpec.of(a) for a in task.make_case(0).inputs]
-        return self._specs[ref.identity]
+    def _timing_specs(self, task: Task, ref: TaskRef) -> tuple[list[TensorSpec], Case | None]:
+        """The timed size's input shapes, drawn once per task and version of its reference, and the case
+        they were drawn from when that happened now (None when they were known)."""
+        if ref.identity in self._specs:
+            return self._specs[ref.identity], None
+        drawn = task.make_case(0)
+        self._specs[ref.identity] = [TensorSpec.of(a) for a in drawn.inputs]
+        return self._specs[ref.identity], drawn
 
     def _check_cases(self, result: ProfileResult, task: TaskRef, timing_task: Task, check: bool,
-                     seeds: Sequence[int] | None) -> tuple[Task, list[Any]]:
+                     seeds: Sequence[int] | None) -> tuple[Task, list[Future[Case]]]:
         """The task the check runs (the check variant, else the timed one) and its cases, one per seed
-        (recorded in `result`); no cases when not checking."""
+        (recorded in `result`), drawn now; no cases when not checking."""
         if not check:
             return timing_task, []
         check_task = task.load(self.check_variant) if self.check_variant else timing_task
         result.seeds = list(seeds) if seeds is not None else fresh_seeds(self.seed_count)
-        return check_task, [check_task.make_case(seed) for seed in result.seeds]
+        return check_task, [ready(check_task.make_case(seed)) for seed in result.seeds]
 
     def _forbidden(self, timing_task: Task) -> list[str]:
         """Paths the kernel may not read: the configured ones and the task's reference, with the
@@ -252,7 +272,7 @@ class CheckingProfiler:
         return self.forbidden_paths + ([reference] if reference else []) + cached
 
     @staticmethod
-    def _judge(result: ProfileResult, cases: list[Any], outputs: Iterable[Sequence[Any]], rtol: float,
+    def _judge(result: ProfileResult, cases: list[Future[Case]], outputs: Iterable[Sequence[Any]], rtol: float,
                references: ThreadPoolExecutor) -> None:
         """Compare case by case, letting each case's reference and outputs go before the next (outputs
         come one case at a time: replayed here, or memory-mapped from the files a device child left).
@@ -260,12 +280,13 @@ class CheckingProfiler:
         produced_by_case = iter(outputs)
         result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
         for index, seed in enumerate(result.seeds):
-            expected = references.submit(cases[index].reference)
+            expected = references.submit(lambda drawn=cases[index]: drawn.result().reference())
             produced = next(produced_by_case, None)
             if produced is None:
                 result.correct, result.error = None, f"{MALFORMED}: {index} sets of outputs for {len(cases)} cases"
                 return
-            case, cases[index] = cases[index], None
+            case = cases[index].result()
+            cases[index] = None  # type: ignore[call-overload]
             rel, abs_err, problem = compare(case.convert(list(produced)), expected.result(), rtol)
             result.rel_l2_error = max(result.rel_l2_error, rel)
             result.max_abs_error = max(result.max_abs_error, abs_err)
@@ -293,16 +314,27 @@ class SimulatorProfiler(CheckingProfiler):
         if cached is not None:
             return cached
         timing_task = task.load()
-        specs = self._timing_specs(timing_task, task)
+        specs, drawn = self._timing_specs(timing_task, task)
         result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend)
-        check_task, cases = self._check_cases(result, task, timing_task, check, seeds)
-        result.input_shapes = input_shapes(specs, cases)
-        plan = plan_runs([c.inputs for c in cases], check_task.launch, specs, timing_task.launch)
-        job = SandboxJob(kernel_source, list(plan.runs), hardware, self._forbidden(timing_task), kernel_name,
-                         kernel_label, kernel_folder(kernel_label))
-        workdir = sandbox_workdir()
         with reference_thread() as references, ExitStack() as paused:
-            work = references.submit(task_work, timing_task, specs, cases)  # while the child records
+            if check and self.check_variant is None and all(s.shape for s in specs):
+                # checked at the timed size: every seed's inputs have the timed shapes (Replays.outputs holds
+                # each case to that), so the cases are drawn beside the child's recording, not before it
+                check_task = timing_task
+                result.seeds = list(seeds) if seeds is not None else fresh_seeds(self.seed_count)
+                cases = [references.submit(timing_task.make_case, seed) for seed in result.seeds[:1]]
+                case_specs = [specs] * len(result.seeds)
+            else:
+                check_task, cases = self._check_cases(result, task, timing_task, check, seeds)
+                case_specs = [specs_of(case) for case in cases]
+            result.input_shapes = input_shapes(specs, case_specs[0] if case_specs else None)
+            plan = plan_runs(case_specs, check_task.launch, specs, timing_task.launch)
+            job = SandboxJob(kernel_source, list(plan.runs), hardware, self._forbidden(timing_task), kernel_name,
+                             kernel_label, kernel_folder(kernel_label))
+            workdir = sandbox_workdir()
+            # while the child records: the first case, the reference's work counted on it, the other cases
+            work = references.submit(lambda: task_work(timing_task, specs, counting_case(specs, cases, drawn)))
+            cases += [references.submit(timing_task.make_case, seed) for seed in result.seeds[len(cases):]]
             try:
                 recording = run_sandboxed(job, workdir, self.limits, cancel)
                 if recording.error:
@@ -349,7 +381,7 @@ class SimulatorProfiler(CheckingProfiler):
         except TapeError as exc:
             result.correct = None
             return self._failed(result, f"{MALFORMED}: its trace {exc}", None, None)
-        except ReplayLimitError as exc:
+        except (ReplayLimitError, ShapeDriftError) as exc:
             result.correct = None
             return self._failed(result, str(exc), None, None)
         work = counted.result()

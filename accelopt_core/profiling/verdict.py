@@ -17,7 +17,8 @@ cannot depend on data the kernel never saw (dynamic_range's bounds are integers 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from ..nki.runner import Launch, storage_root
 from ..nki.tensor import BufferPool
 from ..nki.trace import TapeError, TapeReader
 from ..perfmodel import estimate
+from ..tasks import Case
 from .measure import Run
 
 
@@ -42,7 +44,7 @@ class RunPlan:
     timing_run: int
 
 
-def plan_runs(case_inputs: Sequence[Sequence[Any]], check_launch: Launch, timing_specs: Sequence[TensorSpec],
+def plan_runs(case_specs: Sequence[Sequence[TensorSpec]], check_launch: Launch, timing_specs: Sequence[TensorSpec],
               timing_launch: Launch) -> RunPlan:
     """One run per distinct (shapes, launch) among the check cases and the timing (TensorSpec keeps the
     values of 0-d inputs, so cases whose scalars differ get runs of their own)."""
@@ -53,9 +55,17 @@ def plan_runs(case_inputs: Sequence[Sequence[Any]], check_launch: Launch, timing
             runs.append(run)
         return runs.index(run)
 
-    case_runs = tuple(run_of(Run(tuple(TensorSpec.of(a) for a in inputs), check_launch)) for inputs in case_inputs)
+    case_runs = tuple(run_of(Run(tuple(specs), check_launch)) for specs in case_specs)
     timing_run = run_of(Run(tuple(timing_specs), timing_launch))
     return RunPlan(tuple(runs), case_runs, timing_run)
+
+
+class ShapeDriftError(Exception):
+    """A reference drew inputs of other shapes for one seed than for another of the same size."""
+
+
+def _shapes(specs: Iterable[TensorSpec]) -> str:
+    return ", ".join(f"{s.dtype}{list(s.shape)}" for s in specs)
 
 
 class Replays:
@@ -88,12 +98,20 @@ class Replays:
         finally:
             self.seconds_left -= time.monotonic() - started
 
-    def outputs(self, cases: Sequence[Any]) -> Iterator[list[np.ndarray]]:
+    def outputs(self, cases: Sequence[Future[Case]]) -> Iterator[list[np.ndarray]]:
         """Each case's outputs as the replay of its run's trace on the case's inputs computes them, one
-        case at a time (the replay of the timed run is kept as the timing)."""
-        for index, case in enumerate(cases):
+        case at a time (the replay of the timed run is kept as the timing). A case whose inputs are not
+        those its run was recorded at is the reference's fault, not the trace's: `ShapeDriftError`."""
+        for index, future in enumerate(cases):
             run = self.plan.case_runs[index]
-            replayed = self._replay(run, case.inputs, numeric=True)
+            inputs = future.result().inputs
+            planned = self.plan.runs[run].specs
+            if [TensorSpec.of(a) for a in inputs] != list(planned):
+                raise ShapeDriftError(f"the reference's inputs for check case {index + 1} are "
+                                      f"{_shapes(TensorSpec.of(a) for a in inputs)}, not the "
+                                      f"{_shapes(planned)} it gave for the timed size; a check needs one set "
+                                      "of input shapes per size")
+            replayed = self._replay(run, inputs, numeric=True)
             outputs = [o for o in replayed.outputs if o is not None]
             replayed.outputs = []  # outputs of large tasks are gigabytes: keep at most one case in memory
             if self._timed is None and run == self.plan.timing_run:

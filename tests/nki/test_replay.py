@@ -348,13 +348,14 @@ def test_only_the_replays_spend_their_time_budget(recorded, x, monkeypatch) -> N
 
     from accelopt_core.nki.runner import Launch
     from accelopt_core.profiling import verdict
+    from accelopt_core.profiling.profiler import ready
 
     tape, _ = recorded(EXP, x)
     clock = [0.0]
     monkeypatch.setattr(verdict.time, "monotonic", lambda: clock[0])
-    plan = verdict.plan_runs([[x], [x]], Launch(), [TensorSpec.of(x)], Launch())
+    plan = verdict.plan_runs([[TensorSpec.of(x)]] * 2, Launch(), [TensorSpec.of(x)], Launch())
     replays = verdict.Replays([tape], plan, "trn1", "kernel.py", seconds=5.0, memory_bytes=2**30)
-    cases = [SimpleNamespace(inputs=[x]), SimpleNamespace(inputs=[x])]
+    cases = [ready(SimpleNamespace(inputs=[x])), ready(SimpleNamespace(inputs=[x]))]
     for outputs in replays.outputs(cases):
         np.testing.assert_allclose(outputs[0], np.exp(x), rtol=1e-6)
         clock[0] += 60.0  # the reference and the comparison, between replays

@@ -186,7 +186,7 @@ def test_a_declared_peak_work_overrides_the_count(tmp_path: Path) -> None:
     task = load_reference(str(path))
     assert task.count_key is None and task.counted_work() is None
     specs = [TensorSpec.of(x) for x in task.make_case(0).inputs]
-    assert task_work(task, specs, []) == PeakWork(0, 1, 2)
+    assert task_work(task, specs, None) == PeakWork(0, 1, 2)
 
 
 def test_floating_point_warnings_point_at_the_reference_and_raising_stays_raising() -> None:
