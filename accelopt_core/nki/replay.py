@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .allocation import Placement
+from .blocks import SMALLEST, BlockLiveness, LiveBlocks
 from .errors import NkiError, replaying
 from .indexing import DynamicIndex, full_subscript, normalize
 from .ops import REPLAYABLE
@@ -50,26 +51,40 @@ class ReplayLimits:
 
 def replay(tape: Any, inputs: Sequence[np.ndarray | TensorSpec], hardware: str, numeric: bool,
            kernel_file: str = "kernel.py", limits: ReplayLimits = ReplayLimits(),
-           recycled: BufferPool | None = None) -> RunResult:
+           recycled: BufferPool | None = None, liveness: BlockLiveness | None = None) -> RunResult:
     """Run the tape's calls again on `inputs` (arrays for a numeric replay, else shapes): the outputs
     (None when trace-only), the instruction trace this replay recorded, and the guards' facts. A numeric
     replay takes the arrays of its tensors from `recycled` where it has them, and leaves there those of
-    the tensors it drops (the replays of one check share one)."""
+    the tensors it drops (the replays of one check share one); given the `liveness` of the tape's large
+    block tensors (from a trace-only replay of it), it holds those block by block (blocks.py)."""
     reader = tape if isinstance(tape, TapeReader) else TapeReader(tape)
-    return _Replay(reader, hardware, numeric, kernel_file, limits, recycled).run(inputs)
+    return _Replay(reader, hardware, numeric, kernel_file, limits, recycled, liveness).run(inputs)
+
+
+def declares_block_tensors(tape: TapeReader, smallest: int = SMALLEST) -> bool:
+    """Does the tape declare an on-chip block tensor of `smallest` bytes or more (one a numeric replay
+    would rather hold block by block)?"""
+    for entry in tape.entries:
+        if isinstance(entry, list) and len(entry) == 10 and entry[0] == "tensor" and entry[3] != HBM:
+            _, _, _, _, dtype_name, shape, axis, placement, _, _ = entry
+            if (placement is None and type(axis) is int and axis >= 1
+                    and math.prod(tape.shape(shape)) * tape.dtype(dtype_name).itemsize >= smallest):
+                return True
+    return False
 
 
 class _Replay:
     """One replay: the simulation, the tensors the tape's entries may refer to, the outputs."""
 
     def __init__(self, reader: TapeReader, hardware: str, numeric: bool, kernel_file: str, limits: ReplayLimits,
-                 recycled: BufferPool | None):
+                 recycled: BufferPool | None, liveness: BlockLiveness | None):
         self.reader = reader
         self.sim = Simulation(numeric=numeric, hardware=hardware)
         self.sim.trace.kernel_file = kernel_file
         self.sim.registry = {}
         self.sim.memory = MemoryBudget(limits.memory_bytes) if numeric else None
         self.sim.recycled = recycled if numeric else None
+        self.sim.blocks = LiveBlocks(liveness) if numeric and liveness is not None else None
         self.deadline = time.monotonic() + limits.seconds
         self.limits = limits
         self.inputs: list[np.ndarray | TensorSpec] = []
@@ -109,6 +124,7 @@ class _Replay:
         self.handlers.clear()
         self.reader.detach()
         self.sim.registry = None
+        self.sim.blocks = None
 
     def entry(self, position: int, entry: Any) -> None:
         if not isinstance(entry, list) or not entry or not isinstance(entry[0], str):
@@ -222,7 +238,11 @@ class _Replay:
             storage = self._storage(tensor)
             del self.sim.registry[tensor]  # type: ignore[union-attr]
             data = storage.data
-            if data is not None and data.base is None and tensor not in self.viewed and self.sim.memory is not None:
+            blocks = self.sim.blocks
+            if blocks is not None and blocks.manages(tensor):
+                blocks.forget(tensor)
+                self.sim.memory.release(data.nbytes)  # type: ignore[union-attr]
+            elif data is not None and data.base is None and tensor not in self.viewed and self.sim.memory is not None:
                 self.sim.memory.release(data.nbytes)
                 if self.sim.recycled is not None:
                     storage.data = None  # its array is the pool's now
@@ -238,6 +258,8 @@ class _Replay:
         sim = self.sim
         arguments = {name: self.reader.value(value) for name, value in plain.items()}
         ids, index = sim.ids_used, len(sim.trace.instructions)
+        if sim.blocks is not None and type(emitted) is int:
+            sim.blocks.before(index, emitted)
         try:
             function(**arguments)
         except (MemoryError, ReplayLimitError):

@@ -20,6 +20,7 @@ import numpy as np
 from ..hardware import HardwareProfileError, load_hardware
 from . import dtypes
 from .allocation import Placement, Slots, place
+from .blocks import LiveBlocks
 from .errors import HardwareRuleError, KernelUsageError, kernel_location
 from .indexing import Subscript, compose, full_subscript, normalize
 from .trace import DTYPE_SIZES, Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
@@ -115,6 +116,7 @@ class Simulation:
         self.registry: dict[int, Storage] | None = None
         self.memory: MemoryBudget | None = None
         self.recycled: BufferPool | None = None  # large arrays of dropped tensors, for the next ones
+        self.blocks: LiveBlocks | None = None  # large block tensors held block by block (blocks.py)
 
     def placed(self, placement: Placement, dims: tuple[int, ...], partition_axis: int, dtype: np.dtype) -> Slots:
         """The physical tiles of a directly allocated tensor. The legacy compiler traces an affine or
@@ -650,14 +652,18 @@ def declare(kind: str, dims: tuple[int, ...], partition_axis: int, dtype: np.dty
     elif kind != HBM:
         _check_on_chip(sim.limits, kind, dims, partition_axis, dtype, name)
     data = None
-    if sim.numeric:
-        if sim.memory is not None:
-            sim.memory.reserve(math.prod(dims) * dtype.itemsize)
+    # a large block tensor of a replay is mapped once created, and each block filled when first touched
+    by_block = sim.numeric and sim.blocks is not None and sim.blocks.manages(sim.ids_used + 1)
+    if sim.numeric and sim.memory is not None:
+        sim.memory.reserve(math.prod(dims) * dtype.itemsize)
+    if sim.numeric and not by_block:
         if sim.recycled is not None and sim.memory is not None:
             data = sim.recycled.uninitialized(dims, dtype, sim.memory.used)
         else:
             data = _uninitialized(dims, dtype)
     storage = Storage(sim, name, kind, dims, dtype, partition_axis, data, slots)
+    if by_block:
+        sim.blocks.adopt(storage, _garbage(dtype))  # type: ignore[union-attr]
     sim.declared(storage, "tensor")
     return Tile(storage, full_subscript(dims))
 

@@ -6,7 +6,9 @@ The kernel's process only recorded its traces (measure.py). Which runs it record
 (`plan_runs`): one per distinct set of input shapes of the check (the seeds of a check share their
 shapes, so one trace serves them all: its replay on each seed's inputs is the check), and one for the
 timed shapes unless the check already ran at them. When the check runs at the timed size, the trace
-timed is the first check's replay: the run that is timed is a run that is checked.
+timed is the first check's replay, or, where the check holds large block tensors block by block, the
+trace-only replay of the same tape that said when each block is live (the instructions every numeric
+replay of it records again): the run that is timed is a run that is checked.
 
 Data-dependent behaviour needs no trust either: indirect DMA records the index tile as an operand,
 so the replay reads the indices the replayed tile holds on the trusted side's inputs; loops are
@@ -26,7 +28,8 @@ import numpy as np
 
 from ..hardware import load_hardware
 from ..nki import RunResult, TensorSpec, Trace
-from ..nki.replay import ReplayLimits, replay
+from ..nki.blocks import BlockLiveness
+from ..nki.replay import ReplayLimits, declares_block_tensors, replay
 from ..nki.runner import Launch, storage_root
 from ..nki.tensor import BufferPool
 from ..nki.trace import TapeError, TapeReader
@@ -78,8 +81,13 @@ class Replays:
         if len(tapes) != len(plan.runs):
             raise TapeError(f"{len(tapes)} traces for {len(plan.runs)} runs")
         self.readers = [TapeReader(tape) for tape in tapes]
+        # a run checked numerically whose tape declares large block tensors is first replayed trace-only, to
+        # learn when each block is live: its numeric replays then hold those block by block (nki/blocks.py)
+        self.by_block = {run for run in set(plan.case_runs) if declares_block_tensors(self.readers[run])}
+        self.liveness: dict[int, BlockLiveness | None] = {}
         for run, reader in enumerate(self.readers):
-            replays = plan.case_runs.count(run) + (run == plan.timing_run and run not in plan.case_runs)
+            replays = (plan.case_runs.count(run) + (run == plan.timing_run and run not in plan.case_runs)
+                       + (run in self.by_block))
             if replays > 1:
                 reader.subscripts = {}  # its replays decode each tile reference once
         self.recycled: BufferPool | None = BufferPool()  # the tensors' arrays, from one case's replay to the next
@@ -91,10 +99,16 @@ class Replays:
         self._timed: RunResult | None = None
 
     def _replay(self, run: int, inputs: Sequence[Any], numeric: bool) -> RunResult:
+        if numeric and run in self.by_block and run not in self.liveness:
+            learned = self._replay(run, self.plan.runs[run].specs, numeric=False)
+            self.liveness[run] = BlockLiveness.of(learned.trace)
+            if run == self.plan.timing_run and self._timed is None:
+                self._timed = learned  # the trace every numeric replay of this tape records again
         started = time.monotonic()
         try:
             return replay(self.readers[run], inputs, self.hardware, numeric=numeric, kernel_file=self.kernel_file,
-                          limits=ReplayLimits(self.memory_bytes, max(0.0, self.seconds_left)), recycled=self.recycled)
+                          limits=ReplayLimits(self.memory_bytes, max(0.0, self.seconds_left)), recycled=self.recycled,
+                          liveness=self.liveness.get(run) if numeric else None)
         finally:
             self.seconds_left -= time.monotonic() - started
 

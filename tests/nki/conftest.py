@@ -33,6 +33,7 @@ from accelopt_core.nki import (
     load_module,
     run_kernel,
 )
+from accelopt_core.nki.blocks import BlockLiveness
 from accelopt_core.nki.replay import replay
 from accelopt_core.nki.runner import Kernel
 from accelopt_core.nki.trace import tape_to_plain
@@ -136,15 +137,17 @@ def numeric_hardware(kernel: Kernel) -> str:
 
 
 def assert_replays(numeric: RunResult, traced: RunResult, arrays: list[np.ndarray], hardware: str) -> None:
-    """The recorded tape, as JSON, replays to the numeric run's outputs (bit for bit) and trace."""
+    """The recorded tape, as JSON, replays to the numeric run's outputs (bit for bit) and trace, also when
+    the replay holds every block tensor block by block (nki/blocks.py; in production only large ones)."""
     plain = json.loads(json.dumps(tape_to_plain(traced.trace)))
-    replayed = replay(plain, arrays, hardware, numeric=True)
-    assert len(replayed.outputs) == len(numeric.outputs)
-    for ours, theirs in zip(replayed.outputs, numeric.outputs, strict=True):
-        assert ours is not None and theirs is not None and ours.dtype == theirs.dtype
-        assert np.array_equal(ours.view(np.uint8), theirs.view(np.uint8)), "the replay computes other outputs"
-    assert_same_trace(numeric, replayed)
-    assert replayed.returned_input == numeric.returned_input
+    for liveness in (None, BlockLiveness.of(traced.trace, smallest=1)):
+        replayed = replay(plain, arrays, hardware, numeric=True, liveness=liveness)
+        assert len(replayed.outputs) == len(numeric.outputs)
+        for ours, theirs in zip(replayed.outputs, numeric.outputs, strict=True):
+            assert ours is not None and theirs is not None and ours.dtype == theirs.dtype
+            assert np.array_equal(ours.view(np.uint8), theirs.view(np.uint8)), "the replay computes other outputs"
+        assert_same_trace(numeric, replayed)
+        assert replayed.returned_input == numeric.returned_input
 
 
 @pytest.fixture

@@ -1,0 +1,150 @@
+"""Large block tensors of a numeric replay, held in memory only while their blocks are live.
+
+Compiler-style kernels declare whole-array intermediates with block dimensions in front of the
+partition dimension (`nl.ndarray((12, 32, 5, nl.par_dim(128), 1024), buffer=nl.sbuf)`: a gigabyte at
+full size) that the compiler allocates block by block, each block written and read within a few
+iterations. Held whole, they cost a replay gigabytes, and on virtual machines seconds of page faults
+per gigabyte, on every seed of a check.
+
+A trace-only replay of the same tape tells which instructions touch which block (every on-chip byte an
+instruction reads or writes lies inside its operands' regions, which the performance model relies on
+too). So a numeric replay keeps each large block tensor in an anonymous mapping of its own, fills a
+block as fresh on-chip memory is filled (NaN) just before the first instruction that touches it, and
+gives its pages back to the system once the last one has run. The values an instruction sees are the
+ones a whole array would hold.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+from collections import defaultdict
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from .trace import Trace
+
+SMALLEST = 16 << 20  # smaller block tensors are held whole: what they would save is not worth a mapping
+
+
+@dataclass(frozen=True)
+class BlockLiveness:
+    """For a tape's large block tensors: the blocks each instruction touches first, and last."""
+
+    tensors: frozenset[int]
+    first: dict[int, list[tuple[int, int]]]  # instruction index -> (tensor, flat block index)
+    last: dict[int, list[tuple[int, int]]]
+
+    @staticmethod
+    def of(trace: Trace, smallest: int = SMALLEST) -> BlockLiveness | None:
+        """The liveness of the trace's on-chip block tensors of `smallest` bytes or more; None when it has
+        none. Tensors another tensor views, and directly allocated ones, are left whole."""
+        viewed = {info.alias_of for info in trace.tensors.values() if info.alias_of >= 0}
+        managed = {tid: info.shape[:info.partition_axis] for tid, info in trace.tensors.items()
+                   if info.buffer != "hbm" and info.partition_axis >= 1 and info.placement is None
+                   and info.alias_of < 0 and tid not in viewed and info.nbytes >= smallest}
+        if not managed:
+            return None
+        first: dict[int, dict[int, int]] = defaultdict(dict)
+        last: dict[int, dict[int, int]] = defaultdict(dict)
+        for inst in trace.instructions:
+            for access in (*inst.reads, *inst.writes):
+                blocks = managed.get(access.tensor)
+                if blocks is None:
+                    continue
+                for block in _blocks(blocks, access.region[:len(blocks)]):
+                    first[access.tensor].setdefault(block, inst.index)
+                    last[access.tensor][block] = inst.index
+        return BlockLiveness(frozenset(managed), _by_instruction(first), _by_instruction(last))
+
+
+def _blocks(dims: tuple[int, ...], region: tuple[tuple[int, int], ...]) -> list[int]:
+    """Flat indices of the blocks a region's bounding box spans."""
+    if all(hi - lo == 1 for lo, hi in region):
+        flat = 0
+        for size, (lo, _) in zip(dims, region, strict=True):
+            flat = flat * size + lo
+        return [flat]
+    return [int(np.ravel_multi_index(index, dims)) for index in product(*(range(lo, hi) for lo, hi in region))]
+
+
+def _by_instruction(per_tensor: dict[int, dict[int, int]]) -> dict[int, list[tuple[int, int]]]:
+    table: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for tensor, blocks in per_tensor.items():
+        for block, index in blocks.items():
+            table[index].append((tensor, block))
+    return dict(table)
+
+
+class _Mapped:
+    """One array in an anonymous mapping of its own, whose blocks can be given back."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, blocks: int):
+        nbytes = max(1, math.prod(shape) * dtype.itemsize)
+        self.map = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.array = np.frombuffer(self.map, dtype=dtype).reshape(shape)  # zero pages until written
+        self.flat = self.array.reshape(-1)
+        self.block_elements = math.prod(shape) // blocks
+        self.block_bytes = self.block_elements * dtype.itemsize
+
+    def fill(self, block: int, value: Any) -> None:
+        self.flat[block * self.block_elements:(block + 1) * self.block_elements] = value
+
+    def release(self, block: int) -> None:
+        """Give the whole pages of a block back; touched again, they would read as zeros."""
+        start = -(-block * self.block_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (block + 1) * self.block_bytes // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > start:
+            self.map.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
+class LiveBlocks:
+    """One numeric replay's large block tensors (see the module's docstring). The replay calls `adopt`
+    when it declares one, `before(start, emitted)` before each recorded call (which emits instructions
+    `start` .. `start + emitted - 1`) and `forget` when the tape drops one.
+
+    A block is given back only at the next call that emits an instruction after its last one: the call
+    right after an instruction may still move that instruction's result into its final place (`t[i] =
+    nl.copy(...)`, `acc += nisa.nc_matmul(...)` retarget the instruction and emit none of their own)."""
+
+    def __init__(self, liveness: BlockLiveness):
+        self.liveness = liveness
+        self.mapped: dict[int, tuple[_Mapped, _Mapped | None, Any]] = {}  # data, PSUM written-flags, garbage
+        self.released_to = 0  # instructions before this index have had their last blocks given back
+
+    def manages(self, tensor: int) -> bool:
+        return tensor in self.liveness.tensors
+
+    def adopt(self, storage: Any, garbage: Any) -> None:
+        """Give a managed tensor its mapped arrays (its data, and the written-flags PSUM keeps)."""
+        blocks = math.prod(storage.shape[:storage.partition_axis])
+        data = _Mapped(storage.shape, storage.dtype, blocks)
+        flags = _Mapped(storage.shape, np.dtype(bool), blocks) if storage.buffer == "psum" else None
+        storage.data = data.array
+        storage.initialized = flags.array if flags is not None else None  # zero pages: nothing written
+        self.mapped[storage.id] = (data, flags, garbage)
+
+    def before(self, start: int, emitted: int) -> None:
+        if not emitted:
+            return
+        last = self.liveness.last
+        for index in range(self.released_to, start):
+            for tensor, block in last.get(index, ()):
+                held = self.mapped.get(tensor)
+                if held is not None:
+                    held[0].release(block)
+                    if held[1] is not None:
+                        held[1].release(block)
+        self.released_to = max(self.released_to, start)
+        first = self.liveness.first
+        for index in range(start, start + emitted):
+            for tensor, block in first.get(index, ()):
+                held = self.mapped.get(tensor)
+                if held is not None:
+                    held[0].fill(block, held[2])
+
+    def forget(self, tensor: int) -> None:
+        self.mapped.pop(tensor, None)
