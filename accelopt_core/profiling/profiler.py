@@ -36,6 +36,7 @@ from .guards import guard_violation
 from .handback import MalformedResultError, read_trace
 from .result import ProfileResult
 from .sandbox import MALFORMED, SandboxJob, SandboxLimits, run_sandboxed, sandbox_workdir
+from .seeds import SeedJob, SeedVerdict, SeedWorkers, worker_count
 from .verdict import Replays, RunPlan, ShapeDriftError, plan_runs, timing_report, trace_facts
 
 UNNAMED = "a TaskRef needs a name or a reference path"
@@ -317,12 +318,15 @@ class SimulatorProfiler(CheckingProfiler):
         specs, drawn = self._timing_specs(timing_task, task)
         result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend)
         with reference_thread() as references, ExitStack() as paused:
+            workers = 0
             if check and self.check_variant is None and all(s.shape for s in specs):
-                # checked at the timed size: every seed's inputs have the timed shapes (Replays.outputs holds
-                # each case to that), so the cases are drawn beside the child's recording, not before it
+                # checked at the timed size: every seed's inputs have the timed shapes (the replays hold each
+                # case to that), so the cases are drawn beside the child's recording, not before it, or by
+                # the workers that check them side by side (seeds.py) where they are large
                 check_task = timing_task
                 result.seeds = list(seeds) if seeds is not None else fresh_seeds(self.seed_count)
-                cases = [references.submit(timing_task.make_case, seed) for seed in result.seeds[:1]]
+                workers = worker_count(specs, len(result.seeds))
+                cases = [] if workers else [references.submit(timing_task.make_case, result.seeds[0])]
                 case_specs = [specs] * len(result.seeds)
             else:
                 check_task, cases = self._check_cases(result, task, timing_task, check, seeds)
@@ -334,7 +338,8 @@ class SimulatorProfiler(CheckingProfiler):
             workdir = sandbox_workdir()
             # while the child records: the first case, the reference's work counted on it, the other cases
             work = references.submit(lambda: task_work(timing_task, specs, counting_case(specs, cases, drawn)))
-            cases += [references.submit(timing_task.make_case, seed) for seed in result.seeds[len(cases):]]
+            if not workers:
+                cases += [references.submit(timing_task.make_case, seed) for seed in result.seeds[len(cases):]]
             try:
                 recording = run_sandboxed(job, workdir, self.limits, cancel)
                 if recording.error:
@@ -347,10 +352,10 @@ class SimulatorProfiler(CheckingProfiler):
                 return self._failed(result, f"{MALFORMED}: {exc}", None, None)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
-            rtol = check_task.rtol if self.rtol is None else self.rtol
+            checking = Checking(task, cases, check_task.rtol if self.rtol is None else self.rtol, workers,
+                                cancel) if check else None
             with _one_conclusion_at_a_time:
-                return self._conclude(result, tapes, plan, cases, timing_task, check, cache_key, kernel_label,
-                                      rtol, references, work)
+                return self._conclude(result, tapes, plan, checking, cache_key, kernel_label, references, work)
 
     def _failed(self, result: ProfileResult, error: str, line: int | None, cache_key: Any) -> ProfileResult:
         """An evaluation that ends in an error; a kernel's own error (it has a line) is deterministic, so it
@@ -360,21 +365,32 @@ class SimulatorProfiler(CheckingProfiler):
             self.cache[cache_key] = result
         return result
 
-    def _conclude(self, result: ProfileResult, tapes: list[dict[str, Any]], plan: RunPlan, cases: list[Any],
-                  timing_task: Task, check: bool, cache_key: Any, kernel_label: str, rtol: float | None,
-                  references: ThreadPoolExecutor, counted: Future[PeakWork | None]) -> ProfileResult:
+    def _conclude(self, result: ProfileResult, tapes: list[dict[str, Any]], plan: RunPlan, check: Checking | None,
+                  cache_key: Any, kernel_label: str, references: ThreadPoolExecutor,
+                  counted: Future[PeakWork | None]) -> ProfileResult:
         """Replay the traces: judge the check's outputs, apply the guards to the timed replay and time it."""
+        workers = None
         try:
             replays = Replays(tapes, plan, result.hardware, kernel_label, self.limits.seconds,
                               self.limits.memory_mb * 2**20)
+            if check is not None and check.workers:
+                job = SeedJob(check.task, plan.runs[plan.case_runs[0]].specs, check.rtol, result.hardware,
+                              kernel_label, self.limits.memory_mb * 2**20)
+                workers = SeedWorkers(check.workers, job, tapes[plan.case_runs[0]], result.seeds, self.limits.seconds)
             tapes.clear()  # the replays hold what they need: the rest goes before the collector resumes
-            if check:
-                self._judge(result, cases, replays.outputs(cases), rtol if rtol is not None else timing_task.rtol,
-                            references)
+            if check is not None and workers is None:
+                self._judge(result, check.cases, replays.outputs(check.cases), check.rtol, references)
                 if result.error:
                     return result
             timed = replays.timed()
-            report = timing_report(timed, result.hardware)
+            if workers is not None:
+                workers.begin(replays.liveness_of(plan.timing_run, timed))
+            report = timing_report(timed, result.hardware)  # while the workers check
+            if workers is not None:
+                error = _judge_verdicts(result, workers.verdicts(check.cancel if check else None), workers.died)
+                if error is not None:
+                    result.correct = None
+                    return self._failed(result, error[0], error[1], cache_key if error[1] is not None else None)
         except NkiError as exc:  # what the kernel's own numeric run would have raised (the same line)
             result.correct = None
             return self._failed(result, str(exc), exc.line, cache_key)
@@ -384,6 +400,9 @@ class SimulatorProfiler(CheckingProfiler):
         except (ReplayLimitError, ShapeDriftError) as exc:
             result.correct = None
             return self._failed(result, str(exc), None, None)
+        finally:
+            if workers is not None:
+                workers.close()
         work = counted.result()
         violation = guard_violation(trace_facts(timed), work)
         if violation:
@@ -393,6 +412,42 @@ class SimulatorProfiler(CheckingProfiler):
         if cache_key is not None:
             self.cache[cache_key] = result
         return result
+
+
+@dataclass
+class Checking:
+    """How an evaluation's check runs: its cases (drawn, or being drawn, in the reference thread; none when
+    `workers` processes draw and check them) and its tolerance."""
+
+    task: TaskRef
+    cases: list[Future[Case]]
+    rtol: float
+    workers: int
+    cancel: threading.Event | None
+
+
+def _judge_verdicts(result: ProfileResult, verdicts: list[SeedVerdict], died: str | None
+                    ) -> tuple[str, int | None] | None:
+    """Fill the check from the workers' verdicts, in seed order; an error (and its kernel line, for the
+    kernel's own) where a seed could not be checked."""
+    result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
+    for verdict in verdicts:
+        seed = result.seeds[verdict.index]
+        if verdict.kind == "kernel":
+            return verdict.problem or "", verdict.line
+        if verdict.kind == "tape":
+            return f"{MALFORMED}: its trace {verdict.problem}", None
+        if verdict.kind != "checked":
+            failed = f"the reference failed on seed {seed}: "
+            return f"{ {'limit': '', 'drift': f'seed {seed}: '}.get(verdict.kind, failed)}{verdict.problem}", None
+        result.rel_l2_error = max(result.rel_l2_error or 0.0, verdict.rel_l2_error)
+        result.max_abs_error = max(result.max_abs_error or 0.0, verdict.max_abs_error)
+        if verdict.problem:
+            result.correct, result.check_message = False, f"seed {seed}: {verdict.problem}"
+            return None
+    if died is not None or len(verdicts) < len(result.seeds):
+        return died or f"the check's workers answered for {len(verdicts)} of {len(result.seeds)} seeds", None
+    return None
 
 
 def _fill_timing(result: ProfileResult, report: dict[str, Any], work: PeakWork | None, hardware: str) -> None:

@@ -67,6 +67,15 @@ class ShapeDriftError(Exception):
     """A reference drew inputs of other shapes for one seed than for another of the same size."""
 
 
+def shape_drift(which: str, inputs: Sequence[np.ndarray], planned: Sequence[TensorSpec]) -> str | None:
+    """Why a case's inputs are not those its run was recorded at (the reference's doing), or None."""
+    drawn = [TensorSpec.of(a) for a in inputs]
+    if drawn == list(planned):
+        return None
+    return (f"the reference's inputs for {which} are {_shapes(drawn)}, not the {_shapes(planned)} it gave for the "
+            "timed size; a check needs one set of input shapes per size")
+
+
 def _shapes(specs: Iterable[TensorSpec]) -> str:
     return ", ".join(f"{s.dtype}{list(s.shape)}" for s in specs)
 
@@ -101,7 +110,7 @@ class Replays:
     def _replay(self, run: int, inputs: Sequence[Any], numeric: bool) -> RunResult:
         if numeric and run in self.by_block and run not in self.liveness:
             learned = self._replay(run, self.plan.runs[run].specs, numeric=False)
-            self.liveness[run] = BlockLiveness.of(learned.trace)
+            self.liveness_of(run, learned)
             if run == self.plan.timing_run and self._timed is None:
                 self._timed = learned  # the trace every numeric replay of this tape records again
         started = time.monotonic()
@@ -120,17 +129,21 @@ class Replays:
             run = self.plan.case_runs[index]
             inputs = future.result().inputs
             planned = self.plan.runs[run].specs
-            if [TensorSpec.of(a) for a in inputs] != list(planned):
-                raise ShapeDriftError(f"the reference's inputs for check case {index + 1} are "
-                                      f"{_shapes(TensorSpec.of(a) for a in inputs)}, not the "
-                                      f"{_shapes(planned)} it gave for the timed size; a check needs one set "
-                                      "of input shapes per size")
+            drift = shape_drift(f"check case {index + 1}", inputs, planned)
+            if drift:
+                raise ShapeDriftError(drift)
             replayed = self._replay(run, inputs, numeric=True)
             outputs = [o for o in replayed.outputs if o is not None]
             replayed.outputs = []  # outputs of large tasks are gigabytes: keep at most one case in memory
             if self._timed is None and run == self.plan.timing_run:
                 self._timed = replayed
             yield outputs
+
+    def liveness_of(self, run: int, traced: RunResult) -> BlockLiveness | None:
+        """The liveness of a run's large block tensors, from a trace-only replay of it (None: it has none)."""
+        if run in self.by_block and run not in self.liveness:
+            self.liveness[run] = BlockLiveness.of(traced.trace)
+        return self.liveness.get(run)
 
     def timed(self) -> RunResult:
         """The run that is timed: a checked replay at the timed size, else a trace-only replay of it."""

@@ -1,0 +1,105 @@
+"""A large check's seeds checked side by side in worker processes (accelopt_core/profiling/seeds.py): the
+same verdict the profiler's own process gives on the same seeds, failures in seed order, the user's
+reference failing, a worker that dies and a cancelled check, each said plainly."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from accelopt_core.profiling import SimulatorProfiler, TaskRef, seeds
+
+KERNEL = '''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.multiply(nl.load(x[i * 128:(i + 1) * 128, :]), 2.0))
+    return out
+'''
+REFERENCE = '''
+import numpy as np
+
+def get_inputs():
+    return [np.random.normal(size=(256, 64)).astype(np.float32)]
+
+def forward(x):
+    return x * factor(x)
+'''
+SEEDS = [11, 12, 13, 14, 15]
+
+
+@pytest.fixture
+def in_workers(monkeypatch):
+    """Every check with two seeds or more goes to two workers, however small its inputs."""
+    monkeypatch.setattr(seeds, "LARGE_INPUTS", 0)
+    monkeypatch.setattr(seeds, "worker_count", lambda specs, count: 2 if count >= 2 else 0)
+    monkeypatch.setattr(sys.modules["accelopt_core.profiling.profiler"], "worker_count",
+                        lambda specs, count: 2 if count >= 2 else 0)
+
+
+def reference(tmp_path: Path, factor: str = "2.0") -> TaskRef:
+    path = tmp_path / "ref.py"
+    path.write_text(f"{REFERENCE}\n\ndef factor(x):\n    return {factor}\n")
+    return TaskRef(reference=str(path))
+
+
+def test_workers_give_the_verdict_the_profilers_own_process_gives(tmp_path: Path, monkeypatch) -> None:
+    task = reference(tmp_path, factor="np.float32(2.0) * (1 + 1e-7 * np.sign(x))")
+    alone = SimulatorProfiler().profile(KERNEL, task, seeds=SEEDS)
+    monkeypatch.setattr(sys.modules["accelopt_core.profiling.profiler"], "worker_count", lambda specs, count: 2)
+    together = SimulatorProfiler().profile(KERNEL, task, seeds=SEEDS)
+    assert alone.correct and together.correct, (alone.error, together.error)
+    assert together.rel_l2_error == alone.rel_l2_error > 0 and together.max_abs_error == alone.max_abs_error
+    assert together.latency_ms == alone.latency_ms and together.seeds == SEEDS
+
+
+def test_the_first_failing_seed_in_order_is_reported(tmp_path: Path, in_workers) -> None:
+    result = SimulatorProfiler().profile(KERNEL, reference(tmp_path, factor="3.0"), seeds=SEEDS)
+    assert result.correct is False and result.error is None
+    assert result.check_message.startswith(f"seed {SEEDS[0]}: relative L2 error")
+
+
+def test_a_reference_that_fails_on_a_seed_is_named(tmp_path: Path, in_workers) -> None:
+    result = SimulatorProfiler().profile(KERNEL, reference(tmp_path, factor="undefined_name"), seeds=SEEDS)
+    assert result.correct is None
+    assert result.error.startswith(f"the reference failed on seed {SEEDS[0]}: NameError")
+
+
+def test_a_worker_that_dies_is_an_error_that_is_not_cached(tmp_path: Path, in_workers, monkeypatch) -> None:
+    import subprocess
+
+    monkeypatch.setattr(seeds, "_start_worker", lambda: subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.buffer.read(1); sys.exit(3)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    profiler = SimulatorProfiler()
+    result = profiler.profile(KERNEL, reference(tmp_path), check=True)
+    assert result.correct is None and "a check worker ended unexpectedly (exit status 3)" in result.error
+    assert not profiler.cache
+
+
+def test_a_cancelled_check_ends_its_workers(tmp_path: Path, in_workers, monkeypatch) -> None:
+    import subprocess
+
+    started: list[subprocess.Popen[bytes]] = []
+
+    def sleeper() -> subprocess.Popen[bytes]:
+        started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+        return started[-1]
+
+    monkeypatch.setattr(seeds, "_start_worker", sleeper)
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    began = time.monotonic()
+    result = SimulatorProfiler().profile(KERNEL, reference(tmp_path), cancel=cancel)
+    assert time.monotonic() - began < 30 and result.correct is None and result.error == "evaluation cancelled"
+    assert started and all(process.poll() is not None for process in started)
