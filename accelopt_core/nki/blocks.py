@@ -8,16 +8,18 @@ per gigabyte, on every seed of a check.
 
 A trace-only replay of the same tape tells which instructions touch which block (every on-chip byte an
 instruction reads or writes lies inside its operands' regions, which the performance model relies on
-too). So a numeric replay keeps each large block tensor in an anonymous mapping of its own, fills a
-block as fresh on-chip memory is filled (NaN) just before the first instruction that touches it, and
-gives its pages back to the system once the last one has run. The values an instruction sees are the
-ones a whole array would hold.
+too). So a numeric replay gives each large block tensor an address range of its own, maps a slot of
+reused memory under a block just before the first instruction that touches it, filled as fresh on-chip
+memory is (NaN), and hands the slot to the next block once the last one has run. The values an
+instruction sees are the ones a whole array would hold; the memory is that of the blocks live at once.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import mmap
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import product
@@ -80,25 +82,64 @@ def _by_instruction(per_tensor: dict[int, dict[int, int]]) -> dict[int, list[tup
 
 
 class _Mapped:
-    """One array in an anonymous mapping of its own, whose blocks can be given back."""
+    """One array whose blocks live in a few reused slots of memory: an address range the size of the whole
+    array, in which each block in use is mapped onto a slot of a memory file. Memory the process keeps
+    and reuses costs no page faults, where fresh memory costs seconds per gigabyte on virtual machines
+    that hand freed memory back to their host."""
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype, blocks: int):
-        nbytes = max(1, math.prod(shape) * dtype.itemsize)
-        self.map = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.array = np.frombuffer(self.map, dtype=dtype).reshape(shape)  # zero pages until written
-        self.flat = self.array.reshape(-1)
+        nbytes = math.prod(shape) * dtype.itemsize
         self.block_elements = math.prod(shape) // blocks
         self.block_bytes = self.block_elements * dtype.itemsize
+        self.map = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # addresses only
+        self.array = np.frombuffer(self.map, dtype=dtype).reshape(shape)
+        self.flat = self.array.reshape(-1)
+        self.file = os.memfd_create("accelopt-blocks", os.MFD_CLOEXEC)
+        self.slots = 0
+        self.free: list[int] = []
+        self.slot_of: dict[int, int] = {}
 
-    def fill(self, block: int, value: Any) -> None:
+    def __del__(self) -> None:
+        os.close(self.file)
+
+    def place(self, block: int, value: Any) -> None:
+        """Map a slot under the block and fill it as fresh memory is filled."""
+        if not self.free:
+            self.free.append(self.slots)
+            self.slots += 1
+            os.ftruncate(self.file, self.slots * self.block_bytes)
+        slot = self.free.pop()
+        address = self.array.ctypes.data + block * self.block_bytes
+        if _LIBC.mmap(address, self.block_bytes, _READ_WRITE, _SHARED_FIXED, self.file,
+                      slot * self.block_bytes) != address:
+            raise MemoryError(f"cannot map a block of {self.block_bytes} bytes: errno {ctypes.get_errno()}")
+        self.slot_of[block] = slot
         self.flat[block * self.block_elements:(block + 1) * self.block_elements] = value
 
     def release(self, block: int) -> None:
-        """Give the whole pages of a block back; touched again, they would read as zeros."""
-        start = -(-block * self.block_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
-        end = (block + 1) * self.block_bytes // mmap.PAGESIZE * mmap.PAGESIZE
-        if end > start:
-            self.map.madvise(mmap.MADV_DONTNEED, start, end - start)
+        """The block's slot serves the next block; the block must not be touched again."""
+        self.free.append(self.slot_of.pop(block))
+
+    @staticmethod
+    def fits(shape: tuple[int, ...], dtype: np.dtype, blocks: int) -> bool:
+        """Whether every block starts on a page (so that it can be mapped on its own)."""
+        return _LIBC is not None and math.prod(shape) // blocks * dtype.itemsize % mmap.PAGESIZE == 0
+
+
+def _libc() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+    except (OSError, AttributeError):
+        return None
+    return libc if hasattr(os, "memfd_create") else None
+
+
+_LIBC = _libc()
+_READ_WRITE = mmap.PROT_READ | mmap.PROT_WRITE
+_SHARED_FIXED = mmap.MAP_SHARED | 0x10  # MAP_FIXED: this address, replacing what was mapped there
 
 
 class LiveBlocks:
@@ -115,16 +156,20 @@ class LiveBlocks:
         self.mapped: dict[int, tuple[_Mapped, _Mapped | None, Any]] = {}  # data, PSUM written-flags, garbage
         self.released_to = 0  # instructions before this index have had their last blocks given back
 
-    def manages(self, tensor: int) -> bool:
-        return tensor in self.liveness.tensors
+    def takes(self, tensor: int, dims: tuple[int, ...], axis: int, dtype: np.dtype) -> bool:
+        """Will the tensor about to be declared be held block by block?"""
+        return tensor in self.liveness.tensors and _Mapped.fits(dims, dtype, math.prod(dims[:axis]))
+
+    def holds(self, tensor: int) -> bool:
+        return tensor in self.mapped
 
     def adopt(self, storage: Any, garbage: Any) -> None:
-        """Give a managed tensor its mapped arrays (its data, and the written-flags PSUM keeps)."""
+        """Give a tensor `takes` agreed to its mapped arrays (its data, and the written-flags PSUM keeps)."""
         blocks = math.prod(storage.shape[:storage.partition_axis])
         data = _Mapped(storage.shape, storage.dtype, blocks)
         flags = _Mapped(storage.shape, np.dtype(bool), blocks) if storage.buffer == "psum" else None
         storage.data = data.array
-        storage.initialized = flags.array if flags is not None else None  # zero pages: nothing written
+        storage.initialized = flags.array if flags is not None else None
         self.mapped[storage.id] = (data, flags, garbage)
 
     def before(self, start: int, emitted: int) -> None:
@@ -133,18 +178,19 @@ class LiveBlocks:
         last = self.liveness.last
         for index in range(self.released_to, start):
             for tensor, block in last.get(index, ()):
-                held = self.mapped.get(tensor)
-                if held is not None:
-                    held[0].release(block)
-                    if held[1] is not None:
-                        held[1].release(block)
+                for array in self.mapped.get(tensor, ())[:2]:
+                    if array is not None:
+                        array.release(block)
         self.released_to = max(self.released_to, start)
         first = self.liveness.first
         for index in range(start, start + emitted):
             for tensor, block in first.get(index, ()):
                 held = self.mapped.get(tensor)
                 if held is not None:
-                    held[0].fill(block, held[2])
+                    data, flags, garbage = held
+                    data.place(block, garbage)
+                    if flags is not None:
+                        flags.place(block, False)  # nothing written there yet
 
     def forget(self, tensor: int) -> None:
         self.mapped.pop(tensor, None)

@@ -239,7 +239,7 @@ class _Replay:
             del self.sim.registry[tensor]  # type: ignore[union-attr]
             data = storage.data
             blocks = self.sim.blocks
-            if blocks is not None and blocks.manages(tensor):
+            if blocks is not None and blocks.holds(tensor):
                 blocks.forget(tensor)
                 self.sim.memory.release(data.nbytes)  # type: ignore[union-attr]
             elif data is not None and data.base is None and tensor not in self.viewed and self.sim.memory is not None:

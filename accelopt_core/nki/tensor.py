@@ -653,7 +653,8 @@ def declare(kind: str, dims: tuple[int, ...], partition_axis: int, dtype: np.dty
         _check_on_chip(sim.limits, kind, dims, partition_axis, dtype, name)
     data = None
     # a large block tensor of a replay is mapped once created, and each block filled when first touched
-    by_block = sim.numeric and sim.blocks is not None and sim.blocks.manages(sim.ids_used + 1)
+    by_block = sim.numeric and sim.blocks is not None and sim.blocks.takes(sim.ids_used + 1, dims, partition_axis,
+                                                                            dtype)
     if sim.numeric and sim.memory is not None:
         sim.memory.reserve(math.prod(dims) * dtype.itemsize)
     if sim.numeric and not by_block:
