@@ -122,7 +122,8 @@ class SeedWorkers:
             _send(process, liveness)
 
     def verdicts(self, cancel: threading.Event | None) -> list[SeedVerdict]:
-        """Every seed's verdict in seed order, up to the first that is not a pass when one fails."""
+        """The verdicts in seed order: every seed's, or, once one fails, those of the seeds already handed out
+        (the profiler reports the first failure in seed order); `died` says why any are missing."""
         threads = [threading.Thread(target=self._serve, args=(p,), daemon=True) for p in self.processes]
         for thread in threads:
             thread.start()
@@ -133,8 +134,7 @@ class SeedWorkers:
                     with self._lock:
                         self.died, self._failed = CANCELLED, True
                     self.close()
-        ordered = [self.verdicts_by_index[i] for i in sorted(self.verdicts_by_index)]
-        return ordered
+        return [self.verdicts_by_index[i] for i in sorted(self.verdicts_by_index)]
 
     def _serve(self, process: subprocess.Popen[bytes]) -> None:
         try:
