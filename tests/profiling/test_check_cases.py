@@ -1,11 +1,20 @@
-"""Where and how often the profiler draws a reference's inputs: once for the timed shapes, once per seed of
-a check, and for a check at the timed size beside the kernel's recording rather than before it."""
+"""How a check gets its cases: the profiler draws a reference's inputs once for the timed shapes and once
+per seed, for a check at the timed size beside the kernel's recording rather than before it; a large
+check's seeds are checked side by side in worker processes (accelopt_core/profiling/seeds.py), with the
+verdict the profiler's own process gives on the same seeds, failures in seed order, and the user's
+reference failing, a worker that dies and a cancelled check each said plainly."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
-from accelopt_core.profiling import SimulatorProfiler, TaskRef
+import pytest
+
+from accelopt_core.profiling import SimulatorProfiler, TaskRef, seeds
 
 KERNEL = '''
 import neuronxcc.nki as nki
@@ -30,15 +39,24 @@ def get_inputs():
     return [np.random.normal(size=(rows(), 64)).astype(np.float32)]
 
 def forward(x):
-    return x * 2.0
+    return x * factor(x)
 '''
+SEEDS = [11, 12, 13, 14, 15]
 
 
-def reference(tmp_path: Path, rows: str = "256") -> tuple[TaskRef, Path]:
+def reference(tmp_path: Path, rows: str = "256", factor: str = "2.0") -> tuple[TaskRef, Path]:
     draws = tmp_path / "draws.txt"
     path = tmp_path / "ref.py"
-    path.write_text(f"{REFERENCE}\nDRAWS = {str(draws)!r}\n\ndef rows():\n    return {rows}\n")
+    path.write_text(f"{REFERENCE}\nDRAWS = {str(draws)!r}\n\ndef rows():\n    return {rows}\n\n"
+                    f"def factor(x):\n    return {factor}\n")
     return TaskRef(reference=str(path)), draws
+
+
+@pytest.fixture
+def in_workers(monkeypatch):
+    """Every check with two seeds or more goes to two workers, however small its inputs."""
+    monkeypatch.setattr(sys.modules["accelopt_core.profiling.profiler"], "worker_count",
+                        lambda specs, count: 2 if count >= 2 else 0)
 
 
 def test_a_timing_draws_the_inputs_once_and_counts_the_work_on_that_draw(tmp_path: Path) -> None:
@@ -62,3 +80,52 @@ def test_a_reference_whose_shapes_change_with_the_seed_is_told_so(tmp_path: Path
     result = SimulatorProfiler(seeds=5).profile(KERNEL, task, seeds=[1, 2, 3, 4, 5, 6, 7])
     assert result.correct is None
     assert "a check needs one set of input shapes per size" in (result.error or "")
+
+
+def test_workers_give_the_verdict_the_profilers_own_process_gives(tmp_path: Path, monkeypatch) -> None:
+    task, _ = reference(tmp_path, factor="np.float32(2.0) * (1 + 1e-7 * np.sign(x))")
+    alone = SimulatorProfiler().profile(KERNEL, task, seeds=SEEDS)
+    monkeypatch.setattr(sys.modules["accelopt_core.profiling.profiler"], "worker_count", lambda specs, count: 2)
+    together = SimulatorProfiler().profile(KERNEL, task, seeds=SEEDS)
+    assert alone.correct and together.correct, (alone.error, together.error)
+    assert together.rel_l2_error == alone.rel_l2_error > 0 and together.max_abs_error == alone.max_abs_error
+    assert together.latency_ms == alone.latency_ms and together.seeds == SEEDS
+
+
+def test_the_first_failing_seed_in_order_is_reported(tmp_path: Path, in_workers) -> None:
+    result = SimulatorProfiler().profile(KERNEL, reference(tmp_path, factor="3.0")[0], seeds=SEEDS)
+    assert result.correct is False and result.error is None
+    assert result.check_message.startswith(f"seed {SEEDS[0]}: relative L2 error")
+
+
+def test_a_reference_that_fails_on_a_seed_is_named(tmp_path: Path, in_workers) -> None:
+    result = SimulatorProfiler().profile(KERNEL, reference(tmp_path, factor="undefined_name")[0], seeds=SEEDS)
+    assert result.correct is None
+    assert result.error.startswith(f"the reference failed on seed {SEEDS[0]}: NameError")
+
+
+def test_a_worker_that_dies_is_an_error_that_is_not_cached(tmp_path: Path, in_workers, monkeypatch) -> None:
+    monkeypatch.setattr(seeds, "_start_worker", lambda: subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.buffer.read(1); sys.exit(3)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    profiler = SimulatorProfiler()
+    result = profiler.profile(KERNEL, reference(tmp_path)[0])
+    assert result.correct is None and "a check worker ended unexpectedly (exit status 3)" in result.error
+    assert not profiler.cache
+
+
+def test_a_cancelled_check_ends_its_workers(tmp_path: Path, in_workers, monkeypatch) -> None:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def sleeper() -> subprocess.Popen[bytes]:
+        started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+        return started[-1]
+
+    monkeypatch.setattr(seeds, "_start_worker", sleeper)
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    began = time.monotonic()
+    result = SimulatorProfiler().profile(KERNEL, reference(tmp_path)[0], cancel=cancel)
+    assert time.monotonic() - began < 30 and result.correct is None and result.error == "evaluation cancelled"
+    assert started and all(process.poll() is not None for process in started)
