@@ -32,6 +32,13 @@ from .trace import Trace
 SMALLEST = 16 << 20  # smaller block tensors are held whole: what they would save is not worth a mapping
 
 
+def large_block_tensor(buffer: str, partition_axis: Any, placement: Any, nbytes: int, smallest: int = SMALLEST) -> bool:
+    """An on-chip tensor the compiler allocates block by block (block dimensions in front of the partition
+    dimension, no direct allocation) of `smallest` bytes or more: one a numeric replay holds by block."""
+    return (buffer != "hbm" and type(partition_axis) is int and partition_axis >= 1 and placement is None
+            and nbytes >= smallest)
+
+
 @dataclass(frozen=True)
 class BlockLiveness:
     """For a tape's large block tensors: the blocks each instruction touches first, and last."""
@@ -46,8 +53,8 @@ class BlockLiveness:
         none. Tensors another tensor views, and directly allocated ones, are left whole."""
         viewed = {info.alias_of for info in trace.tensors.values() if info.alias_of >= 0}
         managed = {tid: info.shape[:info.partition_axis] for tid, info in trace.tensors.items()
-                   if info.buffer != "hbm" and info.partition_axis >= 1 and info.placement is None
-                   and info.alias_of < 0 and tid not in viewed and info.nbytes >= smallest}
+                   if large_block_tensor(info.buffer, info.partition_axis, info.placement, info.nbytes, smallest)
+                   and info.alias_of < 0 and tid not in viewed}
         if not managed:
             return None
         first: dict[int, dict[int, int]] = defaultdict(dict)
@@ -88,13 +95,12 @@ class _Mapped:
     that hand freed memory back to their host."""
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype, blocks: int):
-        nbytes = math.prod(shape) * dtype.itemsize
+        self.file = os.memfd_create("accelopt-blocks", os.MFD_CLOEXEC)
         self.block_elements = math.prod(shape) // blocks
         self.block_bytes = self.block_elements * dtype.itemsize
-        self.map = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # addresses only
-        self.array = np.frombuffer(self.map, dtype=dtype).reshape(shape)
+        self.map = mmap.mmap(-1, math.prod(shape) * dtype.itemsize, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.array = np.frombuffer(self.map, dtype=dtype).reshape(shape)  # addresses only, until placed
         self.flat = self.array.reshape(-1)
-        self.file = os.memfd_create("accelopt-blocks", os.MFD_CLOEXEC)
         self.slots = 0
         self.free: list[int] = []
         self.slot_of: dict[int, int] = {}

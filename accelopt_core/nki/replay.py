@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .allocation import Placement
-from .blocks import SMALLEST, BlockLiveness, LiveBlocks
+from .blocks import SMALLEST, BlockLiveness, LiveBlocks, large_block_tensor
 from .errors import NkiError, replaying
 from .indexing import DynamicIndex, full_subscript, normalize
 from .ops import REPLAYABLE
@@ -66,9 +66,9 @@ def declares_block_tensors(tape: TapeReader, smallest: int = SMALLEST) -> bool:
     would rather hold block by block)?"""
     for entry in tape.entries:
         if isinstance(entry, list) and len(entry) == 10 and entry[0] == "tensor" and entry[3] != HBM:
-            _, _, _, _, dtype_name, shape, axis, placement, _, _ = entry
-            if (placement is None and type(axis) is int and axis >= 1
-                    and math.prod(tape.shape(shape)) * tape.dtype(dtype_name).itemsize >= smallest):
+            _, _, _, kind, dtype_name, shape, axis, placement, _, _ = entry
+            if large_block_tensor(kind, axis, placement,
+                                  math.prod(tape.shape(shape)) * tape.dtype(dtype_name).itemsize, smallest):
                 return True
     return False
 

@@ -207,6 +207,16 @@ def input_shapes(timed: Sequence[TensorSpec], checked: Sequence[TensorSpec] | No
     return shapes
 
 
+def seed_compared(result: ProfileResult, seed: int, rel: float, abs_err: float, problem: str | None) -> bool:
+    """Fold one seed's comparison into the check; False once it fails (its message names the seed)."""
+    result.rel_l2_error = max(result.rel_l2_error or 0.0, rel)
+    result.max_abs_error = max(result.max_abs_error or 0.0, abs_err)
+    if problem:
+        result.correct, result.check_message = False, f"seed {seed}: {problem}"
+        return False
+    return True
+
+
 def specs_of(case: Future[Case]) -> list[TensorSpec]:
     return [TensorSpec.of(a) for a in case.result().inputs]
 
@@ -288,12 +298,7 @@ class CheckingProfiler:
                 return
             case = cases[index].result()
             cases[index] = None  # type: ignore[call-overload]
-            rel, abs_err, problem = compare(case.convert(list(produced)), expected.result(), rtol)
-            result.rel_l2_error = max(result.rel_l2_error, rel)
-            result.max_abs_error = max(result.max_abs_error, abs_err)
-            if problem:
-                result.correct = False
-                result.check_message = f"seed {seed}: {problem}"
+            if not seed_compared(result, seed, *compare(case.convert(list(produced)), expected.result(), rtol)):
                 return
 
 
@@ -390,7 +395,7 @@ class SimulatorProfiler(CheckingProfiler):
                 error = _judge_verdicts(result, workers.verdicts(check.cancel if check else None), workers.died)
                 if error is not None:
                     result.correct = None
-                    return self._failed(result, error[0], error[1], cache_key if error[1] is not None else None)
+                    return self._failed(result, error[0], error[1], cache_key)  # cached only with a kernel line
         except NkiError as exc:  # what the kernel's own numeric run would have raised (the same line)
             result.correct = None
             return self._failed(result, str(exc), exc.line, cache_key)
@@ -433,18 +438,14 @@ def _judge_verdicts(result: ProfileResult, verdicts: list[SeedVerdict], died: st
     result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
     for verdict in verdicts:
         seed = result.seeds[verdict.index]
+        if verdict.kind == "checked":
+            if not seed_compared(result, seed, verdict.rel_l2_error, verdict.max_abs_error, verdict.problem):
+                return None
+            continue
         if verdict.kind == "kernel":
             return verdict.problem or "", verdict.line
-        if verdict.kind == "tape":
-            return f"{MALFORMED}: its trace {verdict.problem}", None
-        if verdict.kind != "checked":
-            failed = f"the reference failed on seed {seed}: "
-            return f"{ {'limit': '', 'drift': f'seed {seed}: '}.get(verdict.kind, failed)}{verdict.problem}", None
-        result.rel_l2_error = max(result.rel_l2_error or 0.0, verdict.rel_l2_error)
-        result.max_abs_error = max(result.max_abs_error or 0.0, verdict.max_abs_error)
-        if verdict.problem:
-            result.correct, result.check_message = False, f"seed {seed}: {verdict.problem}"
-            return None
+        prefix = {"tape": f"{MALFORMED}: its trace ", "limit": "", "drift": f"seed {seed}: "}
+        return prefix.get(verdict.kind, f"the reference failed on seed {seed}: ") + (verdict.problem or ""), None
     if died is not None or len(verdicts) < len(result.seeds):
         return died or f"the check's workers answered for {len(verdicts)} of {len(result.seeds)} seeds", None
     return None

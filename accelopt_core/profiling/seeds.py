@@ -23,13 +23,20 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..blas import single_threaded_blas
 from ..nki import NkiError, TensorSpec
 from ..nki.blocks import BlockLiveness
+from ..nki.replay import ReplayLimitError, ReplayLimits, replay
+from ..nki.tensor import BufferPool
+from ..nki.trace import TapeError, TapeReader, collector_paused
+from ..tasks.check import compare
 from .sandbox import CANCELLED
+from .verdict import shape_drift
 
 LARGE_INPUTS = 32 << 20  # bytes of a check's inputs from which its seeds are worth processes of their own
 WORKER_BYTES_PER_INPUT_BYTE = 8  # a worker holds the inputs, the replay's copies, its tensors, the reference's
@@ -90,7 +97,7 @@ def _available_memory() -> int:
 
 
 class SeedWorkers:
-    """The workers of one check. `start` hands each the job, the tape and a first seed (they parse and draw
+    """The workers of one check. Made, it hands each the job, the tape and a first seed (they parse and draw
     while the profiler replays for timing), `begin` gives them the blocks' liveness, `verdicts` waits for
     every seed's (a failed seed stops new ones being handed out), `close` ends them whatever their state."""
 
@@ -191,13 +198,6 @@ def _send(process: subprocess.Popen[bytes], message: Any) -> None:
 def _check_seed(index: int, seconds: float, job: SeedJob, reader: Any, pool: Any, liveness: BlockLiveness | None,
                 case: Any) -> SeedVerdict:
     """Replay the tape on one seed's inputs and compare with the reference's outputs on them."""
-    import time
-
-    from ..nki.replay import ReplayLimitError, ReplayLimits, replay
-    from ..nki.trace import TapeError
-    from ..tasks.check import compare
-    from .verdict import shape_drift
-
     inputs = case.inputs
     drift = shape_drift("this seed", inputs, job.specs)
     if drift:
@@ -220,10 +220,6 @@ def _check_seed(index: int, seconds: float, job: SeedJob, reader: Any, pool: Any
 
 
 def main() -> None:
-    from ..blas import single_threaded_blas
-    from ..nki.tensor import BufferPool
-    from ..nki.trace import TapeReader, collector_paused
-
     single_threaded_blas()
     inbox, outbox = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # what the reference prints must not garble the answers
