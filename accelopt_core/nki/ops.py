@@ -183,6 +183,8 @@ def instruction(fn: F) -> F:
             sim.depth -= 1
             if call is not None:
                 call.finish(sim.ids_used, len(sim.trace.instructions))
+                if sim.on_call is not None:
+                    sim.on_call(sim.trace)
 
     REPLAYABLE[op] = recorded
     return recorded  # type: ignore[return-value]

@@ -101,10 +101,13 @@ class _Replay:
         push(self.sim)
         try:
             with collector_paused(), replaying(self.sim.trace.kernel_file) as self.at_line:
-                for position, entry in enumerate(self.reader.entries):
+                entries, position = self.reader.entries, 0
+                while position < len(entries) or self.reader.more():  # a tape still being recorded grows
                     if not position % 256 and time.monotonic() > self.deadline:
                         raise ReplayLimitError(f"the replay did not finish within {self.limits.seconds:g} s")
-                    self.entry(position, entry)
+                    if position < len(entries):
+                        self.entry(position, entries[position])
+                        position += 1
         except MemoryError as exc:
             raise ReplayLimitError(f"the replay ran out of memory: {exc}") from None
         finally:

@@ -127,14 +127,16 @@ def _as_input(sim: Simulation, name: str, value: Any) -> Any:
 
 def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any] | None = None,
                numeric: bool = True, hardware: str | None = None, generation: str | None = None,
-               grid: tuple[int, ...] | None = None, record: bool = False) -> RunResult:
+               grid: tuple[int, ...] | None = None, record: bool = False,
+               on_call: Callable[[Trace], None] | None = None) -> RunResult:
     """Run a kernel on the simulator. Array arguments become HBM tensors; others pass through.
     Positional arrays fill the parameters `kwargs` does not name, in order, so Python values may sit
     between arrays (`kernel(x, eps, gamma)` with kwargs {"eps": 1e-5}).
 
     `grid` (else the kernel's own, `kernel[2, 2]`) launches that many programs, one after another.
     `hardware` defaults to the kernel's `platform_target=` option (`@nki.jit(platform_target=...)`),
-    else trn1. `record` keeps the trace's tape, its replayable form (trace.py)."""
+    else trn1. `record` keeps the trace's tape, its replayable form (trace.py); `on_call` is told after each
+    call the kernel's own code makes (the tape is complete up to there)."""
     kwargs = dict(kwargs or {})
     if hardware is None:
         target = kernel.options.get("platform_target") if isinstance(kernel, Kernel) else None
@@ -144,6 +146,7 @@ def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs:
     if grid is None and isinstance(kernel, Kernel):
         grid = kernel.grid
     sim = Simulation(numeric=numeric, hardware=hardware, generation=gen, record=record)
+    sim.on_call = on_call
     sim.force_auto_alloc = bool(kernel.options.get("force_auto_alloc")) if isinstance(kernel, Kernel) else False
     sim.trace.kernel_name = getattr(func, "__name__", "kernel")
     sim.trace.kernel_file = inspect.getsourcefile(func) or "" if callable(func) else ""

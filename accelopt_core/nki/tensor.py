@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +111,7 @@ class Simulation:
         self.tape: list[Any] | None = None
         if record:
             self.tape = self.trace.tape = []
+        self.on_call: Callable[[Trace], None] | None = None  # told after each recorded call (measure.py streams)
         self.depth = 0
         # A replay's view of the tensors (replay.py): every storage by id, and the bytes they may hold.
         self.registry: dict[int, Storage] | None = None

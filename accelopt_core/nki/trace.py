@@ -378,11 +378,17 @@ def tape_to_plain(trace: Trace) -> dict[str, Any]:
     if trace.tape is None:
         raise ValueError("this trace was not recorded (run_kernel(..., record=True))")
     with collector_paused():
-        return _TapeWriter(trace).plain()
+        return assemble([TapeWriter(trace).chunk(last=True)])
 
 
-class _TapeWriter:
-    """Turns tape entries into plain data, interning loop nests and arrays."""
+TABLES = ("arrays", "exprs", "loops", "nests")
+
+
+class TapeWriter:
+    """Turns a recording run's tape into plain data, chunk by chunk as the kernel runs (a chunk holds the
+    entries recorded since the previous one and the rows of the interned tables they added: loop nests,
+    index expressions, arrays), so the trusted side can replay a tape while it is being recorded. The
+    first chunk names the format; the last also lists where tensors are dropped (`assemble`)."""
 
     def __init__(self, trace: Trace):
         from .indexing import DynamicIndex, IndexExpr, Mask, full_subscript
@@ -403,25 +409,35 @@ class _TapeWriter:
         self.last_use: dict[int, int] = {}
         self.kept: set[int] = set()
         self.position = 0
+        self.written = 0  # entries already in a chunk
+        self._sent = dict.fromkeys(TABLES, 0)  # rows of each table already in a chunk
 
-    def plain(self) -> dict[str, Any]:
+    def pending(self) -> int:
+        """Entries recorded since the last chunk."""
+        return len(self.trace.tape or ()) - self.written
+
+    def chunk(self, last: bool = False) -> dict[str, Any]:
+        tape = self.trace.tape or []
         entries = []
-        for position, entry in enumerate(self.trace.tape or ()):
+        for position in range(self.written, len(tape)):
             self.position = position
-            entries.append(self.entry(entry))
-        drops: dict[int, list[int]] = {}
-        for tensor, position in self.last_use.items():
-            if tensor not in self.kept:
-                drops.setdefault(position, []).append(tensor)
-        dropped = []
-        for position, entry in enumerate(entries):
-            dropped.append(entry)
-            if position in drops:
-                dropped.append(["drop", sorted(drops[position])])
+            entries.append(self.entry(tape[position]))
+        chunk: dict[str, Any] = {} if self.written else {"format": TAPE_FORMAT, "version": TAPE_VERSION}
+        self.written = len(tape)
         loops = [[loop.kind, loop.trip_count, loop.line, loop.parent.id if loop.parent is not None else -1]
-                 for loop in self.trace.loops]
-        return {"format": TAPE_FORMAT, "version": TAPE_VERSION, "arrays": self.arrays, "exprs": self.exprs,
-                "loops": loops, "nests": self.nests, "entries": dropped}
+                 for loop in self.trace.loops[self._sent["loops"]:]]
+        for name, rows in (("arrays", self.arrays), ("exprs", self.exprs), ("nests", self.nests)):
+            chunk[name] = rows[self._sent[name]:]
+        chunk["loops"] = loops
+        self._sent = {name: self._sent[name] + len(chunk[name]) for name in TABLES}
+        chunk["entries"] = entries
+        if last:
+            drops: dict[int, list[int]] = {}
+            for tensor, position in self.last_use.items():
+                if tensor not in self.kept:
+                    drops.setdefault(position, []).append(tensor)
+            chunk["drops"] = [[position, sorted(drops[position])] for position in sorted(drops)]
+        return chunk
 
     def entry(self, entry: Any) -> list[Any]:
         if isinstance(entry, Called):
@@ -547,6 +563,41 @@ class _TapeWriter:
         return ["x", index]
 
 
+def assemble(chunks: list[Any]) -> dict[str, Any]:
+    """The wire form of a whole tape (`TapeReader`) from the chunks a `TapeWriter` wrote, in order: tables
+    and entries joined, a drop entry after each entry the last chunk says a tensor was last used at."""
+    if not chunks:
+        raise TapeError("the tape has no chunks")
+    tape: dict[str, Any] = {"format": None, "version": None, **{name: [] for name in (*TABLES, "entries")}}
+    drops = None
+    for index, chunk in enumerate(chunks):
+        if not isinstance(chunk, dict) or drops is not None:
+            raise TapeError(f"tape chunk {index} is not an object, or follows the last chunk")
+        if not index:
+            tape["format"], tape["version"] = chunk.get("format"), chunk.get("version")
+        for name in (*TABLES, "entries"):
+            tape[name] += _listed(chunk, name)
+        if "drops" in chunk:
+            drops = _listed(chunk, "drops")
+    if drops is None:
+        raise TapeError("the tape ends before its last chunk")
+    tape["entries"] = _with_drops(tape["entries"], drops)
+    return tape
+
+
+def _with_drops(entries: list[Any], drops: list[Any]) -> list[Any]:
+    """`entries` with ["drop", ids] after each position `drops` ([position, ids], positions increasing) names."""
+    joined: list[Any] = []
+    start = 0
+    for item in drops:
+        if not (isinstance(item, list) and len(item) == 2 and type(item[0]) is int and start <= item[0] < len(entries)):
+            raise TapeError(f"drop {_shown(item)} is not [position, tensors] after the previous one")
+        joined += entries[start:item[0] + 1]
+        joined.append(["drop", item[1]])
+        start = item[0] + 1
+    return joined + entries[start:]
+
+
 class TapeReader:
     """A tape's wire form, checked as it is read. The top level and its tables are checked here; each
     entry is checked when the replay (replay.py) reaches it: `value` rebuilds an argument, `resolve`
@@ -583,18 +634,20 @@ class TapeReader:
             raise TapeError("not a trace tape")
         if data.get("version") != TAPE_VERSION:
             raise TapeError(f"trace tape version {data.get('version')!r}; this side reads version {TAPE_VERSION}")
-        self._arrays = _listed(data, "arrays")
-        self._exprs = _listed(data, "exprs")
+        self._arrays: list[Any] = []
+        self._exprs: list[Any] = []
         self._decoded_exprs: dict[int, Any] = {}
-        self.entries = _listed(data, "entries")
-        if len(self.entries) > MAX_ENTRIES:
-            raise TapeError(f"{len(self.entries)} tape entries, more than {MAX_ENTRIES}")
-        self.loops = self._read_loops(_listed(data, "loops"))
-        self.nests = [self._read_nest(nest) for nest in _listed(data, "nests")]
+        self.entries: list[Any] = []
+        self.loops: list[Loop] = []
+        self.nests: list[LoopNest] = []
+        self.extend(data)
         self._decoded: dict[int, np.ndarray] = {}
         self._masks: dict[int, Any] = {}
         self._array_bytes = 0
         self.resolve: Callable[[list[Any]], Any] = _no_tensors
+        # waits for the next chunk of a tape still being recorded and `extend`s with it; False once the tape is
+        # whole (a reader following a recording sets it: profiling/streams.py)
+        self.more: Callable[[], bool] = _whole
         # tile references already decoded, by the identity of their entry, for a tape replayed more than
         # once (the seeds of a check meet the same entries, on tensors of the same shapes: replay.py,
         # `_Replay.tile`); None: each replay decodes its own (one replay gains nothing from keeping them)
@@ -604,18 +657,31 @@ class TapeReader:
         """Forget the replay that resolved tensor references (it has ended)."""
         self.resolve = _no_tensors
 
-    def _read_loops(self, plain: list[Any]) -> list[Loop]:
-        if len(plain) > MAX_LOOPS:
-            raise TapeError(f"{len(plain)} loops, more than {MAX_LOOPS}")
-        loops: list[Loop] = []
-        for index, item in enumerate(plain):
+    def extend(self, chunk: Any) -> None:
+        """Add a chunk of the tape (`TapeWriter.chunk`): its table rows and entries, the tables checked.
+        A tape replayed while it is being recorded grows this way (`more`)."""
+        if not isinstance(chunk, dict):
+            raise TapeError("a tape chunk is not an object")
+        self._arrays += _listed(chunk, "arrays")
+        self._exprs += _listed(chunk, "exprs")
+        self.entries += _listed(chunk, "entries")
+        if len(self.entries) > MAX_ENTRIES:
+            raise TapeError(f"{len(self.entries)} tape entries, more than {MAX_ENTRIES}")
+        self._read_loops(_listed(chunk, "loops"))
+        self.nests += [self._read_nest(nest) for nest in _listed(chunk, "nests")]
+
+    def _read_loops(self, plain: list[Any]) -> None:
+        loops = self.loops
+        if len(loops) + len(plain) > MAX_LOOPS:
+            raise TapeError(f"{len(loops) + len(plain)} loops, more than {MAX_LOOPS}")
+        for item in plain:
+            index = len(loops)
             if not (isinstance(item, list) and len(item) == 4 and item[0] in LOOP_KINDS):
                 raise TapeError(f"loop {index} is not [kind, trip_count, line, parent]")
             kind, trips, line, parent = item
             if not (_count(trips) and _count(line) and type(parent) is int and -1 <= parent < index):
                 raise TapeError(f"loop {index} has a bad trip count, line or parent")
             loops.append(Loop(index, kind, trips, line, loops[parent] if parent >= 0 else None))
-        return loops
 
     def _read_nest(self, plain: Any) -> LoopNest:
         if not isinstance(plain, list) or len(plain) % 2:
@@ -743,6 +809,10 @@ class TapeReader:
 
 
 LOOP_KINDS = (LoopKind.AFFINE, LoopKind.SEQUENTIAL, LoopKind.STATIC)
+
+
+def _whole() -> bool:
+    return False
 
 
 def _no_tensors(plain: list[Any]) -> Any:

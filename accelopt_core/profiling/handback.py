@@ -1,11 +1,12 @@
 """What a kernel's child process hands back to the trusted side: plain data only.
 
-The child writes `result.json` and, per recorded run, a `trace-K.json` (the trace's tape, nki/trace.py)
-into its job folder; the neuron backend's child writes one `.npy` file per output array instead (the
-hardware's outputs are the measurement there). Nothing in them is ever executed: JSON is parsed, arrays
-are loaded with `allow_pickle=False` as the unsigned integers of their element size and only then viewed
-as the dtype the JSON names (NumPy cannot store ml_dtypes' bf16/fp8 in a .npy header; they would come
-back as opaque `|V2`). The trusted side checks every name, path, dtype, shape and size; anything else is
+The child writes `result.json` and, per recorded run, a `tape-K.stream` (the trace's tape, nki/trace.py,
+in chunks written as the kernel runs) into its job folder; the neuron backend's child writes one `.npy`
+file per output array instead (the hardware's outputs are the measurement there). Nothing in them is
+ever executed: JSON is parsed, arrays are loaded with `allow_pickle=False` as the unsigned integers of
+their element size and only then viewed as the dtype the JSON names (NumPy cannot store ml_dtypes'
+bf16/fp8 in a .npy header; they would come back as opaque `|V2`). The trusted side checks every name,
+path, dtype, shape and size; anything else is
 a `MalformedResultError`, which the caller turns into one failed evaluation.
 """
 
@@ -28,7 +29,7 @@ MAX_RESULT_BYTES = 64 * 1024 * 1024  # the report and the line table; arrays and
 # matmul 24 MB (benchmarks/replay_cost.py). Parsed JSON takes about ten times its size in memory.
 MAX_TRACE_BYTES = 128 * 1024 * 1024
 _ARRAY_FILE = re.compile(r"out-\d{1,6}-\d{1,6}\.npy")
-_TRACE_FILE = re.compile(r"trace-\d{1,3}\.json")
+_TAPE_FILE = re.compile(r"tape-\d{1,3}\.stream")
 DTYPES = dtypes.NAMED  # the dtypes an output may have, by name
 
 
@@ -57,29 +58,93 @@ def write_result(folder: str, fields: dict[str, Any]) -> None:
         json.dump(fields, handle, default=_plain_number)
 
 
-def save_trace(folder: str, index: int, plain: dict[str, Any]) -> str:
-    """Child side: a recorded run's tape (trace.tape_to_plain) as FOLDER/trace-INDEX.json; its name."""
-    name = f"trace-{index}.json"
-    text = json.dumps(plain, separators=(",", ":"))  # one shot: json.dump's streaming encoder is pure Python, 6x slower
-    with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return name
+class TapeFile:
+    """Child side: a recorded run's tape as FOLDER/tape-INDEX.stream, written chunk by chunk while the
+    kernel runs (nki.trace.TapeWriter), each chunk as its length in ASCII digits, a newline and its JSON, so
+    the trusted side can replay what is there while the rest is being recorded."""
+
+    def __init__(self, folder: str, index: int):
+        self.name = f"tape-{index}.stream"
+        self._handle = open(os.path.join(folder, self.name), "wb")  # noqa: SIM115 (closed by close)
+
+    def write(self, chunk: dict[str, Any]) -> None:
+        data = json.dumps(chunk, separators=(",", ":")).encode()  # one shot: json.dump's encoder is 6x slower
+        self._handle.write(b"%d\n" % len(data) + data)
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
 
 
-def read_trace(folder: str, name: Any) -> dict[str, Any]:
-    """Trusted side: the tape a child wrote, parsed (checked by nki.trace.TapeReader and the replay)."""
-    if not isinstance(name, str) or not _TRACE_FILE.fullmatch(name):
-        raise MalformedResultError(f"trace file name {str(name)[:40]!r} is not one the worker writes")
-    path = os.path.join(folder, name)
-    _regular_file(path, MAX_TRACE_BYTES)
+class TapeFollower:
+    """Trusted side: the chunks of the tape stream a child writes (`TapeFile`), parsed as they become whole.
+    The file must be a plain file of the child's own, within MAX_TRACE_BYTES; its chunks are kept, so what
+    was read once is what every replay of it sees, whatever the child writes over later."""
+
+    def __init__(self, folder: str, name: Any):
+        if not isinstance(name, str) or not _TAPE_FILE.fullmatch(name):
+            raise MalformedResultError(f"tape file name {str(name)[:40]!r} is not one the worker writes")
+        self.name = name
+        self.path = os.path.join(folder, name)
+        self.chunks: list[Any] = []
+        self._read = 0  # bytes of the file consumed
+        self._pending = b""
+
+    def poll(self) -> list[Any]:
+        """The chunks completed since the last poll (none when the file does not exist yet)."""
+        if not os.path.lexists(self.path):
+            return []
+        _regular_file(self.path, MAX_TRACE_BYTES)
+        with open(self.path, "rb") as handle:
+            handle.seek(self._read)
+            data = handle.read(MAX_TRACE_BYTES - self._read + 1)
+        self._read += len(data)
+        if self._read > MAX_TRACE_BYTES:
+            raise MalformedResultError(f"{self.name} is larger than {MAX_TRACE_BYTES} bytes")
+        buffer, start, chunks = self._pending + data, 0, []
+        while True:
+            newline = buffer.find(b"\n", start, start + _MAX_HEADER)
+            if newline < 0:
+                if len(buffer) - start >= _MAX_HEADER:
+                    raise MalformedResultError(f"{self.name}: a chunk does not start with its length")
+                break
+            header = buffer[start:newline]
+            if not header.isdigit():
+                raise MalformedResultError(f"{self.name}: a chunk does not start with its length")
+            end = newline + 1 + int(header)
+            if end > len(buffer):
+                break
+            chunks.append(_parsed_chunk(self.name, buffer[newline + 1:end]))
+            start = end
+        self._pending = buffer[start:]
+        self.chunks += chunks
+        return chunks
+
+    def whole_chunks(self) -> bool:
+        """Does what was read end at the end of a chunk?"""
+        return not self._pending
+
+
+_MAX_HEADER = 12  # a chunk's length in digits and its newline: MAX_TRACE_BYTES has 9 digits
+
+
+def _parsed_chunk(name: str, data: bytes) -> Any:
     try:
-        with open(path, encoding="utf-8") as handle, collector_paused():
-            data = json.load(handle)
-    except (OSError, ValueError, RecursionError) as exc:
-        raise MalformedResultError(f"{name} is not JSON: {str(exc)[:200]}") from None
-    if not isinstance(data, dict):
-        raise MalformedResultError(f"{name} is not an object")
-    return data
+        with collector_paused():
+            return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise MalformedResultError(f"{name}: a chunk is not JSON: {str(exc)[:200]}") from None
+
+
+def read_tape(folder: str, name: Any) -> list[Any]:
+    """Trusted side: every chunk of a tape stream the child has finished writing."""
+    follower = TapeFollower(folder, name)
+    if not os.path.lexists(follower.path):
+        raise MalformedResultError(f"{name} is missing")
+    follower.poll()
+    if not follower.whole_chunks():
+        raise MalformedResultError(f"{name} ends inside a chunk")
+    return follower.chunks
 
 
 def _plain_number(value: Any) -> Any:

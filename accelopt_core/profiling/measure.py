@@ -18,9 +18,9 @@ import numpy as np
 
 from ..nki import Kernel, NkiError, TensorSpec, run_kernel
 from ..nki.runner import Launch
-from ..nki.trace import TapeError, tape_to_plain
+from ..nki.trace import TapeError, TapeWriter, Trace
 from .errors import describe_kernel_exception
-from .handback import OPTIONAL_INT, OPTIONAL_TEXT, MalformedResultError, save_array, save_trace, typed
+from .handback import OPTIONAL_INT, OPTIONAL_TEXT, MalformedResultError, TapeFile, save_array, typed
 
 
 @dataclass(frozen=True)
@@ -52,13 +52,19 @@ class Recording:
 
 
 def record(kernel: Kernel, runs: Sequence[Run], hardware: str, output_dir: str) -> Recording:
-    """Run the kernel trace-only once per run, recording, and leave each tape in `output_dir`."""
+    """Run the kernel trace-only once per run, recording, and leave each tape in `output_dir`, written as
+    it is recorded (the trusted side may replay it meanwhile)."""
     result = Recording()
     try:
         for index, run in enumerate(runs):
-            traced = run_kernel(kernel, list(run.specs), run.launch.kernel_args, numeric=False, hardware=hardware,
-                                grid=run.launch.grid, record=True)
-            result.traces.append(save_trace(output_dir, index, tape_to_plain(traced.trace)))
+            stream = _TapeStream(output_dir, index)
+            try:
+                traced = run_kernel(kernel, list(run.specs), run.launch.kernel_args, numeric=False, hardware=hardware,
+                                    grid=run.launch.grid, record=True, on_call=stream.after_call)
+                stream.finish(traced.trace)
+            finally:
+                stream.file.close()
+            result.traces.append(stream.file.name)
     except NkiError as exc:
         result.traces, result.error, result.error_line = [], str(exc), exc.line
     except TapeError as exc:  # an argument no trace can carry: the kernel cannot be checked
@@ -67,6 +73,32 @@ def record(kernel: Kernel, runs: Sequence[Run], hardware: str, output_dir: str) 
         result.traces = []
         result.error, result.error_line = describe_kernel_exception(exc, kernel.func)
     return result
+
+
+CHUNK_ENTRIES = 2048  # tape entries per chunk: the trusted side's replay trails the recording by one at most
+
+
+class _TapeStream:
+    """One run's tape, written to its file a chunk at a time while the kernel runs."""
+
+    def __init__(self, folder: str, index: int):
+        self.file = TapeFile(folder, index)
+        self.writer: TapeWriter | None = None
+        self.failed: TapeError | None = None  # raised at the end, not into the kernel's code
+
+    def after_call(self, trace: Trace) -> None:
+        if self.writer is None:
+            self.writer = TapeWriter(trace)
+        if self.failed is None and self.writer.pending() >= CHUNK_ENTRIES:
+            try:
+                self.file.write(self.writer.chunk())
+            except TapeError as exc:
+                self.failed = exc
+
+    def finish(self, trace: Trace) -> None:
+        if self.failed is not None:
+            raise self.failed
+        self.file.write((self.writer or TapeWriter(trace)).chunk(last=True))
 
 
 def spill(outputs: Sequence[np.ndarray], folder: str, case: int) -> list[dict[str, Any]]:

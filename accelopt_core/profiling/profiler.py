@@ -25,19 +25,19 @@ from typing import Any, Protocol, Self, runtime_checkable
 import numpy as np
 
 from ..hardware import load_hardware
-from ..nki import NkiError, TensorSpec
+from ..nki import NkiError, RunResult, TensorSpec
 from ..nki.replay import ReplayLimitError
-from ..nki.trace import TapeError, collector_paused
+from ..nki.trace import TapeError, assemble, collector_paused
 from ..perfmodel import peak_percent
 from ..tasks import Case, PeakWork, Task, load_reference
 from ..tasks.check import compare, fresh_seeds
 from ..tasks.registry import find_task, task_files
 from .guards import guard_violation
-from .handback import MalformedResultError, read_trace
+from .handback import MalformedResultError, read_tape
 from .result import ProfileResult
 from .sandbox import MALFORMED, SandboxJob, SandboxLimits, run_sandboxed, sandbox_workdir
 from .seeds import SeedJob, SeedVerdict, SeedWorkers, worker_count
-from .verdict import Replays, RunPlan, ShapeDriftError, plan_runs, timing_report, trace_facts
+from .verdict import Replays, RunPlan, ShapeDriftError, plan_runs, replay_while_recorded, timing_report, trace_facts
 
 UNNAMED = "a TaskRef needs a name or a reference path"
 
@@ -345,14 +345,20 @@ class SimulatorProfiler(CheckingProfiler):
             work = references.submit(lambda: task_work(timing_task, specs, counting_case(specs, cases, drawn)))
             if not workers:
                 cases += [references.submit(timing_task.make_case, seed) for seed in result.seeds[len(cases):]]
+            # a trace-only timed replay follows the child's tape as it is written, so it ends with the recording
+            follow = plan.timing_run not in plan.case_runs or workers > 0
             try:
-                recording = run_sandboxed(job, workdir, self.limits, cancel)
+                with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelopt-sandbox") as sandbox:
+                    recorded = sandbox.submit(run_sandboxed, job, workdir, self.limits, cancel)
+                    followed = self._follow(workdir, plan, recorded, result.hardware, kernel_label) if follow else None
+                    recording = recorded.result()
                 if recording.error:
                     return self._failed(result, recording.error, recording.error_line, cache_key)
                 # the collector stays paused from the tapes' parsing to the end of their replays: each
                 # collection would rescan their millions of parsed lists (seconds per full-size tape)
                 paused.enter_context(collector_paused())
-                tapes = [read_trace(workdir, name) for name in recording.traces]
+                chunks = [followed[1] if isinstance(followed, tuple) and run == plan.timing_run
+                          else read_tape(workdir, name) for run, name in enumerate(recording.traces)]
             except MalformedResultError as exc:
                 return self._failed(result, f"{MALFORMED}: {exc}", None, None)
             finally:
@@ -360,7 +366,8 @@ class SimulatorProfiler(CheckingProfiler):
             checking = Checking(task, cases, check_task.rtol if self.rtol is None else self.rtol, workers,
                                 cancel) if check else None
             with _one_conclusion_at_a_time:
-                return self._conclude(result, tapes, plan, checking, cache_key, kernel_label, references, work)
+                return self._conclude(result, chunks, followed, plan, checking, cache_key, kernel_label, references,
+                                      work)
 
     def _failed(self, result: ProfileResult, error: str, line: int | None, cache_key: Any) -> ProfileResult:
         """An evaluation that ends in an error; a kernel's own error (it has a line) is deterministic, so it
@@ -370,14 +377,29 @@ class SimulatorProfiler(CheckingProfiler):
             self.cache[cache_key] = result
         return result
 
-    def _conclude(self, result: ProfileResult, tapes: list[dict[str, Any]], plan: RunPlan, check: Checking | None,
+    def _follow(self, workdir: str, plan: RunPlan, recorded: Future[Any], hardware: str, kernel_label: str
+                ) -> tuple[RunResult, list[Any]] | Exception:
+        """The timed run's trace-only replay, made while the child records it, with its tape's chunks; or
+        what stopped it (judged once the child's own result is known: its error, if any, comes first)."""
+        try:
+            return replay_while_recorded(workdir, plan.timing_run, plan.runs[plan.timing_run].specs, recorded,
+                                         hardware, kernel_label, self.limits.seconds)
+        except (NkiError, TapeError, ReplayLimitError, MalformedResultError) as exc:
+            return exc
+
+    def _conclude(self, result: ProfileResult, chunks: list[list[Any]],
+                  followed: tuple[RunResult, list[Any]] | Exception | None, plan: RunPlan, check: Checking | None,
                   cache_key: Any, kernel_label: str, references: ThreadPoolExecutor,
                   counted: Future[PeakWork | None]) -> ProfileResult:
-        """Replay the traces: judge the check's outputs, apply the guards to the timed replay and time it."""
+        """Replay the traces (the timed one may be replayed already, `followed`): judge the check's outputs,
+        apply the guards to the timed replay and time it."""
         workers = None
         try:
+            if isinstance(followed, Exception):
+                raise followed
+            tapes = [assemble(tape) for tape in chunks]
             replays = Replays(tapes, plan, result.hardware, kernel_label, self.limits.seconds,
-                              self.limits.memory_mb * 2**20)
+                              self.limits.memory_mb * 2**20, followed[0] if followed else None)
             if check is not None and check.workers:
                 job = SeedJob(check.task, plan.runs[plan.case_runs[0]].specs, check.rtol, result.hardware,
                               kernel_label, self.limits.memory_mb * 2**20)
@@ -402,6 +424,9 @@ class SimulatorProfiler(CheckingProfiler):
         except TapeError as exc:
             result.correct = None
             return self._failed(result, f"{MALFORMED}: its trace {exc}", None, None)
+        except MalformedResultError as exc:
+            result.correct = None
+            return self._failed(result, f"{MALFORMED}: {exc}", None, None)
         except (ReplayLimitError, ShapeDriftError) as exc:
             result.correct = None
             return self._failed(result, str(exc), None, None)

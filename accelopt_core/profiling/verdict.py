@@ -35,6 +35,7 @@ from ..nki.tensor import BufferPool
 from ..nki.trace import TapeError, TapeReader
 from ..perfmodel import estimate
 from ..tasks import Case
+from .handback import TapeFollower
 from .measure import Run
 
 
@@ -86,7 +87,7 @@ class Replays:
     at full size, the comparison) does not, so a large kernel is not failed for the reference's cost."""
 
     def __init__(self, tapes: Sequence[dict[str, Any]], plan: RunPlan, hardware: str, kernel_file: str,
-                 seconds: float, memory_bytes: int):
+                 seconds: float, memory_bytes: int, timed: RunResult | None = None):
         if len(tapes) != len(plan.runs):
             raise TapeError(f"{len(tapes)} traces for {len(plan.runs)} runs")
         self.readers = [TapeReader(tape) for tape in tapes]
@@ -105,11 +106,12 @@ class Replays:
         self.kernel_file = kernel_file
         self.seconds_left = seconds
         self.memory_bytes = memory_bytes
-        self._timed: RunResult | None = None
+        self._timed = timed  # the timed run's trace-only replay, when it was made while the child recorded
 
     def _replay(self, run: int, inputs: Sequence[Any], numeric: bool) -> RunResult:
         if numeric and run in self.by_block and run not in self.liveness:
-            learned = self._replay(run, self.plan.runs[run].specs, numeric=False)
+            learned = (self._timed if run == self.plan.timing_run and self._timed is not None
+                       else self._replay(run, self.plan.runs[run].specs, numeric=False))
             self.liveness_of(run, learned)
             if run == self.plan.timing_run and self._timed is None:
                 self._timed = learned  # the trace every numeric replay of this tape records again
@@ -152,6 +154,47 @@ class Replays:
             specs = self.plan.runs[self.plan.timing_run].specs
             self._timed = self._replay(self.plan.timing_run, specs, numeric=False)
         return self._timed
+
+
+class UnfinishedTapeError(TapeError):
+    """The child ended before the tape being followed was whole (its own result says why, if it knows)."""
+
+
+def replay_while_recorded(folder: str, run: int, specs: Sequence[TensorSpec], recorded: Future[Any], hardware: str,
+                          kernel_file: str, seconds: float) -> tuple[RunResult, list[Any]]:
+    """The trace-only replay of run `run`'s tape, made while the child records it (each chunk as it is
+    written: the replay ends about when the recording does, instead of starting then), and the tape's
+    chunks. `recorded` is the child's run (done once it exited)."""
+    follower = TapeFollower(folder, f"tape-{run}.stream")
+    last = False
+
+    def next_chunks() -> list[Any]:
+        nonlocal last
+        while True:
+            ended = recorded.done()  # read before polling: whatever an ended child wrote, the poll sees
+            chunks = follower.poll()
+            if chunks:
+                last = any(isinstance(chunk, dict) and "drops" in chunk for chunk in chunks)
+                return chunks
+            if ended:
+                raise UnfinishedTapeError("ends before its last chunk")
+            time.sleep(0.005)
+
+    def more() -> bool:
+        if last:
+            return False
+        for chunk in next_chunks():
+            reader.extend(chunk)
+        return True
+
+    first, *rest = next_chunks()
+    reader = TapeReader(first)
+    for chunk in rest:
+        reader.extend(chunk)
+    reader.more = more
+    replayed = replay(reader, specs, hardware, numeric=False, kernel_file=kernel_file,
+                      limits=ReplayLimits(seconds=seconds))
+    return replayed, follower.chunks
 
 
 def timing_report(run: RunResult, hardware: str) -> dict[str, Any]:

@@ -17,11 +17,12 @@ from accelopt_core.profiling import SandboxLimits, SimulatorProfiler, TaskRef
 from accelopt_core.profiling.handback import (
     DTYPES,
     MalformedResultError,
+    TapeFile,
+    TapeFollower,
     load_array,
     read_result,
-    read_trace,
+    read_tape,
     save_array,
-    save_trace,
     write_result,
 )
 from accelopt_core.profiling.measure import Recording
@@ -87,18 +88,41 @@ def test_result_json_must_be_plain_and_typed(tmp_path: Path) -> None:
         Recording.from_plain(read_result(str(tmp_path)))
 
 
-def test_a_trace_file_is_plain_json_the_worker_named(tmp_path: Path) -> None:
-    name = save_trace(str(tmp_path), 0, {"format": "accelopt-trace"})
-    assert read_trace(str(tmp_path), name) == {"format": "accelopt-trace"}
-    for forged in ("../trace-0.json", "/etc/passwd", "result.json", "trace-0.json/..", 7):
+def test_a_tape_file_is_chunks_of_plain_json_the_worker_named(tmp_path: Path) -> None:
+    stream = TapeFile(str(tmp_path), 0)
+    stream.write({"format": "accelopt-trace"})
+    stream.write({"entries": [["program"]]})
+    stream.close()
+    assert read_tape(str(tmp_path), stream.name) == [{"format": "accelopt-trace"}, {"entries": [["program"]]}]
+    for forged in ("../tape-0.stream", "/etc/passwd", "result.json", "tape-0.stream/..", "trace-0.json", 7):
         with pytest.raises(MalformedResultError, match="not one the worker writes"):
-            read_trace(str(tmp_path), forged)
-    (tmp_path / "trace-1.json").write_text("[" * 100_000)
-    with pytest.raises(MalformedResultError, match="not JSON"):
-        read_trace(str(tmp_path), "trace-1.json")
-    (tmp_path / "trace-2.json").symlink_to(tmp_path / name)
+            read_tape(str(tmp_path), forged)
+    for name, text in (("tape-1.stream", "5\n" + "[" * 5), ("tape-2.stream", "[" * 100_000),
+                       ("tape-3.stream", "99\n[1]"), ("tape-4.stream", "-3\n[1]")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(MalformedResultError, match=r"not JSON|does not start with its length|ends inside"):
+            read_tape(str(tmp_path), name)
+    (tmp_path / "tape-5.stream").symlink_to(tmp_path / stream.name)
     with pytest.raises(MalformedResultError, match="not a plain file"):
-        read_trace(str(tmp_path), "trace-2.json")
+        read_tape(str(tmp_path), "tape-5.stream")
+
+
+def test_a_tape_is_read_chunk_by_chunk_as_it_is_written(tmp_path: Path) -> None:
+    """The trusted side sees each chunk once it is whole, and keeps what it read."""
+    follower = TapeFollower(str(tmp_path), "tape-0.stream")
+    assert follower.poll() == []  # not written yet
+    path = tmp_path / "tape-0.stream"
+    with open(path, "wb") as handle:
+        handle.write(b'10\n{"a": [1]')
+        handle.flush()
+        assert follower.poll() == [] and not follower.whole_chunks()
+        handle.write(b'}8\n{"b": 2')
+        handle.flush()
+        assert follower.poll() == [{"a": [1]}]
+        handle.write(b"}")
+    assert follower.poll() == [{"b": 2}] and follower.whole_chunks()
+    path.write_bytes(b"2\n[]")  # written over: what was read stays
+    assert follower.chunks == [{"a": [1]}, {"b": 2}]
 
 
 class _Payload:
