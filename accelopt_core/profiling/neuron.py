@@ -53,12 +53,11 @@ from .measure import spill
 from .profiler import (
     CheckingProfiler,
     TaskRef,
-    counting_case,
+    counted_work,
     fill_peak,
     input_shapes,
     reference_thread,
     specs_of,
-    task_work,
 )
 from .result import ProfileResult
 from .sandbox import SandboxLimits, apply_limits, open_guard, plain_result, run_worker, worker_arguments
@@ -266,7 +265,7 @@ class NeuronProfiler(CheckingProfiler):
                         timing_launch=timing_task.launch)
         workdir = os.path.realpath(tempfile.mkdtemp(prefix="accelopt-neuron-"))
         with reference_thread() as references:
-            counted = references.submit(task_work, timing_task, specs, counting_case(specs, cases, drawn))
+            counted = references.submit(counted_work, timing_task, specs, cases, drawn)
             try:
                 measured = run_device_child(job, workdir, self.limits, self._environment(workdir), cancel)
                 if measured.error:

@@ -143,21 +143,23 @@ def zero_arrays(specs: Sequence[TensorSpec]) -> list[np.ndarray]:
     return [np.broadcast_to(np.zeros((), dtype=s.dtype), s.shape) for s in specs]
 
 
-def task_work(task: Task, specs: Sequence[TensorSpec], case: Case | None) -> PeakWork | None:
+def task_work(task: Task, specs: Sequence[TensorSpec], case: Case | None, checked: bool = False) -> PeakWork | None:
     """The work "% of peak" divides by, at the timed size: the reference's declared peak_work, else its own
-    NumPy work, counted on `case` (a case of the timed size already drawn; None: one is drawn)."""
+    NumPy work, counted on `case` (a case of the timed size already drawn; None: one is drawn): on its data
+    when it is `checked` (the check runs its reference anyway), else on its shapes alone."""
     if task.peak_work is not None:
         return task.peak_work(zero_arrays(specs))
-    return task.counted_work(case)
+    return task.counted_work(case, shapes_only=not checked)
 
 
-def counting_case(specs: Sequence[TensorSpec], cases: Sequence[Future[Case]], drawn: Case | None) -> Case | None:
-    """The case to count the reference's work on: a checked case of the timed size when there is one (the
-    check runs its reference anyway, so counting costs no extra run), else the case the timed shapes were
-    just drawn from."""
+def counted_work(task: Task, specs: Sequence[TensorSpec], cases: Sequence[Future[Case]], drawn: Case | None
+                 ) -> PeakWork | None:
+    """`task_work` on a checked case of the timed size when there is one (the check runs its reference anyway,
+    so counting on its data costs no extra run), else on the case the timed shapes were just drawn from."""
     timed = [tuple(s.shape) for s in specs]
     ready = (f.result() for f in cases if f.done())
-    return next((c for c in ready if [np.shape(a) for a in c.inputs] == timed), drawn)
+    checked = next((c for c in ready if [np.shape(a) for a in c.inputs] == timed), None)
+    return task_work(task, specs, checked or drawn, checked=checked is not None)
 
 
 def ready(case: Case) -> Future[Case]:
@@ -260,7 +262,7 @@ class CheckingProfiler:
         they were drawn from when that happened now (None when they were known)."""
         if ref.identity in self._specs:
             return self._specs[ref.identity], None
-        drawn = task.make_case(0)
+        drawn = task.shape_case()
         self._specs[ref.identity] = [TensorSpec.of(a) for a in drawn.inputs]
         return self._specs[ref.identity], drawn
 
@@ -342,7 +344,7 @@ class SimulatorProfiler(CheckingProfiler):
                              kernel_label, kernel_folder(kernel_label))
             workdir = sandbox_workdir()
             # while the child records: the first case, the reference's work counted on it, the other cases
-            work = references.submit(lambda: task_work(timing_task, specs, counting_case(specs, cases, drawn)))
+            work = references.submit(counted_work, timing_task, specs, cases, drawn)
             if not workers:
                 cases += [references.submit(timing_task.make_case, seed) for seed in result.seeds[len(cases):]]
             # a trace-only timed replay follows the child's tape as it is written, so it ends with the recording

@@ -33,7 +33,8 @@ import numpy as np
 
 from ..nki.runner import Launch
 from .declared import default_task_name
-from .work import PeakWork, count_work
+from .shapes import random_without_data, without_data
+from .work import PeakWork, ShapeOnlyError, Tally, count_work
 
 DEFAULT_RTOL = 2e-5
 
@@ -45,20 +46,31 @@ class TaskError(Exception):
 class ReferenceRun:
     """A case's reference outputs, computed once, by a run that may also count the reference's work."""
 
-    def __init__(self, call: Callable[[Callable[[Any], Any]], Any]):
+    def __init__(self, call: Callable[[Callable[[Any], Any]], Any], by_shapes: bool = False):
         self._call = call  # runs the reference on the case's inputs, each passed through the wrapper given
         self._outputs: list[np.ndarray] | None = None
         self._lock = threading.Lock()  # the profiler may compute a case's reference in a thread of its own
+        self.by_shapes = by_shapes  # its inputs were drawn without data (shapes.py): it can only be counted
 
     def outputs(self) -> list[np.ndarray]:
+        if self.by_shapes:
+            raise TaskError("a case drawn by its shapes has no reference outputs")
         with self._lock:
             if self._outputs is None:
                 self._outputs = _as_list(self._call(lambda value: value))
             return self._outputs
 
-    def counted_work(self) -> PeakWork | None:
+    def counted_work(self, shapes_only: bool = False) -> PeakWork | None:
         """The reference's NumPy work on this case; its outputs are kept for the check. None when the
-        reference fails under counting (the check then runs it as it is and reports what it does)."""
+        reference fails under counting (the check then runs it as it is and reports what it does).
+        `shapes_only`: counted on the inputs' shapes, computing nothing (no outputs to keep), and on the
+        data only where the reference's work depends on it (work.ShapeOnlyError) or it fails so."""
+        if shapes_only or self.by_shapes:
+            try:
+                return count_work(self._call, shapes_only=True)[1]
+            except Exception as exc:
+                if self.by_shapes:  # no data to count on: the caller draws some
+                    raise ShapeOnlyError(str(exc)) from exc
         with self._lock:
             try:
                 result, work = count_work(self._call)
@@ -77,7 +89,7 @@ class Case:
     inputs: list[np.ndarray]
     reference: Callable[[], list[np.ndarray]]
     convert: Callable[[list[np.ndarray]], list[np.ndarray]] = lambda outputs: outputs
-    counted_work: Callable[[], PeakWork | None] = lambda: None  # the reference's work, counted on this case
+    counted_work: Callable[..., PeakWork | None] = lambda shapes_only=False: None  # the reference's work on this case
 
     @staticmethod
     def of(inputs: list[np.ndarray], run: ReferenceRun) -> Case:
@@ -100,20 +112,35 @@ class Task:
     grid: tuple[int, ...] | None = None  # SPMD launch grid; None: launched without one
     # the reference's content and sizes when its NumPy work can be counted (no peak_work, not a torch module)
     count_key: str | None = None
+    draw_shapes: Callable[[], Case] | None = None  # a case drawn without data (shapes.py), or an exception
 
     @property
     def launch(self) -> Launch:
         return Launch(dict(self.kernel_args), self.grid)
 
-    def counted_work(self, case: Case | None = None) -> PeakWork | None:
+    def shape_case(self) -> Case:
+        """A case of this size for its inputs' shapes and the work counted on them: drawn without data
+        (in no time and memory) where the reference allows, else drawn for real on seed 0."""
+        if self.draw_shapes is not None:
+            try:
+                return self.draw_shapes()
+            except Exception:
+                pass
+        return self.make_case(0)
+
+    def counted_work(self, case: Case | None = None, shapes_only: bool = False) -> PeakWork | None:
         """The reference's own NumPy work at this task's size, counted once per process and reference
-        version: on `case` when given (a case of this size the check runs anyway), else on seed 0."""
+        version: on `case` when given (a case of this size the check runs anyway), else on seed 0;
+        `shapes_only` where nothing else needs the reference's outputs (ReferenceRun.counted_work)."""
         if self.count_key is None:
             return None
         with _counted_lock:
             if self.count_key in _counted:
                 return _counted[self.count_key]
-        work = (case or self.make_case(0)).counted_work()
+        try:
+            work = (case or self.make_case(0)).counted_work(shapes_only)
+        except ShapeOnlyError:  # a case drawn by shapes, for a reference whose work needs its data
+            work = self.make_case(0).counted_work()
         with _counted_lock:
             _counted[self.count_key] = work
         return work
@@ -198,8 +225,13 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
             return Case.of(inputs, ReferenceRun(
                 lambda wrap: module.reference(*[wrap(np.array(a, copy=True)) for a in inputs])))
 
+        def native_shapes() -> Case:
+            with random_without_data(Tally(shapes_only=True)) as rng:
+                inputs = _as_list(without_data(module.make_inputs(rng, **sizes)))
+            return Case.of(inputs, ReferenceRun(lambda wrap: module.reference(*[wrap(a) for a in inputs]), True))
+
         return Task(task_name, native_case, rtol, peak_fn, path, family, tuple(getattr(module, "VARIANTS", ())),
-                    **common)
+                    draw_shapes=native_shapes, **common)
     missing = [f for f in ("get_inputs", "forward") if not callable(getattr(module, f, None))]
     if missing:
         raise TaskError(f"{path}: a reference needs make_inputs() and reference() (native form) or "
@@ -221,7 +253,14 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
             case.convert = convert
         return case
 
-    return Task(task_name, bench_case, rtol, peak_fn, path, family, **common)
+    def bench_shapes() -> Case:
+        with random_without_data(Tally(shapes_only=True)):
+            drawn = module.get_inputs()
+            originals = list(drawn) if isinstance(drawn, (tuple, list)) else [drawn]
+            inputs = _as_list(without_data(to_nki(originals) if callable(to_nki) else originals))
+        return Case.of(inputs, ReferenceRun(lambda wrap: module.forward(*[wrap(o) for o in originals]), True))
+
+    return Task(task_name, bench_case, rtol, peak_fn, path, family, draw_shapes=bench_shapes, **common)
 
 
 def _sized(module: types.ModuleType, attribute: str, sizes: dict[str, Any]) -> Any:

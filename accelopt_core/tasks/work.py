@@ -53,17 +53,28 @@ class PeakWork:
     counted: bool = False
 
 
-class Tally:
-    """Flops of one reference run."""
+class ShapeOnlyError(Exception):
+    """What the reference did depends on its data, or is not known to the count by shapes: count it on data."""
 
-    def __init__(self) -> None:
+
+class Tally:
+    """Flops of one reference run. `shapes_only`: its arrays hold no data (`ghost`), so nothing is computed
+    and no memory is touched; the count is the same as on data for a reference whose work does not
+    depend on its values, and anything that would let the values matter raises ShapeOnlyError."""
+
+    def __init__(self, shapes_only: bool = False) -> None:
         self.mm_flops = 0
         self.vec_flops = 0
+        self.shapes_only = shapes_only
 
     def track(self, array: np.ndarray) -> Counted:
         counted = array.view(Counted)
         counted.tally = self
         return counted
+
+    def ghost(self, shape: tuple[int, ...], dtype: Any) -> Counted:
+        """A read-only array of `shape` and `dtype` with no data behind it (one element, zero strides)."""
+        return self.track(np.broadcast_to(np.zeros((), dtype), shape))
 
     def product(self, rows: int, cols: int, inner: int, batch: int = 1) -> None:
         """A batch of (rows x inner) @ (inner x cols) products."""
@@ -84,6 +95,8 @@ class Counted(np.ndarray):
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         tally = _tally_of((*inputs, *kwargs.get("out", ())))
+        if tally.shapes_only:
+            return _ufunc_by_shape(tally, ufunc, method, inputs, kwargs)
         out = kwargs.get("out")
         kwargs = {k: tuple(_plain(o) for o in v) if k == "out" else _plain(v) for k, v in kwargs.items()}
         with _warnings_at_the_reference(ufunc):
@@ -96,8 +109,15 @@ class Counted(np.ndarray):
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         tally = _tally_of((*args, *kwargs.values()))
         counter = _OWN_COUNT.get(func)
+        if tally.shapes_only and (func in _DATA_SHAPED or (func is np.where and len(args) == 1)):
+            raise ShapeOnlyError(f"np.{func.__name__} gives a result shaped by the data")
         if counter is None:  # run as NumPy does: the ufuncs and products inside are counted on their own
             return _counted(super().__array_function__(func, types, args, kwargs), tally)
+        if tally.shapes_only:
+            shape, dtype = _RESULT_OF[func](args, kwargs)
+            result = tally.ghost(shape, dtype)
+            counter(tally, args, kwargs, result)
+            return result
         result = func(*_plain_tree(args), **_plain_tree(kwargs))
         counter(tally, args, kwargs, result)
         out = kwargs.get("out")
@@ -106,20 +126,78 @@ class Counted(np.ndarray):
     def dot(self, other: Any, out: Any = None) -> Any:  # the method bypasses __array_function__
         return np.dot(self, other, out=out)
 
+    # -- without data (Tally.shapes_only): what would copy makes a ghost; what would read the values raises
 
-def count_work(call: Callable[[Callable[[Any], Any]], Any]) -> tuple[Any, PeakWork | None]:
+    def _ghostly(self) -> bool:
+        return self.tally is not None and self.tally.shapes_only
+
+    def _values_read(self, what: str) -> None:
+        if self._ghostly():
+            raise ShapeOnlyError(f"the reference reads its data ({what})")
+
+    def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._ghostly():
+            return self.tally.ghost(self.shape, np.zeros(1, self.dtype).astype(dtype, *args, **kwargs).dtype)
+        return super().astype(dtype, *args, **kwargs)
+
+    def copy(self, order: Any = "C") -> Any:
+        return self.tally.ghost(self.shape, self.dtype) if self._ghostly() else super().copy(order)
+
+    def __getitem__(self, key: Any) -> Any:
+        if self._ghostly() and any(np.asarray(k).dtype == bool for k in (key if isinstance(key, tuple) else (key,))
+                                   if isinstance(k, (np.ndarray, list))):
+            raise ShapeOnlyError("a boolean mask selects elements by their values")
+        item = super().__getitem__(key)
+        if self._ghostly() and isinstance(item, np.generic):  # one element: a value to read, so it stays a ghost
+            return self.tally.ghost((), item.dtype)
+        return item
+
+    def nonzero(self) -> Any:
+        self._values_read("nonzero")
+        return super().nonzero()
+
+    def __bool__(self) -> bool:
+        self._values_read("a truth value")
+        return super().__bool__()
+
+    def __int__(self) -> int:
+        self._values_read("a Python int")
+        return super().__int__()
+
+    def __float__(self) -> float:
+        self._values_read("a Python float")
+        return super().__float__()
+
+    def __index__(self) -> int:
+        self._values_read("an index")
+        return super().__index__()
+
+    def item(self, *args: Any) -> Any:
+        self._values_read("item()")
+        return super().item(*args)
+
+    def tolist(self) -> Any:
+        self._values_read("tolist()")
+        return super().tolist()
+
+
+def count_work(call: Callable[[Callable[[Any], Any]], Any], shapes_only: bool = False
+               ) -> tuple[Any, PeakWork | None]:
     """Run `call(wrap)` — the reference on its inputs, each passed through `wrap` — and count its work.
-    Returns the reference's result and its work; no work when none of its inputs is a NumPy array."""
-    tally = Tally()
+    Returns the reference's result and its work; no work when none of its inputs is a NumPy array.
+    `shapes_only` runs it on arrays without data, in no time and memory (a full-size attention reference
+    makes gigabytes of temporaries); its result is then of no use, and ShapeOnlyError says where a count
+    needs the data."""
+    tally = Tally(shapes_only)
     inputs: list[np.ndarray] = []
 
     def wrap(value: Any) -> Any:
         if isinstance(value, np.ndarray):
             inputs.append(value)
-            return tally.track(value)
+            return tally.ghost(value.shape, value.dtype) if shapes_only else tally.track(value)
         return value
 
-    with _arrays_keep_counting():
+    with _arrays_keep_counting(), (np.errstate(all="ignore") if shapes_only else contextlib.nullcontext()):
         result = call(wrap)
     if not inputs:
         return result, None
@@ -224,6 +302,69 @@ def _count_ufunc(tally: Tally, ufunc: np.ufunc, method: str, inputs: Sequence[An
         tally.vec_flops += int(np.size(result))
     elif method == "at":
         tally.vec_flops += int(np.size(_plain(inputs[0])[inputs[1]]))
+
+
+# -- counting by shapes ---------------------------------------------------------------------------------
+
+
+def _probe(value: Any) -> Any:
+    """A stand-in of `value` for learning a result's dtype: at most one element, of its dtype and (up to one)
+    dimensions, so NumPy promotes it as it would the value; Python numbers stay as they are."""
+    if isinstance(value, np.ndarray):
+        return np.zeros((min(value.size, 1),) if value.ndim else (), value.dtype)
+    return value
+
+
+def _ufunc_by_shape(tally: Tally, ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """A ufunc on arrays without data: the result's shape from the operands', its dtype from the ufunc on
+    one-element stand-ins, its work counted as on data; results written into `out` are left unwritten."""
+    out = kwargs.pop("out", None)
+    where = kwargs.pop("where", True)
+    plain = [_plain(x) for x in inputs]
+    if method == "__call__" and ufunc.signature is None:
+        shape = np.broadcast_shapes(*(np.shape(x) for x in (*plain, where)))
+        probed = ufunc(*(_probe(x) for x in plain), **kwargs)
+    elif method == "__call__" and ufunc in _GUFUNC_PRODUCTS and len(plain) == 2:
+        a, b = np.shape(plain[0]), np.shape(plain[1])
+        shape = _product_shape(ufunc, a, b)
+        probed = np.zeros((), np.result_type(*plain, *([kwargs["dtype"]] if kwargs.get("dtype") else [])))
+    elif method == "reduce" and where is True:
+        x = plain[0]
+        axis = kwargs.get("axis", 0)
+        axes = range(x.ndim) if axis is None else [a % max(x.ndim, 1) for a in np.atleast_1d(axis).tolist()]
+        kept = tuple(min(n, 1) if i in axes else n for i, n in enumerate(x.shape))
+        probed = ufunc.reduce(np.broadcast_to(np.zeros((), x.dtype), kept), **kwargs)
+        shape = np.shape(probed)
+    elif method == "accumulate":
+        shape = np.shape(plain[0])
+        probed = ufunc.accumulate(np.zeros(1, plain[0].dtype), dtype=kwargs.get("dtype"))
+    elif method == "outer":
+        shape = np.shape(plain[0]) + np.shape(plain[1])
+        probed = ufunc(_probe(plain[0]), _probe(plain[1]), **kwargs)
+    elif method == "at":
+        _count_ufunc(tally, ufunc, method, inputs, None)
+        return None
+    else:
+        raise ShapeOnlyError(f"{ufunc.__name__}.{method} is not counted by shapes")
+    probes = probed if isinstance(probed, tuple) else (probed,)
+    results = tuple(tally.ghost(shape, np.asarray(p).dtype) for p in probes)
+    _count_ufunc(tally, ufunc, method, inputs, results if len(results) > 1 else results[0])
+    if out is not None:
+        return out[0] if len(out) == 1 else out
+    return results if len(results) > 1 else results[0]
+
+
+def _product_shape(ufunc: Any, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The result shape of np.matmul (and the NumPy 2 vecdot, matvec, vecmat) on operands of shapes a and b."""
+    if ufunc is np.matmul:
+        batch = np.broadcast_shapes(a[:-2], b[:-2])
+        return batch + (a[-2:-1] if len(a) > 1 else ()) + (b[-1:] if len(b) > 1 else ())
+    name = ufunc.__name__
+    if name == "vecdot":
+        return np.broadcast_shapes(a[:-1], b[:-1])
+    if name == "matvec":
+        return np.broadcast_shapes(a[:-2], b[:-1]) + a[-2:-1]
+    return np.broadcast_shapes(a[:-1], b[:-2]) + b[-1:]
 
 
 # -- products -------------------------------------------------------------------------------------------
@@ -346,6 +487,76 @@ _OWN_COUNT: dict[Any, Callable[[Tally, Any, Any, Any], None]] = {
     np.tensordot: _tensordot, np.outer: _outer, np.linalg.norm: _norm}
 
 
+# functions whose result's shape depends on the values: counted on data only
+_DATA_SHAPED = {np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.compress, np.extract, np.count_nonzero}
+
+
+def _operand_shapes(args: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return np.shape(args[0]), np.shape(args[1])
+
+
+def _dtype_of(*values: Any) -> np.dtype:
+    return np.result_type(*(_probe(_plain(v)) for v in values))
+
+
+def _dot_result(args: Any, kwargs: Any) -> tuple[tuple[int, ...], np.dtype]:
+    a, b = _operand_shapes(args)
+    if not a or not b:
+        return np.broadcast_shapes(a, b), _dtype_of(args[0], args[1])
+    return a[:-1] + (b[:-2] + b[-1:] if len(b) > 1 else ()), _dtype_of(args[0], args[1])
+
+
+def _inner_result(args: Any, kwargs: Any) -> tuple[tuple[int, ...], np.dtype]:
+    a, b = _operand_shapes(args)
+    return (np.broadcast_shapes(a, b) if not a or not b else a[:-1] + b[:-1]), _dtype_of(args[0], args[1])
+
+
+def _tensordot_result(args: Any, kwargs: Any) -> tuple[tuple[int, ...], np.dtype]:
+    a, b = _operand_shapes(args)
+    axes = args[2] if len(args) > 2 else kwargs.get("axes", 2)
+    if isinstance(axes, int):
+        kept = a[:len(a) - axes] + b[axes:]
+    else:
+        drop_a = {i % len(a) for i in np.atleast_1d(axes[0]).tolist()}
+        drop_b = {i % len(b) for i in np.atleast_1d(axes[1]).tolist()}
+        kept = (tuple(n for i, n in enumerate(a) if i not in drop_a)
+                + tuple(n for i, n in enumerate(b) if i not in drop_b))
+    return kept, _dtype_of(args[0], args[1])
+
+
+def _einsum_result(args: Any, kwargs: Any) -> tuple[tuple[int, ...], np.dtype]:
+    if not isinstance(args[0], str):
+        raise ShapeOnlyError("np.einsum's interleaved form is not counted by shapes")
+    operands = args[1:]
+    inputs, output = _subscripts(args[0], [np.ndim(op) for op in operands])
+    sizes: dict[str, int] = {}
+    for letters, operand in zip(inputs, operands, strict=True):
+        sizes.update((c, n) for c, n in zip(letters, np.shape(operand), strict=True) if n != 1 or c not in sizes)
+    return tuple(sizes[c] for c in output), _dtype_of(*operands)
+
+
+def _norm_result(args: Any, kwargs: Any) -> tuple[tuple[int, ...], np.dtype]:
+    x = _plain(args[0])
+    axis = args[2] if len(args) > 2 else kwargs.get("axis")
+    keepdims = args[3] if len(args) > 3 else kwargs.get("keepdims", False)
+    axes = range(x.ndim) if axis is None else [a % x.ndim for a in np.atleast_1d(axis).tolist()]
+    shape = tuple(1 if i in axes else n for i, n in enumerate(x.shape)) if keepdims else tuple(
+        n for i, n in enumerate(x.shape) if i not in axes)
+    return shape, np.linalg.norm(np.zeros((1,) * x.ndim, x.dtype), *args[1:], **kwargs).dtype
+
+
+def _where_result(args: Any, kwargs: Any) -> tuple[tuple[int, ...], np.dtype]:
+    return np.broadcast_shapes(*(np.shape(a) for a in args)), _dtype_of(args[1], args[2])
+
+
+# each counted function's result (shape, dtype) from its operands' shapes alone
+_RESULT_OF: dict[Any, Callable[[Any, Any], tuple[tuple[int, ...], np.dtype]]] = {
+    np.dot: _dot_result, np.inner: _inner_result, np.vdot: lambda args, kwargs: ((), _dtype_of(args[0], args[1])),
+    np.einsum: _einsum_result, np.where: _where_result, np.tensordot: _tensordot_result,
+    np.outer: lambda args, kwargs: ((int(np.size(args[0])), int(np.size(args[1]))), _dtype_of(args[0], args[1])),
+    np.linalg.norm: _norm_result}
+
+
 # -- array constructors that would drop the subclass ----------------------------------------------------
 
 _CONSTRUCTORS = ("array", "asarray", "ascontiguousarray", "asfortranarray")
@@ -358,6 +569,10 @@ def _keeping(make: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         tally = args[0].tally if args and isinstance(args[0], Counted) else None
         if tally is None:
             return make(*args, **kwargs)  # exactly the original call
+        if tally.shapes_only:
+            shape = args[0].shape
+            probe = make(np.zeros((1,) * len(shape), args[0].dtype), *args[1:], **kwargs)
+            return tally.ghost((1,) * (probe.ndim - len(shape)) + shape, probe.dtype)
         return tally.track(make(_plain(args[0]), *args[1:], **kwargs))
 
     wrapper.__wrapped__ = make

@@ -15,14 +15,17 @@ from accelopt_core.profiling import SimulatorProfiler, TaskRef
 from accelopt_core.profiling.guards import guard_violation
 from accelopt_core.profiling.profiler import task_work
 from accelopt_core.tasks import PeakWork, load_reference
-from accelopt_core.tasks.work import count_work
+from accelopt_core.tasks.work import ShapeOnlyError, count_work
 
 RNG = np.random.default_rng(0)
 
 
 def count(reference: Callable[..., Any], *inputs: Any) -> PeakWork:
+    """The work counted on the data, pinned equal to the work counted on the shapes alone."""
     _, work = count_work(lambda wrap: reference(*[wrap(a) for a in inputs]))
     assert work is not None
+    _, by_shape = count_work(lambda wrap: reference(*[wrap(a) for a in inputs]), shapes_only=True)
+    assert by_shape == work
     return work
 
 
@@ -108,6 +111,30 @@ def test_bytes_are_the_inputs_and_outputs_at_the_inputs_precision() -> None:
     assert count(lambda p, q: (p.astype(np.float64) @ q.astype(np.float64)), x, y).hbm_bytes == 4 * (128 + 64 + 32)
     assert count(lambda p: (p.sum(axis=1), p * p), x).hbm_bytes == 4 * (128 + 8 + 128)
     assert count(lambda p, eps: p + eps, x, 1e-5).hbm_bytes == 4 * (128 + 128)  # a Python number is no input
+
+
+@pytest.mark.parametrize("reference", [lambda p: p[p > 0] * 2.0, lambda p: np.nonzero(p)[0] + 1.0,
+                                       lambda p: p * 2.0 if p.max() > 0 else p, lambda p: np.zeros(int(p.sum())),
+                                       lambda p: np.unique(p), lambda p: np.where(p > 0)[0], lambda p: p.item(0)])
+def test_a_count_by_shapes_refuses_what_depends_on_the_values(reference: Callable[..., Any]) -> None:
+    """A mask, a branch, a size or a number taken from the data: only the data can say what is computed."""
+    with pytest.raises(ShapeOnlyError):
+        count_work(lambda wrap: reference(wrap(a(8, 16))), shapes_only=True)
+
+
+def test_a_count_by_shapes_holds_no_data() -> None:
+    """A full-size attention (16 heads of 4096 x 4096 scores, 1 GiB a temporary) counted in no memory."""
+    q = np.broadcast_to(np.zeros((), np.float32), (16, 4096, 128))
+
+    def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        scores = q @ k.transpose(0, 2, 1) / np.float32(np.sqrt(128))
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return (weights / weights.sum(axis=-1, keepdims=True)) @ v
+
+    result, work = count_work(lambda wrap: attention(wrap(q), wrap(q), wrap(q)), shapes_only=True)
+    assert result.shape == (16, 4096, 128) and not np.asarray(result).strides[0]
+    assert work is not None and work.mm_flops == 2 * 2 * 16 * 4096 * 4096 * 128
+    assert work.vec_flops == 5 * 16 * 4096 * 4096  # max, subtract, exp, sum and divide; the scaling folds
 
 
 def test_nothing_is_counted_without_numpy_inputs() -> None:
