@@ -152,33 +152,21 @@ class Counted(np.ndarray):
             return self.tally.ghost((), item.dtype)
         return item
 
-    def nonzero(self) -> Any:
-        self._values_read("nonzero")
-        return super().nonzero()
 
-    def __bool__(self) -> bool:
-        self._values_read("a truth value")
-        return super().__bool__()
+def _reading(name: str, what: str) -> Callable[..., Any]:
+    """Counted's `name` method (a conversion to Python, nonzero): ShapeOnlyError on an array without data."""
+    def method(self: Counted, *args: Any) -> Any:
+        self._values_read(what)
+        return getattr(super(Counted, self), name)(*args)
 
-    def __int__(self) -> int:
-        self._values_read("a Python int")
-        return super().__int__()
+    method.__name__ = name
+    return method
 
-    def __float__(self) -> float:
-        self._values_read("a Python float")
-        return super().__float__()
 
-    def __index__(self) -> int:
-        self._values_read("an index")
-        return super().__index__()
-
-    def item(self, *args: Any) -> Any:
-        self._values_read("item()")
-        return super().item(*args)
-
-    def tolist(self) -> Any:
-        self._values_read("tolist()")
-        return super().tolist()
+for _name, _what in (("nonzero", "nonzero()"), ("__bool__", "a truth value"), ("__int__", "a Python int"),
+                     ("__float__", "a Python float"), ("__index__", "an index"), ("item", "item()"),
+                     ("tolist", "tolist()")):
+    setattr(Counted, _name, _reading(_name, _what))
 
 
 def count_work(call: Callable[[Callable[[Any], Any]], Any], shapes_only: bool = False
