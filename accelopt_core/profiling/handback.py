@@ -6,8 +6,8 @@ file per output array instead (the hardware's outputs are the measurement there)
 ever executed: JSON is parsed, arrays are loaded with `allow_pickle=False` as the unsigned integers of
 their element size and only then viewed as the dtype the JSON names (NumPy cannot store ml_dtypes'
 bf16/fp8 in a .npy header; they would come back as opaque `|V2`). The trusted side checks every name,
-path, dtype, shape and size; anything else is
-a `MalformedResultError`, which the caller turns into one failed evaluation.
+path, dtype, shape and size; anything else is a `MalformedResultError`, which the caller turns into one
+failed evaluation.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def _shape(size: Any, *parameters: Any) -> tuple[int, ...]:
 
 
 def _ghost(tally: Tally, shape: tuple[int, ...], dtype: Any) -> Any:
-    if not shape:  # a single number: drawn for real, it is cheap and the caller may compute with it
+    if not shape:  # a single number the reference may compute with: the whole draw is then made for real
         raise ShapeOnlyError("a single random number")
     return tally.ghost(shape, dtype)
 

@@ -112,7 +112,7 @@ class Task:
     grid: tuple[int, ...] | None = None  # SPMD launch grid; None: launched without one
     # the reference's content and sizes when its NumPy work can be counted (no peak_work, not a torch module)
     count_key: str | None = None
-    draw_shapes: Callable[[], Case] | None = None  # a case drawn without data (shapes.py), or an exception
+    draw_shapes: Callable[[], Case] | None = None  # a case drawn without data (shapes.py); raises where it cannot
 
     @property
     def launch(self) -> Launch:

@@ -318,8 +318,7 @@ def _ufunc_by_shape(tally: Tally, ufunc: np.ufunc, method: str, inputs: Sequence
         probed = np.zeros((), np.result_type(*plain, *([kwargs["dtype"]] if kwargs.get("dtype") else [])))
     elif method == "reduce" and where is True:
         x = plain[0]
-        axis = kwargs.get("axis", 0)
-        axes = range(x.ndim) if axis is None else [a % max(x.ndim, 1) for a in np.atleast_1d(axis).tolist()]
+        axes = _axes(kwargs.get("axis", 0), x.ndim)
         kept = tuple(min(n, 1) if i in axes else n for i, n in enumerate(x.shape))
         probed = ufunc.reduce(np.broadcast_to(np.zeros((), x.dtype), kept), **kwargs)
         shape = np.shape(probed)
@@ -340,6 +339,12 @@ def _ufunc_by_shape(tally: Tally, ufunc: np.ufunc, method: str, inputs: Sequence
     if out is not None:
         return out[0] if len(out) == 1 else out
     return results if len(results) > 1 else results[0]
+
+
+def _axes(axis: Any, ndim: int) -> set[int]:
+    """The axes of an `ndim`-dimensional array that `axis` names (None: all; an int or several, negative ones
+    counted from the end), as a reduction or a contraction takes them."""
+    return set(range(ndim)) if axis is None else {a % max(ndim, 1) for a in np.atleast_1d(axis).tolist()}
 
 
 def _product_shape(ufunc: Any, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -505,8 +510,7 @@ def _tensordot_result(args: Any, kwargs: Any) -> tuple[tuple[int, ...], np.dtype
     if isinstance(axes, int):
         kept = a[:len(a) - axes] + b[axes:]
     else:
-        drop_a = {i % len(a) for i in np.atleast_1d(axes[0]).tolist()}
-        drop_b = {i % len(b) for i in np.atleast_1d(axes[1]).tolist()}
+        drop_a, drop_b = _axes(axes[0], len(a)), _axes(axes[1], len(b))
         kept = (tuple(n for i, n in enumerate(a) if i not in drop_a)
                 + tuple(n for i, n in enumerate(b) if i not in drop_b))
     return kept, _dtype_of(args[0], args[1])
@@ -527,7 +531,7 @@ def _norm_result(args: Any, kwargs: Any) -> tuple[tuple[int, ...], np.dtype]:
     x = _plain(args[0])
     axis = args[2] if len(args) > 2 else kwargs.get("axis")
     keepdims = args[3] if len(args) > 3 else kwargs.get("keepdims", False)
-    axes = range(x.ndim) if axis is None else [a % x.ndim for a in np.atleast_1d(axis).tolist()]
+    axes = _axes(axis, x.ndim)
     shape = tuple(1 if i in axes else n for i, n in enumerate(x.shape)) if keepdims else tuple(
         n for i, n in enumerate(x.shape) if i not in axes)
     return shape, np.linalg.norm(np.zeros((1,) * x.ndim, x.dtype), *args[1:], **kwargs).dtype
