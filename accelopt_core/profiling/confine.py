@@ -24,6 +24,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import site
 import struct
 import subprocess
@@ -262,26 +263,46 @@ class IsolationUnavailableError(RuntimeError):
     """bwrap is missing or cannot create its namespaces here, and running unconfined was not allowed."""
 
 
-@functools.lru_cache(maxsize=1)
+_settled_isolation: list[str | None] = []
+
+
 def isolation_problem() -> str | None:
-    """Why kernels cannot be confined on this machine, or None when bwrap works (tried once per process
-    with the same options every kernel gets)."""
+    """Why kernels cannot be confined on this machine, or None when bwrap works (tried with the same options
+    every kernel gets). A clear answer holds for the process; a probe killed by a signal or out of time says
+    nothing about bwrap (memory pressure, a kill aimed elsewhere), so it is tried again next time."""
+    if _settled_isolation:
+        return _settled_isolation[0]
+    problem, settled = _probe_isolation()
+    if settled:
+        _settled_isolation.append(problem)
+    return problem
+
+
+def _probe_isolation() -> tuple[str | None, bool]:
+    """(what stops bwrap here or None, whether that answer is settled rather than a transient failure)."""
     if shutil.which(BWRAP) is None:
-        return "bubblewrap (bwrap) is not installed"
+        return "bubblewrap (bwrap) is not installed", True
     folder = tempfile.mkdtemp(prefix="accelopt-probe-")
     try:
         run = spawn_confined(Confinement(workdir=folder), [sys.executable, "-c", "pass"],
                              sandbox_environment(dict(os.environ)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              stdin=subprocess.DEVNULL)
-        _, stderr = run.communicate(timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap could not run: {exc}"
+        try:
+            _, stderr = run.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.communicate()
+            return "bwrap did not start its sandbox within 30 s", False
+    except OSError as exc:
+        return f"bwrap could not run: {exc}", True
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    if run.returncode < 0:
+        return f"the bwrap probe was killed by signal {signal.Signals(-run.returncode).name}", False
     if run.returncode != 0:
         detail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"status {run.returncode}"]
-        return f"bwrap cannot create its sandbox here: {detail[0]}"
-    return None
+        return f"bwrap cannot create its sandbox here: {detail[0]}", True
+    return None, True
 
 
 def unconfined_allowed(environ: dict[str, str] | None = None) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from attack_kit import attack_kernel, write_reference
 
+from accelopt_core.profiling import confine
 from accelopt_core.profiling.confine import OPT_IN_VARIABLE, sandbox_environment, seccomp_program
 from accelopt_core.profiling.sandbox import importable_environment
 
@@ -98,3 +99,28 @@ def test_the_seccomp_filter_is_well_formed(machine: str) -> None:
                 assert index + 1 + max(jump_true, jump_false) < len(instructions)
         assert instructions[-1][0] == 0x06
     assert seccomp_program(False, "sparc") is None
+
+
+class _ProbeRun:
+    """What spawn_confined hands back, for a probe that ended with `returncode`."""
+
+    def __init__(self, returncode: int) -> None:
+        self.returncode = returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes]:
+        return b"", b"bwrap: setting up uid map: Permission denied\n" if self.returncode > 0 else b""
+
+
+def test_a_probe_killed_by_a_signal_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed probe (memory pressure, a kill meant for the job) must not make the worker refuse every later
+    kernel; a real refusal by bwrap holds for the process."""
+    endings = [-9, 0, 1]
+    monkeypatch.setattr(confine, "_settled_isolation", [])
+    monkeypatch.setattr(confine, "spawn_confined", lambda *args, **kwargs: _ProbeRun(endings.pop(0)))
+    assert confine.isolation_problem() == "the bwrap probe was killed by signal SIGKILL"
+    assert confine.isolation_problem() is None
+    assert confine.isolation_problem() is None and endings == [1]
+    monkeypatch.setattr(confine, "_settled_isolation", [])
+    refusal = "bwrap cannot create its sandbox here: bwrap: setting up uid map: Permission denied"
+    assert confine.isolation_problem() == refusal
+    assert confine.isolation_problem() == refusal and endings == []

@@ -22,6 +22,20 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         yield running
 
 
+def kernel_sandboxes_of(pid: int) -> list[int]:
+    """The children of `pid` that run a kernel's sandbox (`-m accelopt_core...`), not the one-off bwrap probe
+    a fresh worker runs before its first job."""
+    found = []
+    for child in children_of(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as handle:
+                if b"\0-m\0accelopt_core." in handle.read():
+                    found.append(child)
+        except OSError:
+            continue
+    return found
+
+
 def children_of(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -51,7 +65,7 @@ def running_worker(client: httpx.Client, job_id: str, attempt: int, timeout: flo
         if state["status"] == "running" and state["attempts"] == attempt:
             worker = client.get("/v1/workers").json()[state["slot"]]
             if worker["alive"]:
-                sandboxes = children_of(worker["pid"])
+                sandboxes = kernel_sandboxes_of(worker["pid"])
                 if sandboxes:
                     return worker["pid"], sandboxes[0]
         time.sleep(0.05)
