@@ -181,7 +181,9 @@ def bottlenecks(kernel: KernelFile, source: str, result: ProfileResult) -> list[
         line = target if target in by_line else kernel.def_line or 1
         out.append(Finding(line, INFO, "idle-tensor-engine", message, priority=0.5))
     spilled = (profile.get("spill_save_bytes") or 0) + (profile.get("spill_reload_bytes") or 0)
-    if spilled:
+    peak, usable = profile.get("sbuf_peak_live_bytes_per_partition"), profile.get("sbuf_usable_bytes_per_partition")
+    # spill counters include the kernel's own scratch HBM; only live blocks above the SBUF are an overflow
+    if spilled and (peak is None or usable is None or peak > usable):
         out.append(Finding(kernel.def_line or 1, INFO, "sbuf-spills",
                            f"SBUF overflows: {nbytes(profile.get('spill_save_bytes'))} saved to HBM and "
                            f"{nbytes(profile.get('spill_reload_bytes'))} reloaded (peak live "

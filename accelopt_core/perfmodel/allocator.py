@@ -1,7 +1,7 @@
 """What the compiler does with a kernel's on-chip tensors before anything runs: reuse, allocation, spill.
 
 The simulator records the kernel as written; the Neuron compiler (2025) changes how much of it reaches
-the hardware. The calibration set's counters (shared/calibration/cases.json) show three mechanisms:
+the hardware. The calibration set's counters (shared/calibration/cases.json) show four mechanisms:
 
 1. Redundant data movement is done once. A load of an HBM region that is already on chip, a transpose
    or copy of a value that was already transposed or copied, is the same value again: the compiler
@@ -19,6 +19,11 @@ the hardware. The calibration set's counters (shared/calibration/cases.json) sho
    of 160 KiB/partition does not fit beside the rest and is fetched again for every row tile, 9.06 GB
    read and 0 spill bytes). Computed data is saved to HBM once and reloaded at its next use (spill):
    bmm_softmax spills the part of its score tiles that does not fit, gqa_full nearly all of them.
+4. Sibling loops of one trip count fuse where the later consumes what the earlier wrote, iteration by
+   iteration (swiglu's gate and up loops, and inside them the loops over row tiles): the gate's output
+   never spills. trn1 spills 16.8 MB there, exactly the transposed input the compiler keeps instead of
+   re-transposing, saved once as one allocation; program order would spill 49 MB of gate output. A
+   block reloaded and not written since is not saved again: its copy in HBM is still current.
 
 The result is an `AllocationPlan`: which instructions the hardware does not execute, and per
 instruction the bytes re-fetched from HBM, reloaded from spill before it and saved after it.
@@ -34,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelopt_core.nki.trace import Access, Instruction, Op, TensorInfo, Trace
+from accelopt_core.nki.trace import Access, Instruction, Loop, Op, TensorInfo, Trace
 
 Block = tuple[int, tuple[int, ...]]  # (tensor id, block index); () for a tensor without block dims
 Region = tuple[tuple[int, int], ...]
@@ -446,22 +451,40 @@ def _rotate(trace: Trace, uses: dict[Block, list[int]], buffers: int, reuses_buf
 
 
 def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dict[Block, list[int]]) -> None:
-    """Walk the executed instructions in program order keeping the live SBUF blocks resident; where
-    they overflow, the one next used furthest ahead gives way (a loaded one by re-issuing its load
-    statement at every use, a computed one by a spill)."""
+    """Walk the executed instructions in the compiler's order (program order, with the sibling loops it
+    fuses run iteration by iteration) keeping the live SBUF blocks resident; where they overflow, the one
+    next used furthest ahead gives way (a loaded one by re-issuing its load statement at every use, a
+    computed one by a spill)."""
     if not uses:
         return
     sizes = blocks.sizes(uses)
-    # each block adds its size where it becomes live and takes it off after its last use, block by block
-    changes = np.asarray([(at[0], at[-1] + 1) for at in uses.values()], dtype=np.int64).ravel()
-    amounts = np.repeat(np.fromiter(sizes.values(), dtype=np.float64, count=len(sizes)), 2)
-    amounts[1::2] *= -1.0
-    timeline = np.zeros(len(trace.instructions) + 1)
-    np.add.at(timeline, changes, amounts)
-    plan.peak_bytes_per_partition = round(float(np.cumsum(timeline).max()))
+    n = len(trace.instructions)
+    plan.peak_bytes_per_partition = _peak(uses, sizes, n)
     if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
         return
-    _Allocator(trace, blocks, plan, uses, sizes).run()
+    order = _fused_order(trace, blocks, plan.dropped)
+    if order is None:
+        order = list(range(n))
+    else:  # the walk's clock is the position in the fused order
+        position = [0] * n
+        for p, i in enumerate(order):
+            position[i] = p
+        uses = {b: sorted(position[i] for i in at) for b, at in uses.items()}
+        plan.peak_bytes_per_partition = _peak(uses, sizes, n)
+        if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
+            return
+    _Allocator(trace, blocks, plan, uses, sizes).run(order)
+
+
+def _peak(uses: dict[Block, list[int]], sizes: dict[Block, float], n: int) -> int:
+    """Bytes per partition of the blocks live at once at the worst point: each block adds its size where it
+    becomes live and takes it off after its last use."""
+    changes = np.asarray([(at[0], at[-1] + 1) for at in uses.values()], dtype=np.int64).ravel()
+    amounts = np.repeat(np.fromiter((sizes[b] for b in uses), dtype=np.float64, count=len(uses)), 2)
+    amounts[1::2] *= -1.0
+    timeline = np.zeros(n + 1)
+    np.add.at(timeline, changes, amounts)
+    return round(float(np.cumsum(timeline).max()))
 
 
 class _Allocator:
@@ -474,6 +497,7 @@ class _Allocator:
         self.cursor = dict.fromkeys(uses, 0)  # index into uses[b] of its next access
         self.resident: set[Block] = set()
         self.spilled: dict[Block, int] = {}  # spilled block -> the instruction after which it was saved
+        self.saved: dict[Block, int] = {}  # block whose spill copy in HBM is current -> where it was saved
         self.computed: set[Block] = set()  # written by an engine, not only loaded from HBM
         self.loaded_by: dict[Block, int] = {}  # block -> line of the load statement that filled it
         self.refetched: set[Block] = set()  # loaded blocks that gave way, to load again at their next use
@@ -483,9 +507,12 @@ class _Allocator:
         self.heap: list[tuple[int, int, Block]] = []
         self.order = itertools.count()
 
-    def run(self) -> None:
+    def run(self, order: list[int]) -> None:
+        """Walk the instructions in `order`; the uses are positions in it."""
         plan = self.plan
-        for i, inst in enumerate(self.trace.instructions):
+        instructions = self.trace.instructions
+        for p, i in enumerate(order):
+            inst = instructions[i]
             if plan.dropped[i]:
                 continue
             if inst.line in plan.streamed_lines and _loads_to_sbuf(inst):
@@ -503,7 +530,7 @@ class _Allocator:
                     self._write(inst, own, here)
             self._fit(i, here)
             for b in here:
-                self._advance(b, i)
+                self._advance(b, p)
 
     def _read(self, i: int, acc: Access, own: tuple[Block, ...], here: set[Block]) -> None:
         share = acc.nbytes // max(1, len(own))
@@ -538,6 +565,7 @@ class _Allocator:
             else:
                 self.computed.add(b)
             self.spilled.pop(b, None)
+            self.saved.pop(b, None)
             self.refetched.discard(b)
             if b not in self.resident:
                 self._admit(b)
@@ -550,23 +578,24 @@ class _Allocator:
         self.resident.discard(b)
         self.live -= self.sizes[b]
 
-    def _advance(self, b: Block, i: int) -> None:
-        """After instruction i: move the block to its next use, or free it after its last."""
+    def _advance(self, b: Block, p: int) -> None:
+        """After the instruction at position p: move the block to its next use, or free it after its last."""
         at = self.uses[b]
         k = self.cursor[b]
-        while k < len(at) and at[k] <= i:
+        while k < len(at) and at[k] <= p:
             k += 1
         self.cursor[b] = k
         if k >= len(at):
             if b in self.resident:
                 self._release(b)
             self.spilled.pop(b, None)
+            self.saved.pop(b, None)
             self.refetched.discard(b)
         elif b in self.resident:
             heapq.heappush(self.heap, (-at[k], next(self.order), b))
 
     def _fit(self, i: int, here: set[Block]) -> None:
-        """Make the resident set fit, the block next used furthest ahead first."""
+        """Make the resident set fit after instruction i, the block next used furthest ahead first."""
         capacity = self.plan.capacity_bytes_per_partition
         deferred: list[tuple[int, int, Block]] = []
         while self.live > capacity and self.heap:
@@ -580,6 +609,12 @@ class _Allocator:
                 deferred.append(entry)
                 continue
             self._evict(b, i)
+            if b in self.spilled and b in self.kept:
+                # a value kept for a repeated move is one allocation hoisted out of the loop that repeats
+                # it: it gives way whole, and comes back block by block as each is next used
+                for other in [r for r in self.resident if r[0] == b[0] and r in self.kept and r in self.computed
+                              and r not in here]:
+                    self._evict(other, i)
         for entry in deferred:
             heapq.heappush(self.heap, entry)
 
@@ -597,8 +632,11 @@ class _Allocator:
                 self.refetched.add(b)
             return
         self._release(b)
-        self.spilled[b] = i
-        self.plan.save[i] += self._bytes(b)
+        saved_at = self.saved.get(b)
+        if saved_at is None:  # a block reloaded and not written since still has its copy in HBM
+            saved_at = self.saved[b] = i
+            self.plan.save[i] += self._bytes(b)
+        self.spilled[b] = saved_at
 
     def _bytes(self, b: Block) -> int:
         """The whole block's bytes over its partitions."""
@@ -618,3 +656,142 @@ def _load_counts(trace: Trace, dropped: list[bool]) -> dict[int, int]:
 
 def _loads_to_sbuf(inst: Instruction) -> bool:
     return (inst.attrs or {}).get("direction") == "hbm_to_sbuf" and inst.op == Op.DMA_COPY
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. Loop fusion: the order the allocator walks
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Run:
+    """A loop statement's one execution (its instructions by iteration) or one straight-line instruction
+    (loop None, one iteration), with what each touches: the first and last iteration per on-chip block."""
+
+    loop: Loop | None
+    iterations: list[list[int]]
+    touched: dict[Block, tuple[int, int]] = field(default_factory=dict)
+    written: dict[Block, tuple[int, int]] = field(default_factory=dict)
+    hbm_touched: set[int] = field(default_factory=set)
+    hbm_written: set[int] = field(default_factory=set)
+    noted: bool = False
+
+    def note(self, trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> _Run:
+        """Fill the footprint once (only runs that might fuse need it)."""
+        if self.noted:
+            return self
+        self.noted = True
+        for k, members in enumerate(self.iterations):
+            for i in itertools.filterfalse(dropped.__getitem__, members):
+                for accesses, spans in ((blocks.reads[i], (self.touched,)),
+                                        (blocks.writes[i], (self.touched, self.written))):
+                    for _, own in accesses:
+                        for b in own:
+                            for held in spans:
+                                first = held.get(b)
+                                held[b] = (k, k) if first is None else (first[0], k)
+                inst = trace.instructions[i]
+                self.hbm_touched.update(a.tensor for a in (*inst.reads, *inst.writes) if a.buffer == "hbm")
+                self.hbm_written.update(a.tensor for a in inst.writes if a.buffer == "hbm")
+        return self
+
+
+def _independent(a: _Run, b: _Run) -> bool:
+    """Whether the two may run in either order: neither writes what the other touches."""
+    return (not (a.hbm_written & b.hbm_touched or b.hbm_written & a.hbm_touched)
+            and not any(x in b.touched for x in a.written) and not any(x in a.touched for x in b.written))
+
+
+def _in_step(earlier: _Run, later: _Run) -> bool:
+    """Whether running `later`'s iteration k right after `earlier`'s iteration k keeps every dependence:
+    each on-chip block both touch, where either writes it, is touched by `earlier` in no later an
+    iteration than `later` touches it; no HBM tensor one writes is touched by the other."""
+    if earlier.hbm_written & later.hbm_touched or later.hbm_written & earlier.hbm_touched:
+        return False
+    for b, (first, _) in later.touched.items():
+        span = earlier.written.get(b)
+        if span is not None and span[1] > first:
+            return False
+    for b, (first, _) in later.written.items():
+        span = earlier.touched.get(b)
+        if span is not None and span[1] > first:
+            return False
+    return True
+
+
+def _feeds(earlier: _Run, later: _Run) -> bool:
+    """Whether `later` touches on-chip blocks `earlier` wrote: fusing them is what keeps those on chip."""
+    return any(b in earlier.written for b in later.touched)
+
+
+def _fused_order(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> list[int] | None:
+    """The order the compiler runs the instructions in: program order, except that sibling loops of one
+    trip count, where a later one consumes on-chip blocks of an earlier and every dependence allows it,
+    run as one loop (iteration k of each in turn, their bodies fused the same way). What runs between them
+    moves before the first when independent of the group, or stays after it when independent of the one
+    that joins. Without fusion a producer loop's whole output stays live until its consumer loop starts;
+    trn1's swiglu counters show the compiler does not keep it so. Dropped instructions keep their place and
+    count for no dependence. None: nothing fuses."""
+    instructions = trace.instructions
+    fused = False
+
+    def runs_of(members: list[int], depth: int) -> list[_Run]:
+        runs: list[_Run] = []
+        for i in members:
+            nest = instructions[i].loops
+            if len(nest) <= depth:
+                runs.append(_Run(None, [[i]]))
+                continue
+            loop, k = nest[depth]
+            last = runs[-1] if runs else None
+            if last is None or last.loop is not loop:
+                last = _Run(loop, [[] for _ in range(loop.trip_count)])
+                runs.append(last)
+            while k >= len(last.iterations):
+                last.iterations.append([])
+            last.iterations[k].append(i)
+        return runs
+
+    def noted(run: _Run) -> _Run:
+        return run.note(trace, blocks, dropped)
+
+    def joins(group: list[_Run], run: _Run) -> bool:
+        return (run.loop is not None and len(run.iterations) == len(group[0].iterations)
+                and any(_feeds(noted(m), noted(run)) for m in group) and all(_in_step(m, run) for m in group))
+
+    def arrange(members: list[int], depth: int) -> list[int]:
+        nonlocal fused
+        runs = runs_of(members, depth)
+        out: list[int] = []
+        k = 0
+        while k < len(runs):
+            head = runs[k]
+            k += 1
+            if head.loop is None:
+                out += head.iterations[0]
+                continue
+            group = [head]
+            j = k
+            while j < len(runs):
+                if not joins(group, runs[j]):
+                    j += 1
+                    continue
+                between = [noted(r) for r in runs[k:j]]
+                if all(_independent(m, r) for m in group for r in between):
+                    for r in between:  # they run before the group
+                        out += arrange([i for step in r.iterations for i in step], depth)
+                    group.append(runs[j])
+                    del runs[k:j + 1]
+                elif all(_independent(runs[j], r) for r in between):
+                    group.append(runs.pop(j))  # it runs before them
+                else:
+                    j += 1
+                    continue
+                j = k
+            fused = fused or len(group) > 1
+            for step in range(len(head.iterations)):
+                out += arrange([i for member in group for i in member.iterations[step]], depth + 1)
+        return out
+
+    order = arrange(list(range(len(instructions))), 0)
+    return order if fused else None

@@ -40,10 +40,10 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         """A time as a share of the latency: the `*_percent` fields are fractions, as neuron-profile writes them."""
         return value / latency if latency > 0 else 0.0
 
-    spill_save = sched.spill_save
-    spill_reload = sched.spill_reload
-    hbm_read = traffic.read["hbm"] + spill_reload + sched.refetch
-    hbm_write = traffic.write["hbm"] + spill_save
+    hbm_read = traffic.read["hbm"] + sched.spill_reload + sched.refetch
+    hbm_write = traffic.write["hbm"] + sched.spill_save
+    spill_save = sched.spill_save + traffic.scratch_write
+    spill_reload = sched.spill_reload + traffic.scratch_read
     hw_flops, tr_flops = traffic.hardware_flops, traffic.transpose_flops
     peak = hardware.peak
     critical = _critical_path(sched)
@@ -87,8 +87,8 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         matmul_instruction_count=int(counts[0]),
         hbm_read_bytes=int(hbm_read),
         hbm_write_bytes=int(hbm_write),
-        sbuf_read_bytes=int(traffic.read["sbuf"] + spill_save),
-        sbuf_write_bytes=int(traffic.write["sbuf"] + spill_reload + sched.refetch),
+        sbuf_read_bytes=int(traffic.read["sbuf"] + sched.spill_save),
+        sbuf_write_bytes=int(traffic.write["sbuf"] + sched.spill_reload + sched.refetch),
         psum_read_bytes=int(traffic.read["psum"]),
         psum_write_bytes=int(traffic.write["psum"]),
         spill_save_bytes=spill_save,
@@ -120,7 +120,9 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
 class _Traffic:
     """Bytes and flops counted in one pass over the trace: per memory level over the instructions the
     hardware executes (`Trace.summary`'s split: HBM, SBUF, the rest PSUM), the matmul flops as
-    neuron-profile counts them, and per source line the bytes as written (every instruction)."""
+    neuron-profile counts them, per source line the bytes as written (every instruction), and the traffic
+    of the kernel's own scratch HBM: a tensor it writes before it first reads it, then reads back (a
+    compiler-style kernel's `_spill` buffer in `nl.hbm`), which neuron-profile counts as spill."""
 
     def __init__(self, trace: Trace, dropped: list[bool], fp32_factor: float) -> None:
         self.read = {"hbm": 0, "sbuf": 0, "psum": 0}
@@ -128,17 +130,28 @@ class _Traffic:
         self.hardware_flops = 0.0
         self.transpose_flops = 0.0
         self.by_line: dict[int, dict[str, int]] = {}
+        written_first: dict[int, bool] = {}  # HBM tensor -> whether the kernel wrote it before reading it
+        hbm_bytes: dict[int, list[int]] = {}  # HBM tensor -> [bytes read, bytes written], executed
         for inst, gone in zip(trace.instructions, dropped, strict=True):
             levels = self.by_line.get(inst.line)
             if levels is None:
                 levels = self.by_line[inst.line] = {}
             self._count(inst.reads, levels, None if gone else self.read)
             self._count(inst.writes, levels, None if gone else self.write)
+            if not gone:
+                for side, accesses in enumerate((inst.reads, inst.writes)):
+                    for acc in accesses:
+                        if acc.buffer == "hbm":
+                            written_first.setdefault(acc.tensor, side == 1 and acc.tensor not in trace.host_written)
+                            hbm_bytes.setdefault(acc.tensor, [0, 0])[side] += acc.nbytes
             if not gone and inst.engine == Engine.TENSOR:
                 flops = inst.flops * (fp32_factor if inst.dtype == "float32" else 1.0)
                 self.hardware_flops += flops
                 if inst.attrs and inst.attrs.get("is_transpose"):
                     self.transpose_flops += flops
+        scratch = [hbm_bytes[t] for t, first in written_first.items() if first and hbm_bytes[t][0]]
+        self.scratch_read = sum(read for read, _ in scratch)
+        self.scratch_write = sum(written for _, written in scratch)
 
     @staticmethod
     def _count(accesses: tuple[Access, ...], levels: dict[str, int], executed: dict[str, int] | None) -> None:

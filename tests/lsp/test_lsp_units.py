@@ -186,3 +186,22 @@ def test_profile_fractions_read_as_percent_and_drive_the_idle_tensor_finding() -
     (message,) = idle_finding(0.3)
     assert "idle 70% of the time" in message
     assert idle_finding(0.7) == []
+
+
+def test_the_spill_finding_follows_an_sbuf_overflow_not_the_kernels_own_scratch() -> None:
+    """Spill counters also count a kernel's own scratch HBM (as neuron-profile does); the editor says
+    "SBUF overflows" only where live blocks exceed the usable SBUF, or where the backend gives no peak."""
+    from accelopt_core.profiling import ProfileResult
+    from server.findings import bottlenecks
+
+    def spill_findings(**peak: int) -> list[str]:
+        profile = {"spill_save_bytes": 50 << 20, "spill_reload_bytes": 50 << 20, **peak}
+        result = ProfileResult("k.py", "matmul", "trn1", "simulator", latency_ms=1.0, bound="memory",
+                               bottleneck="dma", lines=[], profile=profile)
+        return [f.message for f in bottlenecks(analyze(MATMUL), MATMUL, result) if f.code == "sbuf-spills"]
+
+    usable = {"sbuf_usable_bytes_per_partition": 180224}
+    assert spill_findings(sbuf_peak_live_bytes_per_partition=100_000, **usable) == []
+    (message,) = spill_findings(sbuf_peak_live_bytes_per_partition=300_000, **usable)
+    assert message.startswith("SBUF overflows")
+    assert len(spill_findings()) == 1  # a hardware profile has no peak: its spill counters speak
