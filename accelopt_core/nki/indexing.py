@@ -477,9 +477,27 @@ def full_subscript(shape: tuple[int, ...]) -> Subscript:
     return Subscript(items, shape, tuple((0, n) for n in shape), False)
 
 
+_SLICED: dict[tuple, Subscript] = {}  # subscripts of ints and slices only, by their numbers and the shape
+_SLICED_LIMIT = 1 << 16
+
+
 def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
-    """Turn a kernel's subscript into a `Subscript` over a tensor of shape `dims`, checking bounds."""
+    """Turn a kernel's subscript into a `Subscript` over a tensor of shape `dims`, checking bounds. One of
+    ints and slices only (the tutorials' `a[m * 128:(m + 1) * 128, k * 128:(k + 1) * 128]`) is worked out
+    once per shape and numbers: a loop nest names the same few blocks again and again."""
     key = key if isinstance(key, tuple) else (key,)
+    if all(type(k) is slice or type(k) is int for k in key):
+        memo = (dims, *((k.start, k.stop, k.step) if type(k) is slice else k for k in key))
+        known = _SLICED.get(memo)
+        if known is None:
+            known = _normalize(key, dims, name)
+            if len(_SLICED) < _SLICED_LIMIT:
+                _SLICED[memo] = known
+        return known
+    return _normalize(key, dims, name)
+
+
+def _normalize(key: tuple[Any, ...], dims: tuple[int, ...], name: str) -> Subscript:
     if len(key) == len(dims):
         plain = _in_bounds_indices(key, dims)
         if plain is not None:
