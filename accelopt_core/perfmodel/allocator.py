@@ -665,8 +665,9 @@ def _loads_to_sbuf(inst: Instruction) -> bool:
 
 @dataclass(slots=True)
 class _Run:
-    """A loop statement's one execution (its instructions by iteration) or one straight-line instruction
-    (loop None, one iteration), with what each touches: the first and last iteration per on-chip block."""
+    """A loop statement's one execution (its instructions by iteration) or straight-line instructions side
+    by side (loop None, one iteration), with what each touches: the first and last iteration per on-chip
+    block."""
 
     loop: Loop | None
     iterations: list[list[int]]
@@ -681,18 +682,29 @@ class _Run:
         if self.noted:
             return self
         self.noted = True
+        touched, written = self.touched, self.written
         for k, members in enumerate(self.iterations):
-            for i in itertools.filterfalse(dropped.__getitem__, members):
-                for accesses, spans in ((blocks.reads[i], (self.touched,)),
-                                        (blocks.writes[i], (self.touched, self.written))):
-                    for _, own in accesses:
-                        for b in own:
-                            for held in spans:
-                                first = held.get(b)
-                                held[b] = (k, k) if first is None else (first[0], k)
+            for i in members:
+                if dropped[i]:
+                    continue
+                for _, own in blocks.reads[i]:
+                    for b in own:
+                        span = touched.get(b)
+                        touched[b] = (k, k) if span is None else (span[0], k)
+                for _, own in blocks.writes[i]:
+                    for b in own:
+                        span = touched.get(b)
+                        touched[b] = (k, k) if span is None else (span[0], k)
+                        span = written.get(b)
+                        written[b] = (k, k) if span is None else (span[0], k)
                 inst = trace.instructions[i]
-                self.hbm_touched.update(a.tensor for a in (*inst.reads, *inst.writes) if a.buffer == "hbm")
-                self.hbm_written.update(a.tensor for a in inst.writes if a.buffer == "hbm")
+                for a in inst.reads:
+                    if a.buffer == "hbm":
+                        self.hbm_touched.add(a.tensor)
+                for a in inst.writes:
+                    if a.buffer == "hbm":
+                        self.hbm_touched.add(a.tensor)
+                        self.hbm_written.add(a.tensor)
         return self
 
 
@@ -733,17 +745,23 @@ def _fused_order(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> list
     trn1's swiglu counters show the compiler does not keep it so. Dropped instructions keep their place and
     count for no dependence. None: nothing fuses."""
     instructions = trace.instructions
+    worth = _with_sibling_loops(trace)
+    if not worth:
+        return None
     fused = False
 
     def runs_of(members: list[int], depth: int) -> list[_Run]:
         runs: list[_Run] = []
         for i in members:
             nest = instructions[i].loops
-            if len(nest) <= depth:
-                runs.append(_Run(None, [[i]]))
+            last = runs[-1] if runs else None
+            if len(nest) <= depth:  # straight-line instructions side by side are one run
+                if last is None or last.loop is not None:
+                    last = _Run(None, [[]])
+                    runs.append(last)
+                last.iterations[0].append(i)
                 continue
             loop, k = nest[depth]
-            last = runs[-1] if runs else None
             if last is None or last.loop is not loop:
                 last = _Run(loop, [[] for _ in range(loop.trip_count)])
                 runs.append(last)
@@ -761,6 +779,9 @@ def _fused_order(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> list
 
     def arrange(members: list[int], depth: int) -> list[int]:
         nonlocal fused
+        enclosing = instructions[members[0]].loops[depth - 1][0] if depth and members else None
+        if id(enclosing) not in worth:
+            return members  # no two loops of one trip count anywhere inside: nothing to fuse
         runs = runs_of(members, depth)
         out: list[int] = []
         k = 0
@@ -795,3 +816,23 @@ def _fused_order(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> list
 
     order = arrange(list(range(len(instructions))), 0)
     return order if fused else None
+
+
+def _with_sibling_loops(trace: Trace) -> set[int]:
+    """The loop executions (by id; id(None) for the kernel's top level) holding, directly or further in,
+    two loops of one trip count side by side: the only places a fusion can happen."""
+    trips: dict[int, list[int]] = {}
+    for loop in trace.loops:
+        trips.setdefault(id(loop.parent), []).append(loop.trip_count)
+    worth: set[int] = set()
+    parents = {id(loop): loop.parent for loop in trace.loops}
+    for key, counts in trips.items():
+        if len(set(counts)) < len(counts):
+            while key not in worth:
+                worth.add(key)
+                parent = parents.get(key)
+                key = id(parent)
+                if parent is None:
+                    worth.add(key)
+                    break
+    return worth
