@@ -3,6 +3,9 @@ once is never profiled again, across editor sessions, CLI runs and searches."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..profiling.profiler import ProfileKey
@@ -10,6 +13,25 @@ from ..profiling.result import RESULT_FORMAT, ProfileResult
 
 if TYPE_CHECKING:
     from .store import Memory
+
+
+# the packages whose code and hardware files decide what a profile says
+_DECIDING = ("nki", "perfmodel", "hardware", "profiling", "tasks")
+
+
+@functools.cache
+def engine_fingerprint() -> str:
+    """A digest of the code and hardware files that decide a profile. A result another version of them
+    computed is profiled again, not served: after an upgrade the model's numbers move, and a cached one
+    would say what the old model said."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for folder in _DECIDING:
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix in (".py", ".toml") and path.is_file():
+                digest.update(path.relative_to(root).as_posix().encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def check_mode(check_variant: str | None, check: bool) -> str:
@@ -33,11 +55,14 @@ class ProfileCache:
         self.memory = memory
 
     def _current(self, key: ProfileKey) -> dict[str, Any] | None:
-        """The stored result when this version wrote it. One of an older result format (percent where the
-        fields are now fractions) counts as absent: the kernel is profiled again and the entry replaced,
-        rather than served in a unit nobody reads it in any more."""
+        """The stored result when this version wrote it. One an other version of the engine wrote, or one of
+        an older result format (percent where the fields are now fractions), counts as absent: the kernel is
+        profiled again and the entry replaced, rather than served with the old model's numbers or in a unit
+        nobody reads it in any more."""
         data = self.memory.get_profile(*memory_key(key))
-        return data if data is not None and data.get("result_format") == RESULT_FORMAT else None
+        if data is None or data.pop("engine", None) != engine_fingerprint():
+            return None
+        return data if data.get("result_format") == RESULT_FORMAT else None
 
     def get(self, key: ProfileKey, default: Any = None) -> ProfileResult | Any:
         data = self._current(key)
@@ -53,4 +78,4 @@ class ProfileCache:
         return result
 
     def __setitem__(self, key: ProfileKey, result: ProfileResult) -> None:
-        self.memory.put_profile(*memory_key(key), result.to_dict())
+        self.memory.put_profile(*memory_key(key), {**result.to_dict(), "engine": engine_fingerprint()})

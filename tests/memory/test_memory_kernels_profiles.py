@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from accelopt_core.memory import Memory, ProfileCache, check_mode, source_hash
+from accelopt_core.memory.profile_cache import engine_fingerprint, memory_key
 from accelopt_core.profiling import ProfileResult, SimulatorProfiler, TaskRef
 from accelopt_core.profiling.profiler import kernel_hash, profile_key
 
@@ -89,7 +90,8 @@ def test_profile_cache_round_trip(memory: Memory) -> None:
 
 def test_profile_cache_uses_memory_profiles(memory: Memory) -> None:
     ProfileCache(memory)[("h", "silu", "small", "trn1", "simulator", True)] = sample_result()
-    assert memory.get_profile("h", "silu", "trn1", "simulator", "check:small") == sample_result().to_dict()
+    stored = {**sample_result().to_dict(), "engine": engine_fingerprint()}  # which engine computed it
+    assert memory.get_profile("h", "silu", "trn1", "simulator", "check:small") == stored
 
 
 def test_profile_cache_miss(memory: Memory) -> None:
@@ -128,3 +130,16 @@ def test_profile_cache_recomputes_entries_written_in_percent(memory: Memory) -> 
     assert key not in cache and cache.get(key) is None
     cache[key] = sample_result()
     assert cache[key] == sample_result()
+
+
+def test_profile_cache_recomputes_entries_another_engine_wrote(memory: Memory) -> None:
+    """A result stored by another version of the simulator or the model (after an upgrade) is profiled
+    again: served, it would show the old model's numbers as the new one's."""
+    key = (kernel_hash(SOURCE), "silu", "small", "trn1", "simulator", True)
+    cache = ProfileCache(memory)
+    cache[key] = sample_result()
+    assert cache[key] == sample_result()
+    stored = memory.get_profile(*memory_key(key))
+    assert stored is not None and stored["engine"] == engine_fingerprint()
+    memory.put_profile(*memory_key(key), {**stored, "engine": "an older engine"})
+    assert key not in cache and cache.get(key) is None
