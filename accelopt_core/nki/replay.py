@@ -81,6 +81,7 @@ class _Replay:
         self.reader = reader
         self.sim = Simulation(numeric=numeric, hardware=hardware)
         self.sim.trace.kernel_file = kernel_file
+        self.sim.trace.loops = reader.loops  # the recorded loop statements (they grow with a streamed tape)
         self.sim.registry = {}
         self.sim.memory = MemoryBudget(limits.memory_bytes) if numeric else None
         self.sim.recycled = recycled if numeric else None

@@ -15,7 +15,8 @@ import pytest
 
 from accelopt_core.hardware import HardwareProfile, load_hardware
 from accelopt_core.nki import TensorSpec, load_kernel, run_kernel
-from accelopt_core.nki.trace import Trace
+from accelopt_core.nki.replay import replay
+from accelopt_core.nki.trace import Trace, tape_to_plain
 from accelopt_core.perfmodel import estimate
 from accelopt_core.perfmodel.allocator import _BlockIndex, _fused_order
 
@@ -43,11 +44,13 @@ def _consumer(read: str, scale: float) -> str:
 """
 
 
-def _trace(tmp_path: Path, body: str) -> Trace:
+SPEC = TensorSpec((BLOCKS, 128, 1024), np.dtype(np.float32))
+
+
+def _trace(tmp_path: Path, body: str, record: bool = False) -> Trace:
     path = tmp_path / "kernel.py"
     path.write_text(HEADER + body + "    return out\n")
-    spec = TensorSpec((BLOCKS, 128, 1024), np.dtype(np.float32))
-    return run_kernel(load_kernel(str(path)), [spec, spec], {}, numeric=False).trace
+    return run_kernel(load_kernel(str(path)), [SPEC, SPEC], {}, numeric=False, record=record).trace
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +63,17 @@ def test_a_consumer_loop_in_step_with_its_producer_fuses_and_nothing_spills(tmp_
     report = estimate(_trace(tmp_path, _consumer("j", 2.0)), trn1)
     assert report.spill_save_bytes == report.spill_reload_bytes == 0
     assert report.sbuf_peak_live_bytes_per_partition < trn1.memory.sbuf_usable_bytes_per_partition
+
+
+def test_the_trusted_sides_replay_is_priced_as_the_recording(tmp_path: Path, trn1: HardwareProfile) -> None:
+    """A trace-only profile prices the trace the trusted side replays from the tape: it must hold the same
+    loop statements, or the compiler's order (fusion) is lost there and the product says another number."""
+    recorded = _trace(tmp_path, _consumer("j", 2.0), record=True)
+    replayed = replay(tape_to_plain(recorded), [SPEC, SPEC], "trn1", numeric=False).trace
+    assert [(loop.kind, loop.trip_count, loop.line) for loop in replayed.loops] == [
+        (loop.kind, loop.trip_count, loop.line) for loop in recorded.loops]
+    assert estimate(replayed, trn1) == estimate(recorded, trn1)
+    assert estimate(replayed, trn1).spill_save_bytes == 0
 
 
 def test_a_consumer_out_of_step_does_not_fuse_and_the_blocks_spill(tmp_path: Path, trn1: HardwareProfile) -> None:
