@@ -387,15 +387,19 @@ def _fits(kept: dict[Block, tuple[int, int]], blocks: _BlockIndex, capacity: dic
     """Whether the kept blocks, live over their extended spans, fit their memories at every point."""
     for buffer, limit in capacity.items():
         chosen = [(first, last, blocks.size(b)) for b, (first, last) in kept.items() if blocks.buffer(b) == buffer]
-        if not chosen:
-            continue
-        first, last, size = (np.asarray(column) for column in zip(*chosen, strict=True))
-        delta = np.zeros(n + 1)
-        np.add.at(delta, first, size)
-        np.add.at(delta, last + 1, -size)
-        if np.cumsum(delta).max() > limit:
+        if chosen and _most_live(chosen, n) > limit:
             return False
     return True
+
+
+def _most_live(spans: list[tuple[int, int, float]], n: int) -> float:
+    """The largest total size live at one of `n` points, over spans of (first, last point, size): each adds
+    its size where it starts and takes it off after its last point."""
+    first, last, size = (np.asarray(column) for column in zip(*spans, strict=True))
+    delta = np.zeros(n + 1)
+    np.add.at(delta, first, size)
+    np.add.at(delta, last + 1, -size)
+    return float(np.cumsum(delta).max())
 
 
 def _drop_dead(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> None:
@@ -477,14 +481,8 @@ def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dic
 
 
 def _peak(uses: dict[Block, list[int]], sizes: dict[Block, float], n: int) -> int:
-    """Bytes per partition of the blocks live at once at the worst point: each block adds its size where it
-    becomes live and takes it off after its last use."""
-    changes = np.asarray([(at[0], at[-1] + 1) for at in uses.values()], dtype=np.int64).ravel()
-    amounts = np.repeat(np.fromiter((sizes[b] for b in uses), dtype=np.float64, count=len(uses)), 2)
-    amounts[1::2] *= -1.0
-    timeline = np.zeros(n + 1)
-    np.add.at(timeline, changes, amounts)
-    return round(float(np.cumsum(timeline).max()))
+    """Bytes per partition of the blocks live at once at the worst point, each from its first use to its last."""
+    return round(_most_live([(at[0], at[-1], sizes[b]) for b, at in uses.items()], n))
 
 
 class _Allocator:
@@ -708,9 +706,14 @@ class _Run:
         return self
 
 
+def _hbm_conflict(a: _Run, b: _Run) -> bool:
+    """Whether one writes an HBM tensor the other touches (HBM is not followed block by block)."""
+    return bool(a.hbm_written & b.hbm_touched or b.hbm_written & a.hbm_touched)
+
+
 def _independent(a: _Run, b: _Run) -> bool:
     """Whether the two may run in either order: neither writes what the other touches."""
-    return (not (a.hbm_written & b.hbm_touched or b.hbm_written & a.hbm_touched)
+    return (not _hbm_conflict(a, b)
             and not any(x in b.touched for x in a.written) and not any(x in a.touched for x in b.written))
 
 
@@ -718,16 +721,13 @@ def _in_step(earlier: _Run, later: _Run) -> bool:
     """Whether running `later`'s iteration k right after `earlier`'s iteration k keeps every dependence:
     each on-chip block both touch, where either writes it, is touched by `earlier` in no later an
     iteration than `later` touches it; no HBM tensor one writes is touched by the other."""
-    if earlier.hbm_written & later.hbm_touched or later.hbm_written & earlier.hbm_touched:
+    if _hbm_conflict(earlier, later):
         return False
-    for b, (first, _) in later.touched.items():
-        span = earlier.written.get(b)
-        if span is not None and span[1] > first:
-            return False
-    for b, (first, _) in later.written.items():
-        span = earlier.touched.get(b)
-        if span is not None and span[1] > first:
-            return False
+    for after, before in ((later.touched, earlier.written), (later.written, earlier.touched)):
+        for b, (first, _) in after.items():
+            span = before.get(b)
+            if span is not None and span[1] > first:
+                return False
     return True
 
 
@@ -824,15 +824,14 @@ def _with_sibling_loops(trace: Trace) -> set[int]:
     trips: dict[int, list[int]] = {}
     for loop in trace.loops:
         trips.setdefault(id(loop.parent), []).append(loop.trip_count)
+    parent_of = {id(loop): loop.parent for loop in trace.loops}
     worth: set[int] = set()
-    parents = {id(loop): loop.parent for loop in trace.loops}
     for key, counts in trips.items():
-        if len(set(counts)) < len(counts):
-            while key not in worth:
-                worth.add(key)
-                parent = parents.get(key)
-                key = id(parent)
-                if parent is None:
-                    worth.add(key)
-                    break
+        if len(set(counts)) == len(counts):
+            continue
+        while key not in worth:  # it and every loop around it
+            worth.add(key)
+            if key == id(None):
+                break
+            key = id(parent_of[key])
     return worth
