@@ -9,6 +9,7 @@ to a materialised NumPy array.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -361,7 +362,7 @@ class Subscript:
     `region` is then clipped to the tensor.
     """
 
-    __slots__ = ("_box", "advanced", "dims", "items", "overhang", "region", "shape")
+    __slots__ = ("_box", "_run", "advanced", "count", "dims", "items", "overhang", "region", "shape")
 
     def __init__(self, items: tuple[IndexItem, ...], shape: tuple[int, ...],
                  region: tuple[tuple[int, int], ...], advanced: bool, overhang: str | None = None,
@@ -372,7 +373,9 @@ class Subscript:
         self.advanced = advanced
         self.overhang = overhang
         self.dims = dims
+        self.count = math.prod(shape)  # elements of the tile
         self._box: tuple[tuple[Any, ...], tuple[int, ...], tuple[Any, ...]] | bool | None = False
+        self._run: tuple[tuple[int, ...], int] | None = None  # the last contiguous_elements asked and answered
 
     def view(self, data: np.ndarray) -> np.ndarray | None:
         """The elements this subscript selects, as a view of `data` shaped as the tile, when they are a
@@ -449,7 +452,16 @@ class Subscript:
         return inside
 
     def contiguous_elements(self, dims: tuple[int, ...]) -> int:
-        """Longest run of consecutive elements in row-major memory that this subscript touches."""
+        """Longest run of consecutive elements in row-major memory that this subscript touches (kept for
+        the tensor shape last asked: a subscript is asked about its own tensor on every access)."""
+        known = self._run
+        if known is not None and known[0] == dims:
+            return known[1]
+        run = self._contiguous(dims)
+        self._run = (dims, run)
+        return run
+
+    def _contiguous(self, dims: tuple[int, ...]) -> int:
         run = 1
         for dim in range(len(dims) - 1, -1, -1):
             item = self.items[dim]

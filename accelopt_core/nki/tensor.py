@@ -105,6 +105,7 @@ class Simulation:
         self.force_auto_alloc = False  # ncc.force_auto_alloc: direct-allocation buffers are ignored
         self.random = np.random.default_rng(0)  # what dropout draws from; nl.random_seed reseeds it
         self._placements: dict[tuple[Any, ...], Slots] = {}  # direct allocations by site (see placed)
+        self.fitting: set[tuple[Any, ...]] = set()  # (buffer, dims, partition axis, dtype) the rules allow
         self._next_id = 0
         # The replayable record (trace.py): what the kernel's own code asked for, in order. `depth` counts
         # the recorded calls under way, so only the kernel's own calls are recorded, not their inner ones.
@@ -373,7 +374,7 @@ class Tile:
 
     @property
     def size(self) -> int:
-        return math.prod(self.sub.shape)
+        return self.sub.count
 
     @property
     def is_whole(self) -> bool:
@@ -404,14 +405,12 @@ class Tile:
         return Tile(storage, compose(self.sub, key, storage.name))
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        from .ops import assign
-
         target = self[key]
         if isinstance(value, Tile) and value._inplace:
             value._inplace = False
             if value.storage is self.storage and value.sub.region == target.sub.region:
                 return  # `t[i] += x` already wrote in place
-        assign(target, value)
+        ops.assign(target, value)
 
     def reshape(self, *shape: Any, **named: Any) -> Tile:
         """HBM tensors can be viewed with another shape of the same size (no data moves); the shape comes
@@ -502,21 +501,19 @@ class Tile:
 
     def access(self, nbytes: int | None = None) -> Access:
         storage = self.storage
-        count = self.size
+        sub = self.sub
         size = storage.itemsize
-        moved = count * size if nbytes is None else nbytes
+        moved = sub.count * size if nbytes is None else nbytes
         if storage.buffer == HBM:
-            run = min(self.sub.contiguous_elements(storage.shape) * size, moved)
+            run = min(sub.contiguous_elements(storage.shape) * size, moved)
         else:
-            run = moved // max(1, self.sub.shape[0] if self.sub.shape else 1)
-        region = self.sub.region if storage.slots is None else storage.slots.region(self.sub.region)
-        return Access(storage.id, storage.buffer, storage.dtype_name, self.sub.shape, region, moved, run)
+            run = moved // max(1, sub.shape[0] if sub.shape else 1)
+        region = sub.region if storage.slots is None else storage.slots.region(sub.region)
+        return Access(storage.id, storage.buffer, storage.dtype_name, sub.shape, region, moved, run)
 
     # --- arithmetic sugar: tiles combine like the nl functions they stand for ------------------
     def _binary(self, other: Any, op: str, reverse: bool = False) -> Tile:
-        from .ops import binary
-
-        return binary(op, other, self) if reverse else binary(op, self, other)
+        return ops.binary(op, other, self) if reverse else ops.binary(op, self, other)
 
     def __add__(self, other: Any) -> Tile:
         return self._binary(other, "add")
@@ -546,9 +543,7 @@ class Tile:
         return self._binary(other, "power")
 
     def __neg__(self) -> Tile:
-        from .ops import tensor_scalar
-
-        return tensor_scalar(self, "multiply", -1.0)  # nl.negative: keeps the tile's dtype
+        return ops.tensor_scalar(self, "multiply", -1.0)  # nl.negative: keeps the tile's dtype
 
     def __lt__(self, other: Any) -> Tile:
         return self._binary(other, "less")
@@ -569,9 +564,7 @@ class Tile:
         return self._binary(other, "logical_or")
 
     def _inplace_op(self, other: Any, op: str) -> Tile:
-        from .ops import accumulate
-
-        accumulate(self, other, op)
+        ops.accumulate(self, other, op)
         self._inplace = True
         return self
 
@@ -642,32 +635,42 @@ def declare(kind: str, dims: tuple[int, ...], partition_axis: int, dtype: np.dty
     """A new tensor of `kind`, its blocks where `placement` puts them (None: the compiler allocates),
     after the rules the compiler checks. What `allocate` creates, and what a replay rebuilds."""
     sim = current()
-    if dims and min(dims) <= 0:
-        raise KernelUsageError(f"tensor {name or ''} has an empty or negative dimension: {dims}")
     slots = None
     if placement is not None:
+        _check_dims(dims, name)
         slots = sim.placed(placement, dims, partition_axis, dtype)
         # the capacity rules apply to what is allocated: one block per physical tile
         _check_on_chip(sim.limits, kind, slots.physical_shape(dims[partition_axis:]), 1 if slots.block_ndim else 0,
                        dtype, name)
-    elif kind != HBM:
-        _check_on_chip(sim.limits, kind, dims, partition_axis, dtype, name)
+    elif (kind, dims, partition_axis, dtype) not in sim.fitting:
+        _check_dims(dims, name)
+        if kind != HBM:
+            _check_on_chip(sim.limits, kind, dims, partition_axis, dtype, name)
+        sim.fitting.add((kind, dims, partition_axis, dtype))
     data = None
-    # a large block tensor of a replay is mapped once created, and each block filled when first touched
-    by_block = sim.numeric and sim.blocks is not None and sim.blocks.takes(sim.ids_used + 1, dims, partition_axis,
-                                                                            dtype)
-    if sim.numeric and sim.memory is not None:
-        sim.memory.reserve(math.prod(dims) * dtype.itemsize)
-    if sim.numeric and not by_block:
-        if sim.recycled is not None and sim.memory is not None:
+    by_block = False
+    if sim.numeric:
+        # a large block tensor of a replay is mapped once created, and each block filled when first touched
+        by_block = sim.blocks is not None and sim.blocks.takes(sim.ids_used + 1, dims, partition_axis, dtype)
+        if sim.memory is not None:
+            sim.memory.reserve(math.prod(dims) * dtype.itemsize)
+        if by_block:
+            pass
+        elif sim.recycled is not None and sim.memory is not None:
             data = sim.recycled.uninitialized(dims, dtype, sim.memory.used)
         else:
             data = _uninitialized(dims, dtype)
     storage = Storage(sim, name, kind, dims, dtype, partition_axis, data, slots)
     if by_block:
         sim.blocks.adopt(storage, _garbage(dtype))  # type: ignore[union-attr]
-    sim.declared(storage, "tensor")
+    if sim.tape is not None:
+        sim.declared(storage, "tensor")
     return Tile(storage, full_subscript(dims))
+
+
+def _check_dims(dims: tuple[int, ...], name: str) -> None:
+    if dims and min(dims) <= 0:
+        raise KernelUsageError(f"tensor {name or ''} has an empty or negative dimension: {dims}")
 
 
 def host_fill(tile: Tile, values: Any) -> None:
@@ -708,3 +711,7 @@ def _check_on_chip(limits: Limits, kind: str, dims: tuple[int, ...], partition_a
         raise HardwareRuleError(f"{_label(kind, name, dims)}: a PSUM tile needs {tile_bytes} bytes per "
                                 f"partition; a PSUM bank holds {limits.psum_bank_bytes} (512 float32)")
 
+
+# the instructions that tile sugar (t += x, t * 2, t[i] = x) stands for; ops builds on this module, so it is
+# bound once both are defined (an import inside each method would cost half a microsecond per call)
+from . import ops  # noqa: E402
