@@ -143,9 +143,10 @@ class BeamSearch:
         """Evaluate new kernels in parallel; record each one in memory as soon as it is done.
 
         When screening, each kernel is timed unchecked first and checked only while its timing beats
-        `bar(the candidates checked so far)`, the fastest first; waiting checks go before new screens, so
-        the time budget is spent on the most promising kernels. One left unchecked is recorded with its
-        timing and no verdict."""
+        `bar(the candidates checked so far)`, the fastest first. A check waits for the wave's screens
+        unless the kernel would lead (faster than every correct one so far): a check costs minutes, and
+        spending them on a modest kernel while a faster one is still being timed can leave no time for
+        that one. One left unchecked is recorded with its timing and no verdict."""
         screening = self._screens()
         bar = bar or (lambda done: float("inf"))
         todo = list(reversed(drafts))
@@ -153,6 +154,7 @@ class BeamSearch:
         order = itertools.count()  # equal timings: the kernel screened first is checked first
         done: list[Candidate] = []
         busy = [0]
+        timing = [0]  # screens under way
         raised: list[BaseException] = []
         turn = threading.Condition()
 
@@ -176,15 +178,19 @@ class BeamSearch:
         def next_job() -> tuple[bool, tuple[str, Candidate, Proposal]] | None:
             """Under `turn`: the next (check?, draft) to run, or None when there is nothing left to do."""
             while not self.cancel.is_set() and not raised:
-                limit = bar([c for c in done if c.result.correct])
+                correct = [c for c in done if c.result.correct]
+                limit = bar(correct)
                 if waiting and waiting[0][0] >= limit:  # the fastest waiting kernel cannot win: none can
                     leave_unchecked(f"not checked: timed at {{:.4g}} ms, no faster than the {limit:.4g} ms "
                                     "it needed to enter the beam")
-                if waiting and not self._out_of_time(True):
+                if waiting and self._out_of_time(True):
+                    leave_unchecked("not checked: timed at {:.4g} ms, no time left in the budget to check it")
+                can_screen = bool(todo) and not self._out_of_time(not screening)
+                if waiting and (waiting[0][0] < min([best, *correct], key=_sort_key).latency_ms
+                                or not (can_screen or timing[0])):
                     self._started[True] += 1
                     return True, heapq.heappop(waiting)[2]
-                leave_unchecked("not checked: timed at {:.4g} ms, no time left in the budget to check it")
-                if todo and not self._out_of_time(not screening):
+                if can_screen:
                     self._started[not screening] += 1
                     return not screening, todo.pop()
                 if not busy[0]:
@@ -200,7 +206,8 @@ class BeamSearch:
                         turn.notify_all()
                         return
                     busy[0] += 1
-                check, item = job
+                    check, item = job
+                    timing[0] += not check
                 try:
                     result = self._evaluate(item[0], task, hardware, check)
                 except BaseException as exc:  # raised again in the caller's thread; the others stop
@@ -211,6 +218,7 @@ class BeamSearch:
                     return
                 with turn:  # one step with the count, so an idle worker never sees neither job nor result
                     busy[0] -= 1
+                    timing[0] -= not check
                     if check or result.error:
                         if not (self.cancel.is_set() and result.error):  # killed mid-run: no verdict
                             finish(item, result, "")

@@ -276,3 +276,30 @@ def test_a_screening_search_keeps_to_its_budget() -> None:
     result = BeamSearch(profiler, [ManyPlansAgent()], config).run("x = 1\n", TASK)
     assert time.monotonic() - start < 2.0 + 0.1
     assert result.best.source.count("# faster") >= 1
+
+
+class SlowChecksProfiler(ScreeningStubProfiler):
+    """A check takes `delay` seconds, a timing alone a hundredth of a second."""
+
+    def profile(self, source, task, hardware="trn1", check=True, **kwargs):  # type: ignore[no-untyped-def]
+        self.delay = self.check_delay if check else 0.01
+        return super().profile(source, task, hardware, check, **kwargs)
+
+
+class ModestPlansFirstAgent(ManyPlansAgent):
+    """The neutral plans ahead of the faster ones, as a rule's own ranking may put them."""
+
+    def propose(self, parent, context, count):
+        plans = super().propose(parent, context, 8)
+        return sorted(plans, key=lambda p: p.description.startswith("faster"))[:count]
+
+
+def test_a_check_waits_for_the_waves_timings_unless_its_kernel_would_lead() -> None:
+    profiler = SlowChecksProfiler(0.0)
+    profiler.check_delay = 0.3
+    # the budget holds the baseline's check and one more: it must go to the faster kernel, timed last
+    config = replace(CONFIG, beam_width=4, plans_per_candidate=8, iterations=1, workers=1, time_budget_s=0.75,
+                     replay_steps=0)
+    result = BeamSearch(profiler, [ModestPlansFirstAgent()], config).run("x = 1\n", TASK)
+    assert profiler.checked == ["x = 1\n", "x = 1\n# faster\n"]
+    assert result.best.source.count("# faster") == 1
