@@ -204,6 +204,23 @@ def test_a_broadcast_row_is_hoisted_like_a_load(tmp_path: Path) -> None:
     assert _latency(after, shapes, tmp_path) < _latency(source, shapes, tmp_path)
 
 
+def test_a_broadcast_of_a_tile_loaded_before_the_loop_is_hoisted(tmp_path: Path) -> None:
+    """The add-RMSNorm-matmul baseline loads the gain once and broadcasts it in every row iteration, on
+    the Tensor engine: the method reads its tile and writes none."""
+    source = GAIN.replace("    for r in nl.affine_range(rows // 128):",
+                          "    g_row = nl.load(g)\n    for r in nl.affine_range(rows // 128):").replace(
+        "gain = nl.load(g[0:128, :])  # the same tile every time", "gain = g_row.broadcast_to((128, cols))")
+    shapes = [(1024, 512), (1, 512)]
+    rule = HoistInvariant()
+    plan = next(p for p in rule.plan(source, None) if p.params["stmt"].startswith("gain="))
+    after = rule.apply(source, plan)
+    assert after.index("gain = g_row.broadcast_to((128, cols))") < after.index("for r in")
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+    assert_same(source, after, arrays, tmp_path)
+    assert _latency(after, shapes, tmp_path) <= _latency(source, shapes, tmp_path)  # DMA-bound: no slower
+
+
 def test_swaps_the_loops_when_the_whole_weight_does_not_fit(tmp_path: Path) -> None:
     shapes = [(256, 512), (512, 16384)]  # B: 256 KiB per partition, more than an SBUF partition
     rule = HoistInvariant()

@@ -294,6 +294,8 @@ def call_outputs(call: cst.Call) -> set[str]:
         first = next((a for a in call.args if a.keyword is None), None)
         if first is not None and (r := root_name(first.value)):
             out.add(r)
+    elif isinstance(call.func, cst.Attribute) and call.func.attr.value in _PURE_METHODS:
+        pass  # `t.reshape(s)`, `g.broadcast_to(s)`: a new view or tile, the receiver stays as it was
     elif name is None or not (name.startswith(KNOWN_MODULES) or name in KNOWN_BUILTINS):
         if name is None or "." in name:  # a method call: the receiver may change
             receiver = root_name(call.func)

@@ -78,11 +78,15 @@ def _value(stmt: cst.CSTNode) -> cst.BaseExpression | None:
 
 
 def _worth_hoisting(value: cst.BaseExpression) -> bool:
-    """Has an NKI call other than index helpers (arange, mgrid): moving it saves engine time."""
+    """Has an NKI call other than index helpers (arange, mgrid), or a tile method that is an instruction
+    (`g.broadcast_to(shape)` runs on the Tensor engine, `t.astype(dt)` is a copy): moving it saves
+    engine time."""
     cheap = ("nl.arange", "nl.mgrid", "nl.par_dim", "nl.program_id")
     for node in _calls(value):
         name = u.call_name(node) or ""
         if name.startswith(("nl.", "nisa.")) and name not in cheap:
+            return True
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("broadcast_to", "astype"):
             return True
     return False
 
