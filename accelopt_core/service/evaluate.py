@@ -4,8 +4,10 @@ Ray tasks and `RayProfiler`, so every path evaluates a job the same way."""
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import traceback
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +52,15 @@ class Evaluator:
         self.config = config
         self.visible_cores = visible_cores
         self.refs_root = config.refs_root or private_directory("accelopt-refs-")
+        # a folder of its own is removed with the evaluator, or at the latest when the process exits:
+        # the references clients sent may be confidential
+        self._own_refs = None if config.refs_root else weakref.finalize(self, shutil.rmtree, self.refs_root, True)
         self._profilers: dict[str | None, Profiler] = {}
+
+    def close(self) -> None:
+        """Remove the references folder this evaluator made (a worker calls it before it exits)."""
+        if self._own_refs is not None:
+            self._own_refs()
 
     def _profiler(self, check_variant: str | None) -> Profiler:
         if check_variant not in self._profilers:

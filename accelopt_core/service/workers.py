@@ -97,6 +97,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, slot: int, config:
             except (EOFError, OSError):
                 cancel_current()  # the service is gone: stop the sandboxed child, then ourselves
                 time.sleep(0.5)
+                evaluator.close()
                 os._exit(0)
             if message[0] == "run":
                 inbox.put((message[1], message[2]))
@@ -117,6 +118,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, slot: int, config:
         try:
             conn.send(("outcome", job_id, outcome))
         except (OSError, ValueError):
+            evaluator.close()
             os._exit(0)
 
 
