@@ -109,22 +109,30 @@ class BeamSearch:
         self._deadline: float | None = None
         self._longest = {True: 0.0, False: 0.0}  # seconds the longest checked / unchecked evaluation took
         self._started = {True: 0, False: 0}  # checked / unchecked evaluations of candidates started
+        self._checking = 0  # checks under way
+        self._count_lock = threading.Lock()
 
     # --- the time budget ----------------------------------------------------------------------------
     def _out_of_time(self, check: bool = True) -> bool:
         """Whether an evaluation started now would end after the budget (the longest one of its kind so
         far is the estimate: the baseline's before any candidate); a screen needs the time for its check
-        too. The first wave of each kind always runs: a search that evaluates nothing is not a search."""
+        too. A full-size check spreads its seeds over every core, so one started beside others shares
+        them: it is counted as long as they all take together. The first wave of each kind always runs: a
+        search that evaluates nothing is not a search."""
         if self._deadline is None or self._started[check] < max(1, self.config.workers):
             return False
-        needed = self._longest[True] + (0.0 if check else self._longest[False])
+        needed = self._longest[True] * (1 + self._checking if check else 1) + (0.0 if check else self._longest[False])
         return time.monotonic() + needed > self._deadline
 
     def _timed(self, evaluate: Callable[[], ProfileResult], check: bool = True) -> ProfileResult:
         start = time.monotonic()
+        with self._count_lock:
+            self._checking += check
         try:
             return evaluate()
         finally:
+            with self._count_lock:
+                self._checking -= check
             self._longest[check] = max(self._longest[check], time.monotonic() - start)
 
     # --- evaluation -------------------------------------------------------------------------------

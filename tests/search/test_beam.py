@@ -303,3 +303,12 @@ def test_a_check_waits_for_the_waves_timings_unless_its_kernel_would_lead() -> N
     result = BeamSearch(profiler, [ModestPlansFirstAgent()], config).run("x = 1\n", TASK)
     assert profiler.checked == ["x = 1\n", "x = 1\n# faster\n"]
     assert result.best.source.count("# faster") == 1
+
+
+def test_a_check_started_beside_others_is_counted_as_sharing_the_cores() -> None:
+    search = BeamSearch(SlowStubProfiler(0.0), [ManyPlansAgent()], replace(CONFIG, workers=1, time_budget_s=10))
+    search._deadline = time.monotonic() + 10
+    search._longest[True], search._started[True] = 4.0, 1
+    assert not search._out_of_time(True)  # alone: 4 s of the 10 left
+    search._checking = 2
+    assert search._out_of_time(True)  # beside two others: the three take 12 s together
