@@ -124,6 +124,15 @@ class BeamSearch:
         needed = self._longest[True] * (1 + self._checking if check else 1) + (0.0 if check else self._longest[False])
         return time.monotonic() + needed > self._deadline
 
+    def _spares_a_level(self) -> bool:
+        """Whether a check started now would still leave time for the next iteration: a timing and the check
+        of its best kernel. A kernel that would not lead is worth checking (it widens the beam) only then:
+        under a tight budget a level deeper is worth more than a wider beam."""
+        if self._deadline is None:
+            return True
+        needed = self._longest[True] * (2 + self._checking) + self._longest[False]
+        return time.monotonic() + needed <= self._deadline
+
     def _timed(self, evaluate: Callable[[], ProfileResult], check: bool = True) -> ProfileResult:
         start = time.monotonic()
         with self._count_lock:
@@ -194,8 +203,11 @@ class BeamSearch:
                 if waiting and self._out_of_time(True):
                     leave_unchecked("not checked: timed at {:.4g} ms, no time left in the budget to check it")
                 can_screen = bool(todo) and not self._out_of_time(not screening)
-                if waiting and (waiting[0][0] < min([best, *correct], key=_sort_key).latency_ms
-                                or not (can_screen or timing[0])):
+                leads = bool(waiting) and waiting[0][0] < min([best, *correct], key=_sort_key).latency_ms
+                if waiting and not leads and not (can_screen or timing[0]) and not self._spares_a_level():
+                    leave_unchecked("not checked: timed at {:.4g} ms, not faster than the best kernel, and the "
+                                    "budget left is kept for the next iteration's best")
+                if waiting and (leads or not (can_screen or timing[0])):
                     self._started[True] += 1
                     return True, heapq.heappop(waiting)[2]
                 if can_screen:

@@ -312,3 +312,18 @@ def test_a_check_started_beside_others_is_counted_as_sharing_the_cores() -> None
     assert not search._out_of_time(True)  # alone: 4 s of the 10 left
     search._checking = 2
     assert search._out_of_time(True)  # beside two others: the three take 12 s together
+
+
+def test_under_a_tight_budget_a_level_deeper_beats_a_wider_beam() -> None:
+    profiler = SlowChecksProfiler(0.0)
+    profiler.check_delay = 0.5
+    # after the baseline and the first level's best, the budget holds one more iteration's timings and
+    # check, not a check of a kernel that does not lead as well
+    config = replace(CONFIG, beam_width=4, plans_per_candidate=8, iterations=3, workers=1, time_budget_s=2.0,
+                     replay_steps=0, patience=0)
+    search = BeamSearch(profiler, [ManyPlansAgent()], config)
+    result = search.run("x = 1\n", TASK)
+    assert result.best.source.count("# faster") == 2
+    assert all("faster" in source for source in profiler.checked[1:])
+    skipped = [c for c in search.evaluated.values() if "kept for the next iteration" in (c.result.check_message or "")]
+    assert skipped and all(c.result.correct is None for c in skipped)
