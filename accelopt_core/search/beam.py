@@ -160,10 +160,11 @@ class BeamSearch:
         """Evaluate new kernels in parallel; record each one in memory as soon as it is done.
 
         When screening, each kernel is timed unchecked first and checked only while its timing beats
-        `bar(the candidates checked so far)`, the fastest first. A check waits for the wave's screens
-        unless the kernel would lead (faster than every correct one so far): a check costs minutes, and
-        spending them on a modest kernel while a faster one is still being timed can leave no time for
-        that one. One left unchecked is recorded with its timing and no verdict."""
+        `bar(the candidates checked so far)`, the fastest first. A check waits for the wave's screens and
+        the checks under way unless the kernel would lead (faster than every correct one so far and every
+        one being checked): a check costs minutes and takes every core, and spending them on a modest
+        kernel while a faster one is still being timed or checked can leave no time for that one, or for a
+        level deeper. One left unchecked is recorded with its timing and no verdict."""
         screening = self._screens()
         bar = bar or (lambda done: float("inf"))
         todo = list(reversed(drafts))
@@ -172,6 +173,7 @@ class BeamSearch:
         done: list[Candidate] = []
         busy = [0]
         timing = [0]  # screens under way
+        checking: dict[int, float] = {}  # checks under way: the timing of each kernel, by its draft's id
         raised: list[BaseException] = []
         turn = threading.Condition()
 
@@ -203,13 +205,18 @@ class BeamSearch:
                 if waiting and self._out_of_time(True):
                     leave_unchecked("not checked: timed at {:.4g} ms, no time left in the budget to check it")
                 can_screen = bool(todo) and not self._out_of_time(not screening)
-                leads = bool(waiting) and waiting[0][0] < min([best, *correct], key=_sort_key).latency_ms
-                if waiting and not leads and not (can_screen or timing[0]) and not self._spares_a_level():
+                # a kernel leads if it is faster than every correct one and every one being checked
+                lead = min([min([best, *correct], key=_sort_key).latency_ms, *checking.values()])
+                leads = bool(waiting) and waiting[0][0] < lead
+                pending = can_screen or timing[0] or checking
+                if waiting and not leads and not pending and not self._spares_a_level():
                     leave_unchecked("not checked: timed at {:.4g} ms, not faster than the best kernel, and the "
                                     "budget left is kept for the next iteration's best")
-                if waiting and (leads or not (can_screen or timing[0])):
+                if waiting and (leads or not pending):
                     self._started[True] += 1
-                    return True, heapq.heappop(waiting)[2]
+                    latency, _, item, _ = heapq.heappop(waiting)
+                    checking[id(item)] = latency
+                    return True, item
                 if can_screen:
                     self._started[not screening] += 1
                     return not screening, todo.pop()
@@ -239,6 +246,7 @@ class BeamSearch:
                 with turn:  # one step with the count, so an idle worker never sees neither job nor result
                     busy[0] -= 1
                     timing[0] -= not check
+                    checking.pop(id(item), None)
                     if check or result.error:
                         if not (self.cancel.is_set() and result.error):  # killed mid-run: no verdict
                             finish(item, result, "")
