@@ -327,3 +327,34 @@ def test_under_a_tight_budget_a_level_deeper_beats_a_wider_beam() -> None:
     assert all("faster" in source for source in profiler.checked[1:])
     skipped = [c for c in search.evaluated.values() if "kept for the next iteration" in (c.result.check_message or "")]
     assert skipped and all(c.result.correct is None for c in skipped)
+
+
+class TwoWinsAgent(ScriptedAgent):
+    """A big win and a small one for every kernel, the big one first."""
+
+    def propose(self, parent, context, count):
+        plans = [Proposal("big win", "rule:wins", "# faster\n# faster\n"),
+                 Proposal("small win", "rule:wins", "# faster\n")]
+        return [p for p in plans if (parent.hash, p.origin, p.description) not in context.tried][:count]
+
+    def realize(self, parent, proposal, samples):
+        return [Draft(parent.source + proposal.payload)]
+
+
+class SlowerSmallWinsProfiler(SlowChecksProfiler):
+    """The small win takes longer to time than the big one, so it is timed while the big one is checked."""
+
+    def profile(self, source, task, hardware="trn1", check=True, **kwargs):  # type: ignore[no-untyped-def]
+        if not check and source.count("# faster") == 1:
+            time.sleep(0.1)
+        return super().profile(source, task, hardware, check, **kwargs)
+
+
+def test_a_kernel_slower_than_one_being_checked_does_not_lead() -> None:
+    profiler = SlowerSmallWinsProfiler(0.0)
+    profiler.check_delay = 0.4
+    config = replace(CONFIG, beam_width=4, plans_per_candidate=2, iterations=1, workers=2, time_budget_s=1.5,
+                     replay_steps=0)
+    BeamSearch(profiler, [TwoWinsAgent()], config).run("x = 1\n", TASK)
+    # the small win waited for the big one's check, then the budget was kept for a level deeper
+    assert profiler.checked == ["x = 1\n", "x = 1\n# faster\n# faster\n"]
