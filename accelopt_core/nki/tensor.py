@@ -654,12 +654,9 @@ def declare(kind: str, dims: tuple[int, ...], partition_axis: int, dtype: np.dty
         by_block = sim.blocks is not None and sim.blocks.takes(sim.ids_used + 1, dims, partition_axis, dtype)
         if sim.memory is not None:
             sim.memory.reserve(math.prod(dims) * dtype.itemsize)
-        if by_block:
-            pass
-        elif sim.recycled is not None and sim.memory is not None:
-            data = sim.recycled.uninitialized(dims, dtype, sim.memory.used)
-        else:
-            data = _uninitialized(dims, dtype)
+        if not by_block:
+            data = (sim.recycled.uninitialized(dims, dtype, sim.memory.used)
+                    if sim.recycled is not None and sim.memory is not None else _uninitialized(dims, dtype))
     storage = Storage(sim, name, kind, dims, dtype, partition_axis, data, slots)
     if by_block:
         sim.blocks.adopt(storage, _garbage(dtype))  # type: ignore[union-attr]

@@ -121,8 +121,13 @@ class BeamSearch:
         search that evaluates nothing is not a search."""
         if self._deadline is None or self._started[check] < max(1, self.config.workers):
             return False
-        needed = self._longest[True] * (1 + self._checking if check else 1) + (0.0 if check else self._longest[False])
+        needed = self._check_seconds() if check else self._longest[True] + self._longest[False]
         return time.monotonic() + needed > self._deadline
+
+    def _check_seconds(self) -> float:
+        """How long a check started now may take: the longest so far, times the checks that would share the
+        cores with it."""
+        return self._longest[True] * (1 + self._checking)
 
     def _spares_a_level(self) -> bool:
         """Whether a check started now would still leave time for the next iteration: a timing and the check
@@ -130,7 +135,7 @@ class BeamSearch:
         under a tight budget a level deeper is worth more than a wider beam."""
         if self._deadline is None:
             return True
-        needed = self._longest[True] * (2 + self._checking) + self._longest[False]
+        needed = self._check_seconds() + self._longest[False] + self._longest[True]
         return time.monotonic() + needed <= self._deadline
 
     def _timed(self, evaluate: Callable[[], ProfileResult], check: bool = True) -> ProfileResult:
@@ -173,7 +178,7 @@ class BeamSearch:
         done: list[Candidate] = []
         busy = [0]
         timing = [0]  # screens under way
-        checking: dict[int, float] = {}  # checks under way: the timing of each kernel, by its draft's id
+        in_check: dict[int, float] = {}  # this wave's checks under way: the timing of each kernel, by its draft's id
         raised: list[BaseException] = []
         turn = threading.Condition()
 
@@ -206,16 +211,16 @@ class BeamSearch:
                     leave_unchecked("not checked: timed at {:.4g} ms, no time left in the budget to check it")
                 can_screen = bool(todo) and not self._out_of_time(not screening)
                 # a kernel leads if it is faster than every correct one and every one being checked
-                lead = min([min([best, *correct], key=_sort_key).latency_ms, *checking.values()])
+                lead = min([min([best, *correct], key=_sort_key).latency_ms, *in_check.values()])
                 leads = bool(waiting) and waiting[0][0] < lead
-                pending = can_screen or timing[0] or checking
+                pending = can_screen or timing[0] or in_check
                 if waiting and not leads and not pending and not self._spares_a_level():
                     leave_unchecked("not checked: timed at {:.4g} ms, not faster than the best kernel, and the "
                                     "budget left is kept for the next iteration's best")
                 if waiting and (leads or not pending):
                     self._started[True] += 1
                     latency, _, item, _ = heapq.heappop(waiting)
-                    checking[id(item)] = latency
+                    in_check[id(item)] = latency
                     return True, item
                 if can_screen:
                     self._started[not screening] += 1
@@ -246,7 +251,7 @@ class BeamSearch:
                 with turn:  # one step with the count, so an idle worker never sees neither job nor result
                     busy[0] -= 1
                     timing[0] -= not check
-                    checking.pop(id(item), None)
+                    in_check.pop(id(item), None)
                     if check or result.error:
                         if not (self.cancel.is_set() and result.error):  # killed mid-run: no verdict
                             finish(item, result, "")
