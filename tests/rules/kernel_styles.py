@@ -25,6 +25,8 @@ SHAPES = {
     "tutorial_buffered": [(256, 512)],
     "compiler_matmul": [(256, 256), (256, 1024)],
     "tutorial_matmul": [(256, 256), (256, 1024)],  # a_t is [K, M]
+    "compiler_attention": [(128, 256), (128, 512), (512, 128)],  # q and k transposed, v
+    "tutorial_attention": [(128, 256), (128, 512), (512, 128)],
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import Rule
+from .defer_scale import DeferRowScale
 from .engine_balance import BalanceEngines
 from .fuse_elementwise import FuseElementwise
 from .fuse_loops import FuseLoops
@@ -19,5 +20,5 @@ def default_rules() -> list[Rule]:
     """One instance of every rule: data-movement rules first (the baselines are mostly DMA-bound),
     then compute fusion and balancing, then tuning, then footprint."""
     return [HoistInvariant(), InterchangeLoops(), FuseElementwise(), MergeDma(), FuseLoops(),
-            BalanceEngines(), JamMatmulLoops(), InterleaveIterations(), RetuneTileSize(),
+            BalanceEngines(), JamMatmulLoops(), DeferRowScale(), InterleaveIterations(), RetuneTileSize(),
             ShrinkBlocks()]
