@@ -12,10 +12,16 @@ The workers are trusted code run with the same Python (`python -m accelopt_core.
 replay the tape with this simulator, as the profiler would in its own process, and run the user's own
 reference. The kernel's code never runs in them. They talk to the profiler over their standard input and
 output, in pickles: the job and the tape first, then one seed at a time until told to stop.
+
+A worker that ends a check in order waits for the next one (IDLE_SECONDS at most): its memory is warm. On
+virtual machines that hand freed memory back to their host, a fresh process's first seed pays seconds per
+gigabyte in page faults (gqa_full: its first seed 35 s of replay and 29 s of reference, the next ones 21 s
+and 4 s), and a search checks one kernel after another.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -44,6 +50,7 @@ STOP = None
 # A worker's C heap keeps what it frees, for its next seed: fresh memory costs page faults, seconds per
 # gigabyte on virtual machines that hand freed memory back to their host (gqa_full's check 199 -> 163 s)
 RETAIN = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776"
+IDLE_SECONDS = 120.0  # a worker left waiting this long for another check ends, giving its memory back
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,8 @@ def worker_count(specs: Sequence[TensorSpec], seeds: int) -> int:
     if inputs < LARGE_INPUTS or seeds < 2:
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    fitting = _available_memory() // (WORKER_BYTES_PER_INPUT_BYTE * inputs + (1 << 30))
+    # an idle worker's memory is counted as taken, but it is the memory that worker will check with
+    fitting = _available_memory() // (WORKER_BYTES_PER_INPUT_BYTE * inputs + (1 << 30)) + len(_idle)
     count = min(cores, seeds, fitting)
     return count if count >= 2 else 0
 
@@ -99,7 +107,8 @@ def _available_memory() -> int:
 class SeedWorkers:
     """The workers of one check. Made, it hands each the job, the tape and a first seed (they parse and draw
     while the profiler replays for timing), `begin` gives them the blocks' liveness, `verdicts` waits for
-    every seed's (a failed seed stops new ones being handed out), `close` ends them whatever their state."""
+    every seed's (a failed seed stops new ones being handed out), `close` keeps those told to stop for the
+    next check and ends the others whatever their state."""
 
     def __init__(self, count: int, job: SeedJob, tape: dict[str, Any], seeds: Sequence[int], seconds: float):
         self.seeds = list(seeds)
@@ -109,8 +118,9 @@ class SeedWorkers:
         self._failed = False
         self.verdicts_by_index: dict[int, SeedVerdict] = {}
         self.died: str | None = None
+        self._stopped: set[int] = set()  # the workers told to stop after a seed's verdict: ready for another check
         text = json.dumps(tape, separators=(",", ":")).encode("utf-8")
-        self.processes = [_start_worker() for _ in range(count)]
+        self.processes = [_take_worker() for _ in range(count)]
         for process in self.processes:
             _send(process, job)
             _send(process, text)
@@ -155,6 +165,8 @@ class SeedWorkers:
                 assignment = self._assignment()
                 _send(process, assignment)
                 if assignment is STOP:
+                    with self._lock:
+                        self._stopped.add(process.pid)
                     break
         except Exception:  # whatever ended the conversation (the worker died, or answered nonsense)
             try:
@@ -168,12 +180,68 @@ class SeedWorkers:
 
     def close(self) -> None:
         for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-            for stream in (process.stdin, process.stdout):
-                if stream is not None:
-                    stream.close()
+            if process.pid in self._stopped and self.died is None and process.poll() is None:
+                _keep_worker(process)
+            else:
+                _end(process)
+
+
+_idle: list[tuple[subprocess.Popen[bytes], threading.Timer]] = []  # workers waiting for a check, newest last
+_idle_lock = threading.Lock()
+
+
+def _take_worker() -> subprocess.Popen[bytes]:
+    """A worker waiting for a check (the one that waited least), else a new one."""
+    while True:
+        with _idle_lock:
+            if not _idle:
+                break
+            process, timer = _idle.pop()
+        timer.cancel()
+        if process.poll() is None:
+            return process
+        _end(process)
+    return _start_worker()
+
+
+def _keep_worker(process: subprocess.Popen[bytes]) -> None:
+    """Keep a worker that ended its check in order for the next one, for IDLE_SECONDS."""
+    timer = threading.Timer(IDLE_SECONDS, _retire, args=(process,))
+    timer.daemon = True
+    with _idle_lock:
+        _idle.append((process, timer))
+    timer.start()
+
+
+def _retire(process: subprocess.Popen[bytes]) -> None:
+    with _idle_lock:
+        kept = [entry for entry in _idle if entry[0] is process]
+        for entry in kept:
+            _idle.remove(entry)
+    if kept:
+        _end(process)
+
+
+def end_idle_workers() -> None:
+    """End every worker waiting for a check (at exit, and where a caller wants the memory back now)."""
+    with _idle_lock:
+        idle = list(_idle)
+        _idle.clear()
+    for process, timer in idle:
+        timer.cancel()
+        _end(process)
+
+
+atexit.register(end_idle_workers)
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    for stream in (process.stdin, process.stdout):
+        if stream is not None:
+            stream.close()
 
 
 def _start_worker() -> subprocess.Popen[bytes]:
@@ -220,10 +288,20 @@ def _check_seed(index: int, seconds: float, job: SeedJob, reader: Any, pool: Any
 
 
 def main() -> None:
+    """Check one job after another until the profiler closes the pipe (or ends the worker)."""
     single_threaded_blas()
     inbox, outbox = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # what the reference prints must not garble the answers
-    job: SeedJob = pickle.load(inbox)
+    while True:
+        try:
+            job: SeedJob = pickle.load(inbox)
+        except EOFError:
+            return
+        _check_job(job, inbox, outbox)
+
+
+def _check_job(job: SeedJob, inbox: Any, outbox: Any) -> None:
+    """One check's seeds, as the profiler hands them out, until it says stop."""
     with collector_paused():
         reader = TapeReader(json.loads(pickle.load(inbox)))
         reader.subscripts = {}  # decoded once for all the seeds this worker checks

@@ -2,7 +2,8 @@
 per seed, for a check at the timed size beside the kernel's recording rather than before it; a large
 check's seeds are checked side by side in worker processes (accelopt_core/profiling/seeds.py), with the
 verdict the profiler's own process gives on the same seeds, failures in seed order, and the user's
-reference failing, a worker that dies and a cancelled check each said plainly."""
+reference failing, a worker that dies and a cancelled check each said plainly; workers that end a check in
+order serve the next one, for a while."""
 
 from __future__ import annotations
 
@@ -50,6 +51,14 @@ def reference(tmp_path: Path, rows: str = "256", factor: str = "2.0") -> tuple[T
     path.write_text(f"{REFERENCE}\nDRAWS = {str(draws)!r}\n\ndef rows():\n    return {rows}\n\n"
                     f"def factor(x):\n    return {factor}\n")
     return TaskRef(reference=str(path)), draws
+
+
+@pytest.fixture(autouse=True)
+def no_idle_workers():
+    """Each test starts and ends with no worker left waiting from another check."""
+    seeds.end_idle_workers()
+    yield
+    seeds.end_idle_workers()
 
 
 @pytest.fixture
@@ -129,3 +138,31 @@ def test_a_cancelled_check_ends_its_workers(tmp_path: Path, in_workers, monkeypa
     result = SimulatorProfiler().profile(KERNEL, reference(tmp_path)[0], cancel=cancel)
     assert time.monotonic() - began < 30 and result.correct is None and result.error == "evaluation cancelled"
     assert started and all(process.poll() is not None for process in started)
+
+
+def test_workers_that_ended_a_check_in_order_check_the_next_one(tmp_path: Path, in_workers) -> None:
+    task, _ = reference(tmp_path)
+    first = SimulatorProfiler().profile(KERNEL, task, seeds=SEEDS)
+    kept = [process.pid for process, _ in seeds._idle]
+    second = SimulatorProfiler().profile(KERNEL, reference(tmp_path, factor="3.0")[0], seeds=SEEDS)
+    assert first.correct and second.correct is False  # each check judged by its own reference
+    assert len(kept) == 2 and sorted(process.pid for process, _ in seeds._idle) == sorted(kept)
+
+
+def test_workers_of_a_check_that_went_wrong_are_not_kept(tmp_path: Path, in_workers, monkeypatch) -> None:
+    monkeypatch.setattr(seeds, "_start_worker", lambda: subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.buffer.read(1); sys.exit(3)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    SimulatorProfiler().profile(KERNEL, reference(tmp_path)[0])
+    assert seeds._idle == []
+
+
+def test_an_idle_worker_ends_after_a_while(tmp_path: Path, in_workers, monkeypatch) -> None:
+    monkeypatch.setattr(seeds, "IDLE_SECONDS", 0.5)
+    assert SimulatorProfiler().profile(KERNEL, reference(tmp_path)[0], seeds=SEEDS).correct
+    processes = [process for process, _ in seeds._idle]
+    assert len(processes) == 2
+    deadline = time.monotonic() + 20
+    while (seeds._idle or any(process.poll() is None for process in processes)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert seeds._idle == [] and all(process.poll() is not None for process in processes)
