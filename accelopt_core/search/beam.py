@@ -69,6 +69,7 @@ class SearchResult:
 
 
 REPLAY_ITERATION = -1  # memory replay's candidates come before the first iteration, like the baseline
+EVALUATION_MARGIN = 1.25  # a child's evaluation may take this much longer than its parent's
 
 
 def _wins_over(child: Candidate, parent: Candidate) -> bool:
@@ -108,37 +109,48 @@ class BeamSearch:
         self._base: Candidate | None = None
         self._deadline: float | None = None
         self._longest = {True: 0.0, False: 0.0}  # seconds the longest checked / unchecked evaluation took
+        self._seconds: dict[tuple[str, bool], float] = {}  # seconds each kernel's check / timing took
         self._started = {True: 0, False: 0}  # checked / unchecked evaluations of candidates started
         self._checking = 0  # checks under way
         self._count_lock = threading.Lock()
 
     # --- the time budget ----------------------------------------------------------------------------
-    def _out_of_time(self, check: bool = True) -> bool:
-        """Whether an evaluation started now would end after the budget (the longest one of its kind so
-        far is the estimate: the baseline's before any candidate); a screen needs the time for its check
-        too. A full-size check spreads its seeds over every core, so one started beside others shares
-        them: it is counted as long as they all take together. The first wave of each kind always runs: a
-        search that evaluates nothing is not a search."""
+    def _out_of_time(self, check: bool = True, parent: Candidate | None = None) -> bool:
+        """Whether an evaluation of a child of `parent` started now would end after the budget (see
+        `_seconds_of`); a screen needs the time for its check too. A full-size check spreads its seeds over
+        every core, so one started beside others shares them: it is counted as long as they all take
+        together. The first wave of each kind always runs: a search that evaluates nothing is not a search."""
         if self._deadline is None or self._started[check] < max(1, self.config.workers):
             return False
-        needed = self._check_seconds() if check else self._longest[True] + self._longest[False]
+        needed = self._check_seconds(parent) if check else (self._seconds_of(True, parent)
+                                                            + self._seconds_of(False, parent))
         return time.monotonic() + needed > self._deadline
 
-    def _check_seconds(self) -> float:
-        """How long a check started now may take: the longest so far, times the checks that would share the
-        cores with it."""
-        return self._longest[True] * (1 + self._checking)
+    def _seconds_of(self, check: bool, parent: Candidate | None) -> float:
+        """How long a check (or a timing) of a child of `parent` may take alone: the parent's own, with a
+        margin, where it was measured, else the longest so far. A rewrite changes a kernel's evaluation
+        time less than kernels differ: a compiler-style baseline, its intermediates whole arrays, takes a
+        third longer to check than its rewrites do (gqa_full: 150 s, then 110 s)."""
+        longest = self._longest[check]
+        own = self._seconds.get((parent.hash, check)) if parent is not None else None
+        return longest if own is None else min(longest, own * EVALUATION_MARGIN)
 
-    def _spares_a_level(self) -> bool:
-        """Whether a check started now would still leave time for the next iteration: a timing and the check
-        of its best kernel. A kernel that would not lead is worth checking (it widens the beam) only then:
-        under a tight budget a level deeper is worth more than a wider beam."""
+    def _check_seconds(self, parent: Candidate | None = None) -> float:
+        """How long a check of a child of `parent` started now may take: alone, times the checks that would
+        share the cores with it."""
+        return self._seconds_of(True, parent) * (1 + self._checking)
+
+    def _spares_a_level(self, checks: int = 1, parent: Candidate | None = None) -> bool:
+        """Whether `checks` checks of children of `parent` started now would still leave time for the next
+        iteration: a timing and the check of its best kernel. A kernel that would not lead is worth checking
+        (it widens the beam) only then: under a tight budget a level deeper is worth more than a wider beam."""
         if self._deadline is None:
             return True
-        needed = self._check_seconds() + self._longest[False] + self._longest[True]
+        needed = checks * self._check_seconds(parent) + self._seconds_of(False, parent) + self._seconds_of(True, parent)
         return time.monotonic() + needed <= self._deadline
 
-    def _timed(self, evaluate: Callable[[], ProfileResult], check: bool = True) -> ProfileResult:
+    def _timed(self, evaluate: Callable[[], ProfileResult], check: bool = True, kernel: str | None = None
+               ) -> ProfileResult:
         start = time.monotonic()
         with self._count_lock:
             self._checking += check
@@ -147,11 +159,15 @@ class BeamSearch:
         finally:
             with self._count_lock:
                 self._checking -= check
-            self._longest[check] = max(self._longest[check], time.monotonic() - start)
+            seconds = time.monotonic() - start
+            self._longest[check] = max(self._longest[check], seconds)
+            if kernel is not None:
+                self._seconds[kernel, check] = seconds
 
     # --- evaluation -------------------------------------------------------------------------------
     def _evaluate(self, source: str, task: TaskRef, hardware: str, check: bool = True) -> ProfileResult:
-        return self._timed(lambda: self.profiler.profile(source, task, hardware, check, cancel=self.cancel), check)
+        return self._timed(lambda: self.profiler.profile(source, task, hardware, check, cancel=self.cancel), check,
+                           kernel_hash(source))
 
     def _screens(self) -> bool:
         """Whether a candidate is first timed unchecked: when the profiler checks at the size it times (no
@@ -207,14 +223,19 @@ class BeamSearch:
                 if waiting and waiting[0][0] >= limit:  # the fastest waiting kernel cannot win: none can
                     leave_unchecked(f"not checked: timed at {{:.4g}} ms, no faster than the {limit:.4g} ms "
                                     "it needed to enter the beam")
-                if waiting and self._out_of_time(True):
+                if waiting and self._out_of_time(True, waiting[0][2][1]):
                     leave_unchecked("not checked: timed at {:.4g} ms, no time left in the budget to check it")
-                can_screen = bool(todo) and not self._out_of_time(not screening)
+                can_screen = bool(todo) and not self._out_of_time(not screening, todo[-1][1])
                 # a kernel leads if it is faster than every correct one and every one being checked
                 lead = min([min([best, *correct], key=_sort_key).latency_ms, *in_check.values()])
                 leads = bool(waiting) and waiting[0][0] < lead
                 pending = can_screen or timing[0] or in_check
-                if waiting and not leads and not pending and not self._spares_a_level():
+                # while the wave is still being timed, a faster kernel may come: unless the budget holds its
+                # check too, and a level deeper, the leader waits for the wave's timings
+                parent = waiting[0][2][1] if waiting else None
+                if leads and (can_screen or timing[0]) and not self._spares_a_level(2, parent):
+                    leads = False
+                if waiting and not leads and not pending and not self._spares_a_level(1, parent):
                     leave_unchecked("not checked: timed at {:.4g} ms, not faster than the best kernel, and the "
                                     "budget left is kept for the next iteration's best")
                 if waiting and (leads or not pending):
@@ -290,7 +311,8 @@ class BeamSearch:
         def one(candidate: Candidate) -> None:
             if self._out_of_time():
                 return  # left unverified, so it is not kept
-            result = self._timed(lambda: verifier.profile(candidate.source, task, hardware, cancel=self.cancel))
+            result = self._timed(lambda: verifier.profile(candidate.source, task, hardware, cancel=self.cancel),
+                                 kernel=candidate.hash)
             if self.cancel.is_set() and result.error:
                 return
             if not result.correct:
@@ -378,7 +400,7 @@ class BeamSearch:
         for iteration in range(first_iteration, self.config.iterations):
             if self.cancel.is_set():
                 break
-            if self._out_of_time():
+            if self._out_of_time(True, best):
                 self._emit("iteration", iteration, best, f"time budget of {self.config.time_budget_s:.0f} s spent")
                 break
             self._refresh_context(context)

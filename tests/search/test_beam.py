@@ -358,3 +358,40 @@ def test_a_kernel_slower_than_one_being_checked_does_not_lead() -> None:
     BeamSearch(profiler, [TwoWinsAgent()], config).run("x = 1\n", TASK)
     # the small win waited for the big one's check, then the budget was kept for a level deeper
     assert profiler.checked == ["x = 1\n", "x = 1\n# faster\n# faster\n"]
+
+
+class SlowBaselineCheckProfiler(SlowChecksProfiler):
+    """The baseline's check takes three times as long as its rewrites' (its intermediates whole arrays)."""
+
+    def profile(self, source, task, hardware="trn1", check=True, **kwargs):  # type: ignore[no-untyped-def]
+        self.check_delay = 0.6 if source == "x = 1\n" else 0.2
+        return super().profile(source, task, hardware, check, **kwargs)
+
+
+def test_a_kernels_check_is_expected_to_take_as_long_as_its_parents() -> None:
+    profiler = SlowBaselineCheckProfiler(0.0)
+    # after the baseline (0.6 s) and the first level's best (0.2 s), 0.45 s are left: not the baseline's
+    # check time, but enough for a rewrite of the first level's best to be timed and checked
+    config = replace(CONFIG, beam_width=1, plans_per_candidate=2, iterations=2, workers=1, time_budget_s=1.3,
+                     replay_steps=0, patience=0)
+    result = BeamSearch(profiler, [ManyPlansAgent()], config).run("x = 1\n", TASK)
+    assert result.best.source.count("# faster") == 2 and result.best.result.correct
+
+
+class SlowerBigWinsProfiler(SlowChecksProfiler):
+    """The big win takes longer to time than the small one, so the small one is timed first."""
+
+    def profile(self, source, task, hardware="trn1", check=True, **kwargs):  # type: ignore[no-untyped-def]
+        if not check and source.count("# faster") == 2:
+            time.sleep(0.1)
+        return super().profile(source, task, hardware, check, **kwargs)
+
+
+def test_under_a_tight_budget_a_leader_waits_for_the_waves_timings() -> None:
+    profiler = SlowerBigWinsProfiler(0.0)
+    profiler.check_delay = 0.4
+    config = replace(CONFIG, beam_width=4, plans_per_candidate=2, iterations=1, workers=2, time_budget_s=1.5,
+                     replay_steps=0)
+    BeamSearch(profiler, [TwoWinsAgent()], config).run("x = 1\n", TASK)
+    # the small win led while the big one was timed, but the budget held one more check, not two
+    assert profiler.checked == ["x = 1\n", "x = 1\n# faster\n# faster\n"]
