@@ -341,17 +341,21 @@ class TwoWinsAgent(ScriptedAgent):
         return [Draft(parent.source + proposal.payload)]
 
 
-class SlowerSmallWinsProfiler(SlowChecksProfiler):
-    """The small win takes longer to time than the big one, so it is timed while the big one is checked."""
+class SlowTimingProfiler(SlowChecksProfiler):
+    """Timing the kernel with `slow` `# faster` lines takes 0.1 s longer: the other win is timed first."""
+
+    def __init__(self, slow: int) -> None:
+        super().__init__(0.0)
+        self.slow = slow
 
     def profile(self, source, task, hardware="trn1", check=True, **kwargs):  # type: ignore[no-untyped-def]
-        if not check and source.count("# faster") == 1:
+        if not check and source.count("# faster") == self.slow:
             time.sleep(0.1)
         return super().profile(source, task, hardware, check, **kwargs)
 
 
 def test_a_kernel_slower_than_one_being_checked_does_not_lead() -> None:
-    profiler = SlowerSmallWinsProfiler(0.0)
+    profiler = SlowTimingProfiler(slow=1)  # the small win is timed while the big one is checked
     profiler.check_delay = 0.4
     config = replace(CONFIG, beam_width=4, plans_per_candidate=2, iterations=1, workers=2, time_budget_s=1.5,
                      replay_steps=0)
@@ -378,17 +382,8 @@ def test_a_kernels_check_is_expected_to_take_as_long_as_its_parents() -> None:
     assert result.best.source.count("# faster") == 2 and result.best.result.correct
 
 
-class SlowerBigWinsProfiler(SlowChecksProfiler):
-    """The big win takes longer to time than the small one, so the small one is timed first."""
-
-    def profile(self, source, task, hardware="trn1", check=True, **kwargs):  # type: ignore[no-untyped-def]
-        if not check and source.count("# faster") == 2:
-            time.sleep(0.1)
-        return super().profile(source, task, hardware, check, **kwargs)
-
-
 def test_under_a_tight_budget_a_leader_waits_for_the_waves_timings() -> None:
-    profiler = SlowerBigWinsProfiler(0.0)
+    profiler = SlowTimingProfiler(slow=2)  # the small win is timed first
     profiler.check_delay = 0.4
     config = replace(CONFIG, beam_width=4, plans_per_candidate=2, iterations=1, workers=2, time_budget_s=1.5,
                      replay_steps=0)
