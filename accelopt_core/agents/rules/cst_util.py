@@ -104,6 +104,11 @@ def keyword(call: cst.Call, name: str) -> cst.Arg | None:
     return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 
 
+def is_true(expr: cst.BaseExpression | None) -> bool:
+    """Whether an argument is the literal `True` (absent is not)."""
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
 def root_name(expr: cst.BaseExpression) -> str | None:
     """The variable an access goes through: `a` for `a`, `a[i]`, `a.x[i]`, `a.reshape(s)[i]`."""
     while True:
@@ -819,8 +824,9 @@ def edit_statements(root: Any, edits: Mapping[int, Sequence[cst.BaseStatement]])
     return root.visit(_Edit())
 
 
-def replace_nodes(root: Any, mapping: Mapping[int, cst.CSTNode]) -> Any:
-    """`root` with every node whose id() is a key swapped for its value (by identity), in one pass."""
+def replace_nodes(root: Any, mapping: Mapping[int, cst.CSTNode | cst.RemovalSentinel]) -> Any:
+    """`root` with every node whose id() is a key swapped for its value (by identity), in one pass; a
+    statement mapped to `cst.RemoveFromParent()` is deleted."""
 
     class _Swap(cst.CSTTransformer):
         def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> Any:

@@ -60,7 +60,7 @@ def _arg(call: cst.Call, position: int, keyword: str) -> cst.BaseExpression | No
 
 def _true(call: cst.Call, keyword: str) -> bool:
     arg = u.keyword(call, keyword)
-    return arg is not None and isinstance(arg.value, cst.Name) and arg.value.value == "True"
+    return u.is_true(arg.value if arg is not None else None)
 
 
 def _ref_at(op: Op, expr: cst.BaseExpression | None) -> Ref | None:
@@ -106,7 +106,8 @@ class DeferRowScale:
             raise RuleError("the row scale no longer feeds a matmul the way the plan saw")
         d = found[0]
         nisa = u.alias_of(module, "nki.isa") or "nisa"
-        nodes: dict[int, cst.CSTNode] = {id(ref.node): _substituted(model, d, ref) for _, ref in d.readers}
+        nodes: dict[int, cst.CSTNode | cst.RemovalSentinel] = {id(ref.node): _substituted(model, d, ref)
+                                                                for _, ref in d.readers}
         for copy, ref in d.copies:
             call = _call(copy)
             keep = [a for a in call.args if a.keyword is not None and a.keyword.value in ("dtype", "mask")]
@@ -114,28 +115,14 @@ class DeferRowScale:
                                           f"operand0={u.code_of(d.operand)})")
             assert isinstance(scaled, cst.Call)
             nodes[id(call)] = scaled.with_changes(args=[*scaled.args, *keep])
-        gone = {id(d.scale.stmt)}
+        nodes[id(d.scale.stmt)] = cst.RemoveFromParent()
         declaration = model.tensors.get(d.product)
         if declaration is not None and declaration.decl is not None and all(
                 o is declaration.decl or o is d.scale or any(o is r for r, _ in d.readers)
                 for o, _ in model.refs(d.product)):
-            gone.add(id(declaration.decl.stmt))
-        rewritten = module.visit(_Rewrite(nodes, gone))
-        rewritten, _ = u.ensure_import(rewritten, _isa_path(module), nisa)
+            nodes[id(declaration.decl.stmt)] = cst.RemoveFromParent()
+        rewritten, _ = u.ensure_import(u.replace_nodes(module, nodes), _isa_path(module), nisa)
         return u.compiled_code(rewritten, self.name)
-
-
-class _Rewrite(cst.CSTTransformer):
-    """Swap expressions and delete statements by identity, in one pass."""
-
-    def __init__(self, nodes: dict[int, cst.CSTNode], gone: set[int]):
-        super().__init__()
-        self.nodes, self.gone = nodes, gone
-
-    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> Any:
-        if id(original) in self.gone:
-            return cst.RemoveFromParent()
-        return self.nodes.get(id(original), updated)
 
 
 def _isa_path(module: cst.Module) -> str:

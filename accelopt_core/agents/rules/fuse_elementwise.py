@@ -37,6 +37,7 @@ from .cst_util import (
     ensure_import,
     flat,
     is_pure,
+    is_true,
     kernel_function,
     keyword,
     latency_ms,
@@ -261,7 +262,7 @@ class KernelAnalysis:
         head, _, fn = name.rpartition(".")
         positional = [a.value for a in call.args if a.keyword is None]
         keepdims = keyword(call, "keepdims")
-        keeps = keepdims is not None and isinstance(keepdims.value, cst.Name) and keepdims.value.value == "True"
+        keeps = is_true(keepdims.value if keepdims is not None else None)
         if head == self.nl:
             if fn in ("arange", "mgrid", "ds", "program_id", "num_programs"):
                 return INDEX if fn != "num_programs" else SCALAR
@@ -432,7 +433,7 @@ class KernelAnalysis:
         if fn[1] in ("tensor_scalar", "scalar_tensor_tensor") and {"data", "op0", "operand0"} <= set(args):
             op0 = _alu_name(args["op0"])
             first = [args["data"], args["operand0"]]
-            if _true(args.get("reverse0")):
+            if is_true(args.get("reverse0")):
                 first.reverse()
             second_op = args.get("op1")
             if op0 not in _BINARY or (fn[1] == "scalar_tensor_tensor" and second_op is None):
@@ -442,10 +443,10 @@ class KernelAnalysis:
             op1 = _alu_name(second_op)
             if op1 not in _BINARY or "operand1" not in args:
                 return None
-            reverse0 = ", reverse0=True" if _true(args.get("reverse0")) else ""
+            reverse0 = ", reverse0=True" if is_true(args.get("reverse0")) else ""
             inner = cst.parse_expression(f"{nisa}.tensor_scalar(data={code_of(args['data'])}, op0={self.np}.{op0}, "
                                          f"operand0={code_of(args['operand0'])}{reverse0})")
-            second = [args["operand1"], inner] if _true(args.get("reverse1")) else [inner, args["operand1"]]
+            second = [args["operand1"], inner] if is_true(args.get("reverse1")) else [inner, args["operand1"]]
             return op1, second, mask, dtype
         if fn[1] == "activation" and {"op", "data"} <= set(args):
             func = (dotted(args["op"]) or "").rsplit(".", 1)[-1]
@@ -669,10 +670,6 @@ def _isa_args(call: cst.Call, fn: str) -> dict[str, cst.BaseExpression] | None:
 def _alu_name(expr: cst.BaseExpression) -> str:
     """`multiply` for `nl.multiply`, `np.multiply`, `numpy.multiply`."""
     return (dotted(expr) or "").rsplit(".", 1)[-1]
-
-
-def _true(expr: cst.BaseExpression | None) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "True"
 
 
 def _mask_text(expr: cst.BaseExpression | None) -> str | None:
