@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 
 from .errors import KernelUsageError
+from .trace import DTYPE_SIZES
 
 float32 = np.dtype(np.float32)
 float16 = np.dtype(np.float16)
@@ -43,15 +44,17 @@ def named(name: str) -> np.dtype | None:
 _FLOAT_RANK = {float8_e4m3: 1, float8_e4m3fn: 1, float8_e5m2: 1, bfloat16: 2, float16: 2, float32: 3}
 
 
-_NAMES: dict[np.dtype, str] = {}
+_FACTS: dict[np.dtype, tuple[str, int]] = {}
 
 
-def name_of(dtype: np.dtype) -> str:
-    """dtype.name, cached: NumPy computes it afresh on every access, which shows up in tracing."""
-    name = _NAMES.get(dtype)
-    if name is None:
-        name = _NAMES[dtype] = dtype.name
-    return name
+def facts_of(dtype: np.dtype) -> tuple[str, int]:
+    """dtype.name and the bytes an element takes on the device (the trace's table), cached: NumPy
+    computes the name afresh on every access, which shows up in tracing."""
+    facts = _FACTS.get(dtype)
+    if facts is None:
+        name = dtype.name
+        facts = _FACTS[dtype] = (name, DTYPE_SIZES.get(name, dtype.itemsize))
+    return facts
 
 
 def as_dtype(value: Any) -> np.dtype:

@@ -19,7 +19,7 @@ import numpy as np
 from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, pin_location
 from .indexing import IndexExpr, Mask, as_mask
-from .tensor import HBM, PSUM, SBUF, Limits, Tile, allocate, close_accumulation, current, running
+from .tensor import HBM, PSUM, SBUF, Limits, Tile, allocate, close_accumulation, current, declare, running
 from .trace import Alu, Called, Engine, Instruction, Op
 
 # --------------------------------------------------------------------------------------------
@@ -245,7 +245,9 @@ def _mask_values(mask: Mask | None, shape: tuple[int, ...]) -> np.ndarray | None
 
 
 def _result(shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> Tile:
-    return allocate(shape, dtype, buffer)
+    """An instruction's new result tile: its shape is already a tuple of ints and its buffer a kind, so
+    it skips the parsing `allocate` does for a kernel's own declarations."""
+    return declare(buffer, shape, 0, dtypes.as_dtype(dtype))
 
 
 def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mask | None = None,
@@ -253,7 +255,8 @@ def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mas
             fresh: bool = False, work_shape: tuple[int, ...] | None = None) -> Instruction:
     """Append one instruction reading `srcs` and writing `dst` to the trace."""
     sim = current()
-    mask = as_mask(mask)
+    if mask is not None:
+        mask = as_mask(mask)
     shape = work_shape or dst.shape
     if engine == Engine.GPSIMD and (dst.buffer == PSUM or any(t.buffer == PSUM for t in srcs)):
         raise HardwareRuleError(f"{op} on the GpSimd engine cannot access PSUM; use the Vector or Scalar "
@@ -266,19 +269,23 @@ def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mas
             _check_overhang(t, mask)
     if dst.sub.overhang is not None:
         _check_overhang(dst, out_mask)
-    partitions, free, count = _work(shape, mask)
     if mask is None:
-        reads = tuple(t.access() for t in srcs)
+        partitions = shape[0] if shape else 1
+        free = math.prod(shape[1:])
+        count = partitions * free
+        reads = tuple([t.access() for t in srcs])
     else:  # masked-off elements are neither read nor written
+        partitions, free, count = _work(shape, mask)
         reads = tuple(t.access(count * t.storage.itemsize if t.shape == shape else None) for t in srcs)
     write_bytes = None if out_mask is None else count * dst.storage.itemsize
     writes = (dst.access(write_bytes),)
     inst = sim.emit(engine, op, reads, writes, partitions, free, flops or 0, attrs,
                     dtype or dst.storage.dtype_name)
     for t in srcs:
-        t.storage.consumed = True
-        if t.storage.mm_open:
-            close_accumulation(t.storage, t.sub.region)
+        storage = t.storage
+        storage.consumed = True
+        if storage.mm_open:
+            close_accumulation(storage, t.sub.region)
     if dst.storage.mm_open:
         close_accumulation(dst.storage, dst.sub.region)
     if fresh:
@@ -328,6 +335,10 @@ def _engine(engine: Any, default: str, allowed: tuple[str, ...]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+_DIRECTIONS = {(True, True): "hbm_to_hbm", (True, False): "hbm_to_sbuf", (False, True): "sbuf_to_hbm",
+               (False, False): "sbuf_to_sbuf"}  # a DMA's direction, by (source in HBM, destination in HBM)
+
+
 @instruction
 def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype: Any = None,
              axes: tuple[int, ...] | None = None) -> Tile:
@@ -342,7 +353,7 @@ def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype
         _check_partitions(out.shape, "DMA into " + out.buffer.upper())
     if src.buffer == PSUM or out.buffer == PSUM:
         raise HardwareRuleError("DMA engines cannot access PSUM; copy the tile to SBUF first")
-    direction = f"{'hbm' if src.buffer == HBM else 'sbuf'}_to_{'hbm' if out.buffer == HBM else 'sbuf'}"
+    direction = _DIRECTIONS[src.buffer == HBM, out.buffer == HBM]
     indices = src.sub.index_tiles() + out.sub.index_tiles()
     inst = _record(Engine.DMA, Op.DMA_COPY, (src, *indices), out, mask=mask, fresh=fresh,
                    attrs={"direction": direction, "transpose": axes is not None, "indirect": bool(indices)},
@@ -884,7 +895,11 @@ def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = Non
 def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None, mask: Mask | None = None,
            buffer: str = SBUF, dst: Tile | None = None) -> Tile:
     eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.GPSIMD))
-    out, fresh = _output(dst, tuple(shape), dtype if dtype is not None else dtypes.float32, buffer)
+    out_dtype = dtype if dtype is not None else dtypes.float32
+    if dst is None:  # the kernel's own shape and buffer (nisa.memset), parsed as a declaration's
+        out, fresh = allocate(shape, out_dtype, buffer), True
+    else:
+        out, fresh = _output(dst, tuple(shape), out_dtype)
     if out.buffer == HBM:
         raise HardwareRuleError("memset writes SBUF or PSUM, not HBM")
     _check_partitions(out.shape, "memset")

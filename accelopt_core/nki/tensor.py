@@ -23,7 +23,7 @@ from .allocation import Placement, Slots, place
 from .blocks import LiveBlocks
 from .errors import HardwareRuleError, KernelUsageError, kernel_location
 from .indexing import Subscript, compose, full_subscript, normalize
-from .trace import DTYPE_SIZES, Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
+from .trace import Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
 
 HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
 
@@ -130,7 +130,7 @@ class Simulation:
                                             for loop, index in self.nest))
         slots = self._placements.get(site)
         if slots is None:
-            itemsize = DTYPE_SIZES.get(dtypes.name_of(dtype), dtype.itemsize)
+            itemsize = dtypes.facts_of(dtype)[1]
             slots = self._placements[site] = place(placement, dims, partition_axis, itemsize,
                                                    self.limits.sbuf_partition_bytes)
         return slots
@@ -309,8 +309,7 @@ class Storage:
         self.buffer = buffer
         self.shape = shape
         self.dtype = dtype
-        self.dtype_name = dtypes.name_of(dtype)
-        self.itemsize = DTYPE_SIZES.get(self.dtype_name, dtype.itemsize)
+        self.dtype_name, self.itemsize = dtypes.facts_of(dtype)
         self.partition_axis = partition_axis
         self.data = data
         self.producer: Instruction | None = None
@@ -698,7 +697,7 @@ def _check_on_chip(limits: Limits, kind: str, dims: tuple[int, ...], partition_a
     if partitions > limits.pmax:
         raise HardwareRuleError(f"{_label(kind, name, dims)}: size of partition dimension {partitions} exceeds the "
                                 f"architecture limit of {limits.pmax}")
-    itemsize = DTYPE_SIZES.get(dtypes.name_of(dtype), dtype.itemsize)
+    itemsize = dtypes.facts_of(dtype)[1]
     tile_bytes = math.prod(dims[partition_axis + 1:]) * itemsize
     if kind == SBUF and tile_bytes > limits.sbuf_partition_bytes:
         raise HardwareRuleError(f"{_label(kind, name, dims)}: one tile needs {tile_bytes} bytes per "
