@@ -111,10 +111,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with open(kernel_path, "w", encoding="utf-8") as handle:
         handle.write(source)
     require_isolation("simulator")
-    options = argparse.Namespace(kernel=kernel_path, hardware=args.hardware, preset=args.preset, iterations=None,
-                                 beam_width=None, workers=None, replay_steps=None, time_budget=None, planner="rules",
-                                 llm=False,
-                                 out=None, resume=None, db=args.db, json=None, backend="simulator")
+    options = argparse.Namespace(kernel=kernel_path, kernel_name=None, hardware=args.hardware, preset=args.preset,
+                                 iterations=None, beam_width=None, workers=None, replay_steps=None, time_budget=None,
+                                 planner="rules", llm=False, out=None, resume=None, db=args.db, json=None,
+                                 backend="simulator")
     return run_optimize(options, source, TaskRef(name=files.name))
 
 
@@ -123,7 +123,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from .optimize import run_optimize
 
     task = _task_for(args)
-    source = _read_kernel(args.kernel, None)
+    source = _read_kernel(args.kernel, args.kernel_name)
     if args.backend == "remote" and not (args.service_url and args.token_file):
         raise CliError("--backend remote needs --service-url and --token-file")
     require_isolation(args.backend)
@@ -138,8 +138,9 @@ def require_isolation(backend: str) -> None:
 
 
 def _add_task_arguments(parser: argparse.ArgumentParser) -> None:
-    """The kernel file, what it is checked against, how it is launched and on which hardware."""
+    """The kernel file (and which of its functions), and what it is checked against."""
     parser.add_argument("kernel", help="kernel file (.py)")
+    parser.add_argument("--kernel-name", help="the kernel function, when the file has several")
     parser.add_argument("--reference", help="reference file (native or NKIBench form)")
     parser.add_argument("--task", help="a named task instead of a reference file")
 
@@ -161,7 +162,6 @@ def _add_profile_parser(sub: Any) -> None:
                              description="Exit codes: 0 ok, 1 the kernel failed to run, 2 bad input, "
                              "3 wrong results.")
     _add_task_arguments(profile)
-    profile.add_argument("--kernel-name", help="the kernel function, when the file has several")
     _add_launch_arguments(profile)
     _add_backend_arguments(profile, "where to profile: the built-in simulator or a profiling service (--service-url)")
     profile.add_argument("--no-check", action="store_true", help="skip the numeric check (trace-only mode)")

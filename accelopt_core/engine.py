@@ -77,10 +77,10 @@ def profile_cache(memory: Memory | None) -> Cache:
     return ProfileCache(memory) if memory is not None else {}
 
 
-def cached_profile(cache: Cache, kernel_source: str, task: TaskRef, hardware: str,
-                   backend: str, check: bool, check_variant: str | None) -> ProfileResult | None:
+def cached_profile(cache: Cache, kernel_source: str, task: TaskRef, hardware: str, backend: str, check: bool,
+                   check_variant: str | None, kernel_name: str | None = None) -> ProfileResult | None:
     """What a profiler with these settings would answer from `cache` without running the kernel."""
-    key = profile_key(kernel_source, task, hardware, backend, check, check_variant)
+    key = profile_key(kernel_source, task, hardware, backend, check, check_variant, kernel_name=kernel_name)
     return cache.get(key) if key is not None else None
 
 
@@ -196,7 +196,7 @@ class QuickFix:
 def quick_fixes(rules: Sequence[Rule], source: str, profile: ProfileResult | None, limit: int) -> list[QuickFix]:
     """The best `limit` rewrites the rules would make, in the rule-based optimizer's order, each distinct.
     Parsing and rewriting with libcst never executes the kernel; a rule that fails is skipped, not fatal."""
-    from .agents.rules.agent import RuleAgent
+    from .agents.rules.agent import RuleAgent, focus_of
 
     fixes: list[QuickFix] = []
     seen: set[str] = set()
@@ -204,7 +204,8 @@ def quick_fixes(rules: Sequence[Rule], source: str, profile: ProfileResult | Non
         if len(fixes) >= limit:
             break
         try:
-            new_source = rule.apply(source, plan)
+            with focus_of(profile):
+                new_source = rule.apply(source, plan)
         except Exception as exc:  # a RuleError: the plan does not fit after all (or the rule's own bug)
             log.debug("rule %s could not apply %s: %s", plan.rule, plan.key, exc)
             continue

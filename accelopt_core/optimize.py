@@ -126,7 +126,8 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
     print(f"optimizing {os.path.relpath(args.kernel)} for {task.key} on {args.hardware} ({profiler.backend} backend) "
           f"with {who}", file=sys.stderr)
     try:
-        result = search.run(source, task, args.hardware, task_family(task), resume=args.resume)
+        result = search.run(source, task, args.hardware, task_family(task), resume=args.resume,
+                            kernel_name=args.kernel_name)
     except SearchError as exc:
         print(f"accelopt: {exc}", file=sys.stderr)
         return 1

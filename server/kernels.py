@@ -76,6 +76,12 @@ class KernelFile:
     problem: str | None = None  # e.g. cannot tell which function is the kernel
     loops: tuple[Loop, ...] = field(default_factory=tuple)
 
+    @property
+    def named(self) -> str | None:
+        """The kernel function the file's directive names (`kernel=NAME`, a file of several kernels); None
+        when the only kernel is found by itself. What profiles and searches are told, as on the command line."""
+        return self.directive.kernel if self.directive is not None else None
+
 
 def _is_nki_module(name: str) -> bool:
     return name == "nki" or name.startswith(("nki.", "neuronxcc"))

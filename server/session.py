@@ -39,7 +39,7 @@ class Snapshot:
 
     source: str
     link: TaskLink
-    function: str | None
+    function: str | None  # the kernel function the file names, None for its only kernel (KernelFile.named)
     hardware: str
 
 
@@ -269,7 +269,7 @@ class Session:
         doc.phase = "waiting"
         assert doc.link is not None
         # The text as of this request (a save's text, even if typing goes on during the debounce).
-        snapshot = Snapshot(doc.source, doc.link, doc.info.function, doc.hardware(self.settings.hardware))
+        snapshot = Snapshot(doc.source, doc.link, doc.info.named, doc.hardware(self.settings.hardware))
         task = asyncio.ensure_future(self._profile(doc, doc.request_id, wait, snapshot))
         self._tasks[doc.uri] = task
         task.add_done_callback(lambda t, uri=doc.uri: self._task_done(uri, t))
@@ -305,7 +305,7 @@ class Session:
             return None
         try:
             return cached_profile(profile_cache(memory), snap.source, snap.link.ref, snap.hardware, self.backend,
-                                  check, variant)
+                                  check, variant, snap.function)
         except Exception:
             log.exception("profile cache read failed")
             return None
@@ -454,7 +454,8 @@ class Session:
         payload = {"source": source, "task": doc.link.ref, "hardware": hardware,
                    "preset": self.settings.search_preset, "workers": self.settings.search_workers,
                    "profiler": self.profiler_settings(check_variant(doc.link.ref)), "memory_db": self._memory_db(),
-                   "agents": list(self.settings.optimizer_agents), "llm": self._llm_payload()}
+                   "agents": list(self.settings.optimizer_agents), "llm": self._llm_payload(),
+                   "kernel_name": doc.info.named}
 
         def event(value: Any) -> None:
             if doc.search is not None:

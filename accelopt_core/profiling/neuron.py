@@ -247,12 +247,12 @@ class NeuronProfiler(CheckingProfiler):
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
-        cache_key = self._cache_key(kernel_source, task, hardware, check, seeds)
+        cache_key = self._cache_key(kernel_source, task, hardware, check, seeds, kernel_name)
         cached = self._cached(cache_key)
         if cached is not None:
             return cached
         timing_task = task.load()
-        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend)
+        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend, function=kernel_name)
         if self.hardware is not None and hardware != self.hardware:
             result.error = f"this host profiles on {self.hardware}; the job asked for {hardware}"
             return result

@@ -98,13 +98,16 @@ ProfileKey = tuple[str, str, str | None, str, str, bool]
 
 
 def profile_key(kernel_source: str, task: TaskRef, hardware: str, backend: str, check: bool,
-                check_variant: str | None, seeds: Sequence[int] | None = None) -> ProfileKey | None:
+                check_variant: str | None, seeds: Sequence[int] | None = None,
+                kernel_name: str | None = None) -> ProfileKey | None:
     """The one key a profile is cached under, by every profiler and every reader of the cache: the kernel's
-    content, the task with its reference's content, how it was checked, the hardware and the backend. None
-    for a run on seeds chosen by the caller: its verdict is not the one of fresh seeds, so it is not cached."""
+    content (and which of its functions ran, when named), the task with its reference's content, how it was
+    checked, the hardware and the backend. None for a run on seeds chosen by the caller: its verdict is not
+    the one of fresh seeds, so it is not cached."""
     if seeds is not None:
         return None
-    return kernel_hash(kernel_source), task.identity, check_variant, hardware, backend, check
+    kernel = kernel_hash(kernel_source) + (f"#{kernel_name}" if kernel_name else "")
+    return kernel, task.identity, check_variant, hardware, backend, check
 
 
 @runtime_checkable
@@ -251,8 +254,8 @@ class CheckingProfiler:
         return timed
 
     def _cache_key(self, kernel_source: str, task: TaskRef, hardware: str, check: bool,
-                   seeds: Sequence[int] | None) -> ProfileKey | None:
-        return profile_key(kernel_source, task, hardware, self.backend, check, self.check_variant, seeds)
+                   seeds: Sequence[int] | None, kernel_name: str | None) -> ProfileKey | None:
+        return profile_key(kernel_source, task, hardware, self.backend, check, self.check_variant, seeds, kernel_name)
 
     def _cached(self, key: ProfileKey | None) -> ProfileResult | None:
         return self.cache.get(key) if key is not None else None
@@ -317,13 +320,13 @@ class SimulatorProfiler(CheckingProfiler):
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
-        cache_key = self._cache_key(kernel_source, task, hardware, check, seeds)
+        cache_key = self._cache_key(kernel_source, task, hardware, check, seeds, kernel_name)
         cached = self._cached(cache_key)
         if cached is not None:
             return cached
         timing_task = task.load()
         specs, drawn = self._timing_specs(timing_task, task)
-        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend)
+        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend, function=kernel_name)
         with reference_thread() as references, ExitStack() as paused:
             workers = 0
             if check and self.check_variant is None and all(s.shape for s in specs):

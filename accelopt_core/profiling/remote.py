@@ -196,7 +196,7 @@ class RemoteProfiler:
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
         """Profile on the service; failures come back as `ProfileResult.error`, never as exceptions."""
         task_name = task.name or default_task_name(task.reference or "")
-        failed = ProfileResult(kernel_label, task_name, hardware, self.backend)
+        failed = ProfileResult(kernel_label, task_name, hardware, self.backend, function=kernel_name)
         deadline = time.monotonic() + self.timeout
         job_id: str | None = None
         try:

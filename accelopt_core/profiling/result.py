@@ -51,6 +51,7 @@ class ProfileResult:
     task: str | None
     hardware: str
     backend: str
+    function: str | None = None  # the kernel function that ran, when the file has several and one was named
     correct: bool | None = None
     latency_ms: float | None = None
     peak_percent: float | None = None
@@ -91,6 +92,7 @@ class ProfileResult:
         head = {
             "result_format": RESULT_FORMAT,
             "kernel": self.kernel,
+            "function": self.function,
             "task": self.task,
             "hardware": self.hardware,
             "backend": self.backend,
@@ -112,7 +114,7 @@ class ProfileResult:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> ProfileResult:
-        own = {k: data.get(k) for k in ("kernel", "task", "hardware", "backend", "latency_ms", "correct",
+        own = {k: data.get(k) for k in ("kernel", "function", "task", "hardware", "backend", "latency_ms", "correct",
                                          "peak_percent", "bottleneck", "bound", "peak_work", "rel_l2_error",
                                          "max_abs_error",
                                          "check_message", "error", "error_line")}

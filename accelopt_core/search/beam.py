@@ -103,6 +103,7 @@ class BeamSearch:
         self.on_event = on_event or (lambda event: None)
         self.cancel = cancel or threading.Event()
         self.evaluated: dict[str, Candidate] = {}
+        self.kernel_name: str | None = None  # the kernel function, in a file of several (see `run`)
         # checks at the timed size; None when the profiler already checks at the size it times
         self.verifier = profiler.at_timed_size()
         self._verified: set[str] = set()
@@ -166,8 +167,8 @@ class BeamSearch:
 
     # --- evaluation -------------------------------------------------------------------------------
     def _evaluate(self, source: str, task: TaskRef, hardware: str, check: bool = True) -> ProfileResult:
-        return self._timed(lambda: self.profiler.profile(source, task, hardware, check, cancel=self.cancel), check,
-                           kernel_hash(source))
+        return self._timed(lambda: self.profiler.profile(source, task, hardware, check, kernel_name=self.kernel_name,
+                                                         cancel=self.cancel), check, kernel_hash(source))
 
     def _screens(self) -> bool:
         """Whether a candidate is first timed unchecked: when the profiler checks at the size it times (no
@@ -311,7 +312,8 @@ class BeamSearch:
         def one(candidate: Candidate) -> None:
             if self._out_of_time():
                 return  # left unverified, so it is not kept
-            result = self._timed(lambda: verifier.profile(candidate.source, task, hardware, cancel=self.cancel),
+            result = self._timed(lambda: verifier.profile(candidate.source, task, hardware,
+                                                          kernel_name=self.kernel_name, cancel=self.cancel),
                                  kernel=candidate.hash)
             if self.cancel.is_set() and result.error:
                 return
@@ -383,8 +385,11 @@ class BeamSearch:
 
     # --- the loop ---------------------------------------------------------------------------------
     def run(self, source: str, task: TaskRef, hardware: str = "trn1", task_family: str | None = None,
-            resume: int | None = None) -> SearchResult:
+            resume: int | None = None, kernel_name: str | None = None) -> SearchResult:
+        """Search from `source` (or resume a search of the memory). `kernel_name`: the kernel function when
+        the file has several; every candidate is profiled as it, and only it is rewritten."""
         start_time = time.monotonic()
+        self.kernel_name = kernel_name
         if self.config.time_budget_s:
             self._deadline = start_time + self.config.time_budget_s
         name = task.key.split(":", 1)[0]

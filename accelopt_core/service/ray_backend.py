@@ -215,7 +215,7 @@ class RayProfiler:
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
         task_name = task.name or default_task_name(task.reference or "")
-        failed = ProfileResult(kernel_label, task_name, hardware, self.config.backend)
+        failed = ProfileResult(kernel_label, task_name, hardware, self.config.backend, function=kernel_name)
         try:
             reference = None
             if task.reference:

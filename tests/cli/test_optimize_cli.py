@@ -61,3 +61,27 @@ def test_optimize_a_reference_file_task_then_replay_what_it_learned(tmp_path: Pa
     assert "[replayed] memory replay kept" in second.stderr
     off = optimize(tmp_path, "third", "--replay-steps", "0")
     assert off.returncode == 0 and "[replayed]" not in off.stderr
+
+
+def test_optimize_the_named_kernel_of_a_file_with_several(tmp_path: Path) -> None:
+    """The tutorials keep every version of a kernel in one file: the one named is searched, profiled and
+    rewritten; the others are left as they were."""
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    first, body = KERNEL.split("@nki.jit\n")
+    versions = first + "".join(f"@nki.jit\n{body.replace('def kernel(', f'def kernel_{v}(')}\n" for v in ("v1", "v2"))
+    kernel = tmp_path / "versions.py"
+    kernel.write_text(versions)
+    command = [sys.executable, "-m", "accelopt_core", "optimize", str(kernel), "--reference", str(tmp_path / "ref.py"),
+               "--preset", "quick", "--iterations", "1", "--workers", "1", "--db", str(tmp_path / "m.db")]
+
+    unnamed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert unnamed.returncode == 2 and "pass --kernel-name" in unnamed.stderr
+
+    named = subprocess.run([*command, "--kernel-name", "kernel_v2"], capture_output=True, text=True, timeout=600)
+    assert named.returncode == 0, named.stderr
+    assert "speedup" in named.stdout
+    best = (tmp_path / "versions.optimized.py").read_text()
+    v1, v2 = best.split("def kernel_v2(")
+    original_v1, original_v2 = versions.split("def kernel_v2(")
+    assert v1 == original_v1  # the other version, untouched
+    assert v2 != original_v2  # the named one, rewritten

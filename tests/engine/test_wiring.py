@@ -41,7 +41,7 @@ def test_the_profile_key_is_equal_for_equal_parts_and_differs_in_each_part() -> 
     assert key() == key() and key() is not None
     others = [key(kernel_source=KERNEL + "# edited\n"), key(task=TaskRef(name="silu:small")), key(hardware="trn2"),
               key(backend="remote"), key(backend="neuron"), key(check=False), key(check_variant=None),
-              key(task=TaskRef(name="silu", grid=(2,)))]
+              key(task=TaskRef(name="silu", grid=(2,))), key(kernel_name="kernel_v2")]
     assert all(other != key() for other in others) and len(set(others)) == len(others)
 
 

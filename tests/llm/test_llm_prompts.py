@@ -92,6 +92,15 @@ def test_task_brief_from_the_reference_and_for_unknown_tasks(tmp_path) -> None: 
     assert prompts.task_brief(str(ref)).startswith("mine: doubles x.") and "def forward" in prompts.task_brief(str(ref))
 
 
+def test_planner_and_executor_are_told_which_function_is_the_kernel_in_a_file_of_several() -> None:
+    named = Candidate(SILU, "base", ProfileResult("versions.py", "silu", "trn1", "simulator", function="silu_v2"))
+    planner = prompts.planner_prompt(named, SearchContext("silu", "elementwise", "trn1")).user
+    executor = prompts.executor_prompt(named, "fuse the chain", "silu").user
+    assert all("The kernel is the function `silu_v2`" in text for text in (planner, executor))
+    alone = Candidate(SILU, "base", ProfileResult("silu.py", "silu", "trn1", "simulator"))
+    assert "The kernel is the function" not in prompts.executor_prompt(alone, "fuse the chain", "silu").user
+
+
 def test_summarizer_is_asked_only_for_lessons_memory_keeps(fake_llm) -> None:
     server = fake_llm(lambda r: LESSON)
     slow = candidate(SILU, 1.2)

@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from lsp_client import AGENTS, SMALL_SILU, apply_edit, running_server, wait_for
+from lsp_client import AGENTS, SILU, SMALL_SILU, apply_edit, running_server, wait_for
 from lsprotocol import types
 
 pytestmark = pytest.mark.asyncio
@@ -157,3 +157,26 @@ async def test_optimize_offers_a_verified_rule_rewrite_of_a_compiler_style_kerne
         report = await editor.profiled(uri, timeout=180)
         assert report["result"]["correct"] is True
         assert report["result"]["latency_ms"] < profiled["result"]["latency_ms"]
+
+
+async def test_optimize_rewrites_the_kernel_the_directive_names(workspace: Path, memory_db: Path) -> None:
+    """A tutorial file keeps every version of its kernel; `kernel=NAME` picks the one that is profiled and
+    optimized, and the rewrite leaves the other versions as they were."""
+    head, body = SILU.split("@nki.jit\n")
+    versions = "".join(f"@nki.jit\n{body.replace('def kernel(', f'def silu_{v}(')}\n\n" for v in ("v1", "v2"))
+    text = "# accelopt: task=silu:small kernel=silu_v2\n" + head + versions
+    async with running_server(workspace, memory_db, init_options={"searchWorkers": 2}) as editor:
+        uri = editor.open(workspace / "versions.py", text)
+        profiled = await editor.profiled(uri)
+        assert profiled["result"]["correct"] is True, profiled
+        summary = await editor.command("accelopt.optimize", uri)
+        assert not summary.get("error") and summary["rewrites"], summary
+        hint = await wait_for(lambda: editor.diagnostics(uri, "rewrite-available"), 30, what="the rewrite hint")
+        actions = await editor.actions(uri, hint[0].range.start.line + 1, hint)
+        rewrite = next(a for a in actions if a.kind == types.CodeActionKind.RefactorRewrite)
+        assert rewrite.edit is not None
+        new_text = apply_edit(text, rewrite.edit, uri)
+        before_v1, before_v2 = text.split("def silu_v2(")
+        after_v1, after_v2 = new_text.split("def silu_v2(")
+        assert after_v1.split("def silu_v1(")[1] == before_v1.split("def silu_v1(")[1]  # v1 as it was
+        assert after_v2 != before_v2

@@ -26,6 +26,7 @@ def test_kernels_are_recognised_by_content() -> None:
     two = "import neuronxcc.nki as nki\n\n@nki.jit\ndef a(x):\n    pass\n\n@nki.jit\ndef b(x):\n    pass\n"
     assert analyze(two).problem and "cannot tell which function" in (analyze(two).problem or "")
     assert analyze("# accelopt: kernel=b\n" + two).function == "b"
+    assert analyze("# accelopt: kernel=b\n" + two).named == "b" and analyze(SILU).named is None  # searches are told
 
 
 def test_directives_and_task_links(tmp_path: Path) -> None:

@@ -31,6 +31,12 @@ def test_a_round_trip_keeps_the_values(silu: ProfileResult) -> None:
     assert ProfileResult.from_dict(silu.to_dict()).to_dict() == silu.to_dict()
 
 
+def test_the_function_that_ran_round_trips_beside_the_summary() -> None:
+    result = ProfileResult("versions.py", "silu", "trn1", "simulator", function="silu_v2")
+    named = ProfileResult.from_dict(result.to_dict())
+    assert named.function == "silu_v2" and "function" not in named.profile
+
+
 def test_format_1_simulator_results_are_read_as_fractions() -> None:
     old = {"kernel": "k.py", "task": "silu", "hardware": "trn1", "backend": "simulator", "latency_ms": 1.3,
            "peak_percent": 40.0, "vector_engine_active_time_percent": 73.9, "idle_percent": {"vector": 26.1},

@@ -18,10 +18,10 @@ from accelopt_core.profiling import ProfileResult
 _counter = itertools.count()
 
 
-def _kernel(source: str, tmp: Path):
+def _kernel(source: str, tmp: Path, function: str | None = None):
     path = tmp / f"kernel_{next(_counter)}.py"
     path.write_text(source)
-    return find_kernel(load_module(source, str(path), name=f"rule_test_kernel_{next(_counter)}"))
+    return find_kernel(load_module(source, str(path), name=f"rule_test_kernel_{next(_counter)}"), function)
 
 
 def outputs(source: str, arrays: Sequence[np.ndarray], tmp: Path) -> list[np.ndarray]:
@@ -37,13 +37,15 @@ def trace(source: str, shapes: Sequence[tuple[int, ...]], tmp: Path):
 
 
 def profile(source: str, shapes: Sequence[tuple[int, ...]], tmp: Path, task: str | None = None,
-            hardware: str = "trn1", checked: Sequence[tuple[int, ...]] | None = None) -> ProfileResult:
+            hardware: str = "trn1", checked: Sequence[tuple[int, ...]] | None = None,
+            function: str | None = None) -> ProfileResult:
     """The profile a rule sees: the performance model's report of a trace-only run (FP32 inputs) at
-    `shapes`, as if checked at `checked` (the search checks on a task's small size)."""
+    `shapes`, as if checked at `checked` (the search checks on a task's small size); `function`: the
+    kernel, named in a file of several."""
     specs = [TensorSpec(tuple(s), np.dtype("float32")) for s in shapes]
-    run = run_kernel(_kernel(textwrap.dedent(source), tmp), specs, numeric=False)
+    run = run_kernel(_kernel(textwrap.dedent(source), tmp, function), specs, numeric=False)
     report = estimate(run.trace, load_hardware(hardware)).to_dict()
-    result = ProfileResult("kernel.py", task, hardware, "simulator", correct=True)
+    result = ProfileResult("kernel.py", task, hardware, "simulator", correct=True, function=function)
     result.input_shapes = {"timed": [list(s) for s in shapes]}
     if checked:
         result.input_shapes["checked"] = [list(s) for s in checked]

@@ -74,3 +74,28 @@ def test_realize_writes_the_rewrite_and_summarize_names_it(parent: Candidate) ->
     fast = Candidate(draft.source, "fast", parent.result, "base", proposal.description, proposal.origin)
     lesson = agent.summarize(parent, fast, context)
     assert proposal.description in lesson and "silu" in lesson
+
+
+def test_in_a_file_of_several_kernels_the_rules_work_on_the_one_profiled(tmp_path: Path) -> None:
+    """A tutorial file keeps every version of its kernel: the profile names the one that ran, and only
+    that one is planned on and rewritten."""
+    head, body = SILU.split("@nki.jit\n")
+    versions = head + "".join(f"@nki.jit\n{body.replace('def kernel(', f'def silu_{v}(')}\n\n" for v in ("v1", "v2"))
+    second = versions[:versions.index("def silu_v2(")].count("\n") + 1
+    agent = RuleAgent(default_rules())
+    for function, inside in (("silu_v1", lambda line: line < second), ("silu_v2", lambda line: line >= second)):
+        result = profile(versions, [(256, 2048)], tmp_path, "silu", function=function)
+        parent = Candidate(versions, "base", result)
+        proposals = agent.propose(parent, SearchContext("silu", "elementwise", "trn1"), 50)
+        assert proposals and all(inside(int(plan.line)) for _, plan in (p.payload for p in proposals))
+        draft = agent.realize(parent, proposals[0], 1)[0]
+        assert draft.source is not None
+        kept = "silu_v2" if function == "silu_v1" else "silu_v1"
+        assert _function_text(draft.source, kept) == _function_text(versions, kept)
+        assert _function_text(draft.source, function) != _function_text(versions, function)
+
+
+def _function_text(source: str, name: str) -> str:
+    start = source.index(f"def {name}(")
+    end = source.find("@nki.jit", start)
+    return source[start:end if end >= 0 else None]

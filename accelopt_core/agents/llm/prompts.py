@@ -235,14 +235,24 @@ def planner_prompt(parent: Any, context: Any, index: int = 0, count: int = 1) ->
     are nudged towards a different idea, since N plans are drawn for the same kernel."""
     hint = ("" if index == 0 else f"This is proposal {index + 1} of {count} for this kernel; others are being "
             "written in parallel, so a different good idea is worth more than the most obvious one.")
-    return render("planner", task=task_brief(context.task), hardware=hardware_line(context.hardware),
+    return render("planner", task=task_section(context.task, parent.result), hardware=hardware_line(context.hardware),
                   kernel=number_lines(parent.source), backend=parent.result.backend,
                   profile=profile_summary(parent.result, parent.source),
                   experiences=experiences_block(context.experiences), variant_hint=hint)
 
 
 def executor_prompt(parent: Any, plan: str, task: str) -> Prompt:
-    return render("executor", task=task_brief(task), plan=plan, kernel=parent.source.rstrip("\n"))
+    return render("executor", task=task_section(task, parent.result), plan=plan, kernel=parent.source.rstrip("\n"))
+
+
+def task_section(task: str, result: ProfileResult) -> str:
+    """The task's brief, and which function is the kernel when the file holds several (a tutorial file keeps
+    every version of its kernel): that one is profiled and rewritten, the others stay as they are."""
+    brief = task_brief(task)
+    if not result.function:
+        return brief
+    return (f"{brief}\n\nThe kernel is the function `{result.function}`; it is the one profiled and the one to "
+            "rewrite. Keep the file's other functions as they are.")
 
 
 def fixer_prompt(source: str, error: str, reference: str, plan: str, task: str, attempt: int, tries: int) -> Prompt:

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 from ...profiling.result import ProfileResult
 from ..base import Candidate, Draft, Proposal, SearchContext
 from .base import Plan, Rule, RuleError
+from .cst_util import focus
 
 log = logging.getLogger(__name__)
+
+
+def focus_of(profile: ProfileResult | None) -> AbstractContextManager[None]:
+    """The rules plan and write on the function the profile ran: the one named in a file of several."""
+    return focus(profile.function if profile is not None else None)
 
 
 class RuleAgent:
@@ -36,13 +43,14 @@ class RuleAgent:
         equals). `skip_failing`: a rule that raises while planning is logged and left out (the editor's quick
         fixes must not all fail for one rule's bug; a search lets it surface)."""
         plans: list[tuple[Rule, Plan]] = []
-        for rule in self.rules:
-            try:
-                plans += [(rule, plan) for plan in rule.plan(source, profile)]
-            except Exception:
-                if not skip_failing:
-                    raise
-                log.exception("rule %s failed to plan", rule.name)
+        with focus_of(profile):
+            for rule in self.rules:
+                try:
+                    plans += [(rule, plan) for plan in rule.plan(source, profile)]
+                except Exception:
+                    if not skip_failing:
+                        raise
+                    log.exception("rule %s failed to plan", rule.name)
         return sorted(plans, key=lambda item: -item[1].priority)
 
     def recall(self, parent: Candidate, context: SearchContext, count: int) -> list[Proposal]:
@@ -51,7 +59,8 @@ class RuleAgent:
         winners = {name: stats.mean_speedup for name, stats in context.rule_stats.items()
                    if stats.wins > stats.losses and stats.mean_speedup > 1.0}
         rules = sorted((r for r in self.rules if r.name in winners), key=lambda r: -winners[r.name])
-        plans = [self._proposal(rule, plan) for rule in rules for plan in rule.plan(parent.source, parent.result)]
+        with focus_of(parent.result):
+            plans = [self._proposal(rule, plan) for rule in rules for plan in rule.plan(parent.source, parent.result)]
         return self._untried(plans, parent, context)[:count]
 
     @staticmethod
@@ -67,7 +76,8 @@ class RuleAgent:
         rule, plan = proposal.payload
         assert isinstance(plan, Plan)
         try:
-            return [Draft(rule.apply(parent.source, plan))]
+            with focus_of(parent.result):
+                return [Draft(rule.apply(parent.source, plan))]
         except RuleError as exc:
             return [Draft(None, str(exc))]
 

@@ -8,6 +8,8 @@ a name bound twice), it answers in the way that makes a rule decline rather than
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -81,9 +83,26 @@ def parents(module: cst.Module) -> Mapping[cst.CSTNode, cst.CSTNode]:
     return MetadataWrapper(module, unsafe_skip_copy=True).resolve(ParentNodeProvider)
 
 
+_FOCUS: ContextVar[str | None] = ContextVar("accelopt_kernel_function", default=None)
+
+
+@contextmanager
+def focus(function: str | None) -> Iterator[None]:
+    """Inside, the rules see and rewrite only `function` (a file of several kernels, one of which was named
+    and profiled: the tutorials keep every version of a kernel in one file). None: every function."""
+    token = _FOCUS.set(function)
+    try:
+        yield
+    finally:
+        _FOCUS.reset(token)
+
+
 def functions(module: cst.Module) -> list[cst.FunctionDef]:
-    """Top-level functions: the kernel and any helpers next to it."""
-    return [s for s in module.body if isinstance(s, cst.FunctionDef)]
+    """Top-level functions the rules work on: the kernel and any helpers next to it, or only the function in
+    focus."""
+    found = [s for s in module.body if isinstance(s, cst.FunctionDef)]
+    named = _FOCUS.get()
+    return [f for f in found if f.name.value == named] if named else found
 
 
 def dotted(expr: cst.BaseExpression) -> str | None:
@@ -777,7 +796,8 @@ def ensure_import(module: cst.Module, path: str, local: str) -> tuple[cst.Module
 
 
 def kernel_function(module: cst.Module) -> cst.FunctionDef | None:
-    """The kernel: the first top-level function with a `...jit`-style decorator, else the first one."""
+    """The kernel: the first top-level function with a `...jit`-style decorator, else the first one (with a
+    function in focus, that one)."""
     found = functions(module)
     for fn in found:
         for deco in fn.decorators:
