@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from rule_eval import assert_same, profile
 
+from accelopt_core.agents.rules import cst_util as u
 from accelopt_core.agents.rules.base import RuleError
 from accelopt_core.agents.rules.hoist import HoistInvariant
 
@@ -166,6 +167,38 @@ def test_a_tile_is_buffered_out_of_the_column_loop(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     assert_same(TILED, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
     assert _latency(after, shapes, tmp_path) < _latency(TILED, shapes, tmp_path)
+
+
+# The tiled matmul tutorial's way of loading: declare each tile, then fill it whole.
+DECLARED = TILED.replace("# a piece of A^T, already [K, M]\n", """# declared, then filled
+                a_tile = nl.ndarray((tile_k, tile_m), dtype=a_t.dtype, buffer=nl.sbuf)
+                b_tile = nl.ndarray((tile_k, tile_n), dtype=nl.float32, buffer=nl.sbuf)
+""").replace("a_tile = nl.load(", "a_tile[...] = nl.load(").replace("b_tile = nl.load(", "b_tile[...] = nl.load(")
+
+
+def test_a_tile_declared_then_filled_whole_is_buffered_like_a_load(tmp_path: Path) -> None:
+    shapes = [(256, 512), (256, 1024)]
+    rule = HoistInvariant()
+    plan = next(p for p in rule.plan(DECLARED, profile(DECLARED, shapes, tmp_path))
+                if p.params["stmt"].startswith("a_tile="))
+    assert plan.params["target_var"] == "n" and plan.params["index"] == "k"
+    after = rule.apply(DECLARED, plan)
+    assert "a_tile_buf[k] = nl.load(a_t[k * tile_k:(k + 1) * tile_k, m * tile_m:(m + 1) * tile_m])" in after
+    assert "b_tile = nl.load(b[k * tile_k:(k + 1) * tile_k, n * tile_n:(n + 1) * tile_n], dtype=nl.float32)" in after
+    rng = np.random.default_rng(1)
+    assert_same(DECLARED, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+    assert _latency(after, shapes, tmp_path) < _latency(DECLARED, shapes, tmp_path)
+
+
+def test_a_declared_tile_folds_into_its_load_only_when_that_is_its_one_write() -> None:
+    folded = u.fold_declared_loads(u.parse(DECLARED)).code
+    assert len(folded.splitlines()) == len(DECLARED.splitlines())  # the profile's line numbers still hold
+    assert "a_tile = nl.load(" in folded and "nl.ndarray((tile_k" not in folded
+    rewritten = DECLARED.replace("                acc +=", "                a_tile[...] = nl.multiply(a_tile, 2.0)\n"
+                                 "                acc +=")
+    assert "a_tile[...] = nl.load(" in u.fold_declared_loads(u.parse(rewritten)).code
+    in_psum = DECLARED.replace("dtype=a_t.dtype, buffer=nl.sbuf", "dtype=a_t.dtype, buffer=nl.psum")
+    assert "a_tile[...] = nl.load(" in u.fold_declared_loads(u.parse(in_psum)).code
 
 
 def test_plain_hoist_moves_the_load_and_its_scaling(tmp_path: Path) -> None:

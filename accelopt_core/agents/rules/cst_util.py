@@ -807,6 +807,90 @@ def kernel_function(module: cst.Module) -> cst.FunctionDef | None:
     return found[0] if found else None
 
 
+# ---------------------------------------------------------------- the tutorials' declared loads
+
+def fold_declared_loads(module: cst.Module) -> cst.Module:
+    """`x = nl.ndarray(...)` filled whole later in its block by `x[...] = nl.load(src)`, and written nowhere
+    else, becomes `x = nl.load(src)` at the fill (the tutorials write their loads this way; the rules see
+    one load). The declaration's lines stay as blank lines, so every line keeps its number and the
+    profile's line times still apply."""
+    folds: dict[int, cst.BaseStatement | None] = {}  # id(statement) -> its new form, None: blank lines
+    for func in functions(module):
+        written = [(site.stmt, names_written(site.stmt)) for site in sites(func)
+                   if not isinstance(site.stmt, _COMPOUND)]
+        for owner in [func, *(n for n in walk(func) if isinstance(n, _COMPOUND))]:
+            statements = block_statements(owner)
+            for i, declaration in enumerate(statements):
+                found = _declared_load(declaration, statements[i + 1:], written)
+                if found is not None:
+                    fill, load = found
+                    folds[id(declaration)] = None
+                    folds[id(fill)] = fill.with_changes(body=[small(fill).with_changes(  # type: ignore[union-attr]
+                        targets=[cst.AssignTarget(cst.Name(assigned_name(declaration) or ""))], value=load)])
+    if not folds:
+        return module
+
+    def rebuild(originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]) -> list:
+        out: list[cst.BaseStatement] = []
+        blank: list[cst.EmptyLine] = []
+        for orig, upd in zip(originals, updated, strict=True):
+            if id(orig) in folds and folds[id(orig)] is None:
+                lines = code_of(orig.with_changes(leading_lines=[])).count("\n")
+                blank += [*orig.leading_lines, *[cst.EmptyLine(indent=False)] * lines]  # type: ignore[attr-defined]
+                continue
+            new = folds.get(id(orig)) or upd
+            if blank:
+                new = new.with_changes(leading_lines=[*blank, *new.leading_lines])
+                blank = []
+            out.append(new)
+        return out
+
+    class _Fold(cst.CSTTransformer):
+        def leave_IndentedBlock(  # noqa: N802
+                self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+            return updated.with_changes(body=rebuild(original.body, updated.body))
+
+    return module.visit(_Fold())
+
+
+_COMPOUND = (cst.For, cst.While, cst.If, cst.With, cst.FunctionDef, cst.Else)
+
+
+def _declared_load(declaration: cst.BaseStatement, after: Sequence[cst.BaseStatement],
+                   written: Sequence[tuple[cst.CSTNode, set[str]]]) -> tuple[cst.SimpleStatementLine, cst.Call] | None:
+    """The statement filling `declaration`'s SBUF tensor whole with one load, and that load, when it is the
+    first statement after it in its block to use the tensor and no other statement writes it."""
+    name, node = assigned_name(declaration), small(declaration)
+    if name is None or not isinstance(node, cst.Assign) or call_name(node.value) != "nl.ndarray":
+        return None
+    buffer = keyword(node.value, "buffer")  # type: ignore[arg-type]
+    if buffer is not None and (dotted(buffer.value) or "").rsplit(".", 1)[-1] != "sbuf":
+        return None
+    fill = next((s for s in after if name in names_in(s)), None)
+    target = small(fill) if fill is not None else None
+    if not (isinstance(fill, cst.SimpleStatementLine) and isinstance(target, cst.Assign) and len(target.targets) == 1):
+        return None
+    place, load = target.targets[0].target, target.value
+    if not (isinstance(place, cst.Subscript) and root_name(place) == name and len(place.slice) == 1
+            and isinstance(place.slice[0].slice, cst.Index) and isinstance(place.slice[0].slice.value, cst.Ellipsis)
+            and isinstance(load, cst.Call) and call_name(load) == "nl.load" and keyword(load, "mask") is None
+            and name not in names_in(load)):
+        return None
+    if any(name in names for stmt, names in written if stmt is not declaration and stmt is not fill):
+        return None
+    # the fill converts to the declared dtype: the load keeps doing so, unless it is the source's own
+    dtype = keyword(node.value, "dtype") or next(  # type: ignore[arg-type]
+        (a for i, a in enumerate(node.value.args) if i == 1 and a.keyword is None), None)  # type: ignore[attr-defined]
+    source = root_name(load.args[0].value) if load.args else None
+    if dtype is not None and keyword(load, "dtype") is None and code_of(dtype.value) != f"{source}.dtype":
+        load = load.with_changes(args=[*load.args[:-1], load.args[-1].with_changes(comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(dtype.value, keyword=cst.Name("dtype"),
+                                                                  equal=cst.AssignEqual(
+                                                                      whitespace_before=cst.SimpleWhitespace(""),
+                                                                      whitespace_after=cst.SimpleWhitespace("")))])
+    return fill, load
+
+
 # ---------------------------------------------------------------- several edits in one pass
 
 def edit_statements(root: Any, edits: Mapping[int, Sequence[cst.BaseStatement]]) -> Any:

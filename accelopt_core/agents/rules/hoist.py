@@ -406,7 +406,7 @@ class HoistInvariant:
     # ---------------------------------------------------------------- planning
 
     def plan(self, source: str, profile: ProfileResult | None) -> list[Plan]:
-        module = u.parse(source)
+        module = u.fold_declared_loads(u.parse(source))
         pos = u.positions(module)
         ctx = _Context(profile, module, pos)
         plans: list[Plan] = []
@@ -509,7 +509,7 @@ class HoistInvariant:
 
     def apply(self, source: str, plan: Plan) -> str:
         params = plan.params
-        module = u.parse(source)
+        module = u.fold_declared_loads(u.parse(source))
         line: int | None = plan.line
         if params.get("interchange"):
             module = u.parse(interchange(module, params["interchange"], params.get("nest_line")).code)
