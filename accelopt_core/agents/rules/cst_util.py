@@ -814,7 +814,7 @@ def fold_declared_loads(module: cst.Module) -> cst.Module:
     else, becomes `x = nl.load(src)` at the fill (the tutorials write their loads this way; the rules see
     one load). The declaration's lines stay as blank lines, so every line keeps its number and the
     profile's line times still apply."""
-    folds: dict[int, cst.BaseStatement | None] = {}  # id(statement) -> its new form, None: blank lines
+    folds: dict[int, list[cst.BaseStatement]] = {}  # id(statement) -> what replaces it (none: the declaration)
     for func in functions(module):
         written = [(site.stmt, names_written(site.stmt)) for site in sites(func)
                    if not isinstance(site.stmt, _COMPOUND)]
@@ -824,33 +824,10 @@ def fold_declared_loads(module: cst.Module) -> cst.Module:
                 found = _declared_load(declaration, statements[i + 1:], written)
                 if found is not None:
                     fill, load = found
-                    folds[id(declaration)] = None
-                    folds[id(fill)] = fill.with_changes(body=[small(fill).with_changes(  # type: ignore[union-attr]
-                        targets=[cst.AssignTarget(cst.Name(assigned_name(declaration) or ""))], value=load)])
-    if not folds:
-        return module
-
-    def rebuild(originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]) -> list:
-        out: list[cst.BaseStatement] = []
-        blank: list[cst.EmptyLine] = []
-        for orig, upd in zip(originals, updated, strict=True):
-            if id(orig) in folds and folds[id(orig)] is None:
-                lines = code_of(orig.with_changes(leading_lines=[])).count("\n")
-                blank += [*orig.leading_lines, *[cst.EmptyLine(indent=False)] * lines]  # type: ignore[attr-defined]
-                continue
-            new = folds.get(id(orig)) or upd
-            if blank:
-                new = new.with_changes(leading_lines=[*blank, *new.leading_lines])
-                blank = []
-            out.append(new)
-        return out
-
-    class _Fold(cst.CSTTransformer):
-        def leave_IndentedBlock(  # noqa: N802
-                self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
-            return updated.with_changes(body=rebuild(original.body, updated.body))
-
-    return module.visit(_Fold())
+                    folds[id(declaration)] = []
+                    folds[id(fill)] = [fill.with_changes(body=[small(fill).with_changes(  # type: ignore[union-attr]
+                        targets=[cst.AssignTarget(cst.Name(assigned_name(declaration) or ""))], value=load)])]
+    return edit_statements(module, folds, keep_lines=True) if folds else module
 
 
 _COMPOUND = (cst.For, cst.While, cst.If, cst.With, cst.FunctionDef, cst.Else)
@@ -883,20 +860,26 @@ def _declared_load(declaration: cst.BaseStatement, after: Sequence[cst.BaseState
         (a for i, a in enumerate(node.value.args) if i == 1 and a.keyword is None), None)  # type: ignore[attr-defined]
     source = root_name(load.args[0].value) if load.args else None
     if dtype is not None and keyword(load, "dtype") is None and code_of(dtype.value) != f"{source}.dtype":
-        load = load.with_changes(args=[*load.args[:-1], load.args[-1].with_changes(comma=cst.Comma(
-            whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(dtype.value, keyword=cst.Name("dtype"),
-                                                                  equal=cst.AssignEqual(
-                                                                      whitespace_before=cst.SimpleWhitespace(""),
-                                                                      whitespace_after=cst.SimpleWhitespace("")))])
+        load = with_keyword(load, "dtype", dtype.value)
     return fill, load
+
+
+def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """`call` with `name=value` after its last argument, on the same line."""
+    args = list(call.args)
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+    return call.with_changes(args=[*args, cst.Arg(value, keyword=cst.Name(name), equal=equal)])
 
 
 # ---------------------------------------------------------------- several edits in one pass
 
-def edit_statements(root: Any, edits: Mapping[int, Sequence[cst.BaseStatement]]) -> Any:
+def edit_statements(root: Any, edits: Mapping[int, Sequence[cst.BaseStatement]], keep_lines: bool = False) -> Any:
     """`root` with each statement whose id() is a key replaced by the given statements, in one
     pass (node identity does not survive a libcst rewrite, so edits cannot be chained). An empty
-    replacement deletes; comment lines above a deleted statement move to the next one kept."""
+    replacement deletes; comment lines above a deleted statement move to the next one kept.
+    `keep_lines`: a deleted statement leaves all its lines, blank, so every later line keeps its number."""
 
     def rebuild(originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]) -> list:
         out: list[cst.BaseStatement] = []
@@ -904,7 +887,12 @@ def edit_statements(root: Any, edits: Mapping[int, Sequence[cst.BaseStatement]])
         for orig, upd in zip(originals, updated, strict=True):
             new = list(edits[id(orig)]) if id(orig) in edits else [upd]
             if not new:
-                carried += [line for line in getattr(orig, "leading_lines", ()) if line.comment is not None]
+                leading = getattr(orig, "leading_lines", ())
+                if keep_lines:
+                    own = code_of(orig.with_changes(leading_lines=[])).count("\n")
+                    carried += [*leading, *[cst.EmptyLine(indent=False)] * own]
+                else:
+                    carried += [line for line in leading if line.comment is not None]
                 continue
             if carried:
                 new[0] = new[0].with_changes(leading_lines=[*carried, *new[0].leading_lines])

@@ -241,10 +241,8 @@ def _staged_transpose(model: KernelModel, each: list[cst.BaseStatement], varying
     staged = u.fresh_name(model.fn, "stationary_t")
     first = next(a for a in call.args if a.keyword is None or a.keyword.value == "x")
     args = [a.with_changes(value=cst.Name(staged)) if a is first else a for a in call.args if a is not flag]
-    args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("transpose_x"),
-                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-    new_stmt = u.replace_nodes(stmt, {id(call): call.with_changes(args=args)})
+    staged_call = u.with_keyword(call.with_changes(args=args), "transpose_x", cst.Name("True"))
+    new_stmt = u.replace_nodes(stmt, {id(call): staged_call})
     return u.parse_statement(f"{staged} = {nl}.copy({nl}.transpose({u.code_of(x)}))\n"), stmt, new_stmt
 
 
