@@ -258,7 +258,7 @@ def broadcast_to(x: Tile, shape: Any) -> Tile:
         if x.ndim != 2 or len(shape) != 2 or x.shape[1] != shape[1]:
             raise KernelUsageError(f"broadcast_to across partitions needs a [1, F] tile and a [P, F] shape, "
                                    f"got {x.shape} -> {shape}")
-        ones_row = ops.memset((1, shape[0]), 1.0, float32)
+        ones_row = _ones_row(shape[0])
         row = x if x.dtype == float32 else ops.tensor_copy(x, dtype=float32)
         bank = tile_size.psum_fmax
         for start in builtins.range(0, shape[1], bank):
@@ -266,6 +266,16 @@ def broadcast_to(x: Tile, shape: Any) -> Tile:
             ops.tensor_copy(ops.nc_matmul(ones_row, row[:, start:stop]), dst=out[:, start:stop])
         return out
     return ops.tensor_copy(x, dst=out)
+
+
+def _ones_row(partitions: int) -> Tile:
+    """The ones vector a partition broadcast multiplies by: a constant, which the compiler materialises
+    once for the kernel, not once per broadcast."""
+    constants = current().constants
+    key = ("ones_row", partitions)
+    if key not in constants:
+        constants[key] = ops.memset((1, partitions), 1.0, float32)
+    return constants[key]
 
 
 def loop_reduce(x: Tile, op: Any, loop_indices: Any, *, dtype: Any = None, mask: Mask | None = None,

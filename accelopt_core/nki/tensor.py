@@ -106,6 +106,7 @@ class Simulation:
         self.random = np.random.default_rng(0)  # what dropout draws from; nl.random_seed reseeds it
         self._placements: dict[tuple[Any, ...], Slots] = {}  # direct allocations by site (see placed)
         self.fitting: set[tuple[Any, ...]] = set()  # (buffer, dims, partition axis, dtype) the rules allow
+        self.constants: dict[tuple[Any, ...], Any] = {}  # tiles the compiler makes once per kernel (language.py)
         self._next_id = 0
         # The replayable record (trace.py): what the kernel's own code asked for, in order. `depth` counts
         # the recorded calls under way, so only the kernel's own calls are recorded, not their inner ones.

@@ -347,6 +347,23 @@ def kernel(row, col):
     assert ("tensor", "nc_matmul") in both.ops()  # partition broadcast: ones-vector matmul
 
 
+def test_partition_broadcasts_share_one_ones_vector(run, rng):
+    """The ones vector a partition broadcast multiplies by is a constant: the compiler makes it once for
+    the kernel, so a broadcast inside a loop costs a matmul and a copy, not also a memset each time."""
+    rows = rng.standard_normal((4, 1, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(rows):
+    out = nl.ndarray((4, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):
+        nl.store(out[i], value=nl.load(rows[i]).broadcast_to((128, 64)))
+    return out
+""", rows)
+    np.testing.assert_allclose(both.out, np.broadcast_to(rows, (4, 128, 64)), rtol=1e-6)
+    ops = [op for _, op in both.ops()]
+    assert ops.count("nc_matmul") == 4 and ops.count("memset") == 1
+
+
 def test_broadcast_to_as_a_tile_method(run, fails, rng):
     """The RMSNorm tutorial's `g_tile.broadcast_to((128, F))`; an HBM tensor must be loaded first."""
     row = rng.standard_normal((1, 64)).astype(np.float32)
