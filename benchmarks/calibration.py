@@ -6,22 +6,39 @@
    with the reason where the set is absent.
 2. The NKI tutorial points (fact sheet D.2, 2024 compiler): our own kernels of the published shapes,
    trace-only, with Spearman and the median |error|.
+3. The same points on the tutorials' own kernels, as their authors published them (read from a copy of
+   aws-neuron/nki-samples: pass its git directory, or set ACCELOPT_NKI_SAMPLES; skipped without one),
+   and every step of their optimization chains: is the version measured faster predicted faster?
 
-Usage: python3 benchmarks/calibration.py
+Usage: python3 benchmarks/calibration.py [NKI_SAMPLES_GIT_DIR]
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
+import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "calibration"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from calibration_points import ALL_POINTS, error_percent, predicted_ms, report, spearman  # noqa: E402
+from calibration_points import (  # noqa: E402
+    ALL_POINTS,
+    SUPERSEDED,
+    Point,
+    error_percent,
+    predicted_ms,
+    published_file,
+    published_report,
+    report,
+    spearman,
+)
 from measured_cases import (  # noqa: E402
     ABSENT,
     cases,
@@ -94,10 +111,74 @@ def tutorial_points() -> None:
           f"within 25%: {sum(e <= 25 for e in errors)}/{len(errors)}")
 
 
+# a chain step counts when the hardware told the two versions apart by more than this
+_STEP_MARGIN = 0.05
+
+
+def chain_steps(points: list[Point]) -> list[tuple[Point, Point]]:
+    """Consecutive versions of one kernel at one shape whose measured latencies differ by more than
+    the margin: the steps of a published optimization chain."""
+    by_shape: dict[tuple[str, tuple[int, ...]], list[Point]] = {}
+    for point in points:
+        by_shape.setdefault((point.kernel.split("_")[0], point.shape), []).append(point)
+    steps = []
+    for group in by_shape.values():
+        group.sort(key=lambda p: p.kernel)
+        steps += [(a, b) for a, b in pairwise(group)
+                  if abs(a.measured_ms - b.measured_ms) > _STEP_MARGIN * max(a.measured_ms, b.measured_ms)]
+    return steps
+
+
+def published_chains(mirror: str | None) -> None:
+    points = [p for p in ALL_POINTS if p.published]
+    if not mirror:
+        print("\ntutorial kernels as published: skipped (pass the git directory of aws-neuron/nki-samples, "
+              "or set ACCELOPT_NKI_SAMPLES)")
+        return
+    from public_samples import LEGACY, export
+
+    with tempfile.TemporaryDirectory() as folder:
+        files = {published_file(p) for p in points}
+        exported = [export(mirror, LEGACY, path, Path(folder)) for path in files]
+        if None in exported:
+            print(f"\ntutorial kernels as published: skipped ({mirror} lacks commit {LEGACY[:12]})")
+            return
+        checkout = Path(folder) / LEGACY[:12]
+        print(f"\nNKI tutorial kernels as published (nki-samples {LEGACY[:12]}; 2024 compiler)\n"
+              f"{'kernel':30} {'function':32} {'measured ms':>12} {'predicted ms':>13} {'error %':>8} "
+              f"{'our version':>12}")
+        predicted = {p: published_report(p, checkout).latency_ms for p in points}
+    errors = []
+    for p in points:
+        errors.append(abs(predicted[p] / p.measured_ms - 1))
+        print(f"{p.name:30} {p.published:32} {p.measured_ms:12.3f} {predicted[p]:13.3f} "
+              f"{100 * (predicted[p] / p.measured_ms - 1):+8.1f} {predicted_ms(p):12.3f}")
+    print(f"points: {len(points)}   Spearman: {spearman([p.measured_ms for p in points], list(predicted.values())):.3f}"
+          f"   median |error|: {100 * statistics.median(errors):.1f}%")
+    print("\nchain steps: measured faster -> predicted faster? (* a point the calibration set contradicts, "
+          "see SUPERSEDED in tests/calibration/calibration_points.py)")
+    tally = {True: [0, 0], False: [0, 0]}  # contradicted? -> [right, steps]
+    for slow, fast in chain_steps(points):
+        if slow.measured_ms < fast.measured_ms:
+            slow, fast = fast, slow
+        ratio = predicted[slow] / predicted[fast]
+        verdict = "tie" if abs(ratio - 1) < _STEP_MARGIN else "yes" if ratio > 1 else "NO"
+        contradicted = slow.name in SUPERSEDED or fast.name in SUPERSEDED
+        tally[contradicted][0] += verdict == "yes"
+        tally[contradicted][1] += 1
+        names = f"{slow.name}{'*' * (slow.name in SUPERSEDED)} -> {fast.name}{'*' * (fast.name in SUPERSEDED)}"
+        measured_ratio = slow.measured_ms / fast.measured_ms
+        print(f"  {names:50} measured {measured_ratio:5.2f}x   predicted {ratio:5.2f}x   {verdict}")
+    for contradicted, (right, steps) in tally.items():
+        print(f"steps {'with' if contradicted else 'without'} a contradicted point, predicted faster by more "
+              f"than {100 * _STEP_MARGIN:.0f}%: {right}/{steps}")
+
+
 def main() -> None:
     began = time.perf_counter()
     calibration_set()
     tutorial_points()
+    published_chains(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ACCELOPT_NKI_SAMPLES"))
     print(f"({time.perf_counter() - began:.1f} s)")
 
 

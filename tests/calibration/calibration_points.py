@@ -42,6 +42,7 @@ class Point:
     shape: tuple[int, ...]  # matmul: (K, M, N); mamba: (channels, seq)
     measured_ms: float
     source: str
+    published: str = ""  # the function of the tutorial's own file that was measured ("": none of its own)
 
     @property
     def shape_label(self) -> str:
@@ -58,18 +59,19 @@ _SCALING = "fused Mamba tutorial seq-scaling table (fact sheet D.2)"
 _MM_SHAPE = (MATMUL_K, MATMUL_M, MATMUL_N)
 
 MATMUL_POINTS: tuple[Point, ...] = (
-    Point("matmul v0 naive", "matmul_v0_naive", _MM_SHAPE, 51.80, _MM),
-    Point("matmul v1 hoisted", "matmul_v1_hoisted", _MM_SHAPE, 42.96, _MM),
-    Point("matmul v2 blocked free dims", "matmul_v2_blocked", _MM_SHAPE, 22.07, _MM),
-    Point("matmul v3 blocked K", "matmul_v3_blocked_k", _MM_SHAPE, 6.97, _MM),
+    Point("matmul v0 naive", "matmul_v0_naive", _MM_SHAPE, 51.80, _MM, "nki_matmul_tiled_"),
+    Point("matmul v1 hoisted", "matmul_v1_hoisted", _MM_SHAPE, 42.96, _MM, "nki_matmul_hoist_load_"),
+    Point("matmul v2 blocked free dims", "matmul_v2_blocked", _MM_SHAPE, 22.07, _MM,
+          "nki_matmul_block_free_dimension_"),
+    Point("matmul v3 blocked K", "matmul_v3_blocked_k", _MM_SHAPE, 6.97, _MM, "nki_matmul_fully_optimized_"),
 )
 
 MAMBA_POINTS: tuple[Point, ...] = (
-    Point("mamba v1 ch256", "mamba_v1", (256, 512), 0.17293, _MAMBA),
-    Point("mamba v1 ch4096", "mamba_v1", (4096, 512), 2.34, _MAMBA),
-    Point("mamba v2 seq512", "mamba_v2", (4096, 512), 1.61, _MAMBA),
-    Point("mamba v2 seq8192", "mamba_v2", (4096, 8192), 53.33, _MAMBA),
-    Point("mamba v3 seq8192", "mamba_v3", (4096, 8192), 27.8, _MAMBA),
+    Point("mamba v1 ch256", "mamba_v1", (256, 512), 0.17293, _MAMBA, "mamba_v1"),
+    Point("mamba v1 ch4096", "mamba_v1", (4096, 512), 2.34, _MAMBA, "mamba_v1"),
+    Point("mamba v2 seq512", "mamba_v2", (4096, 512), 1.61, _MAMBA, "mamba_v2"),
+    Point("mamba v2 seq8192", "mamba_v2", (4096, 8192), 53.33, _MAMBA, "mamba_v2"),
+    Point("mamba v3 seq8192", "mamba_v3", (4096, 8192), 27.8, _MAMBA, "mamba_v3"),
 )
 
 # The scaling table (channels 4096); seq 512 and v3/v2 at 8192 duplicate the points above
@@ -77,8 +79,8 @@ MAMBA_POINTS: tuple[Point, ...] = (
 _SCALING_ROWS = ((1024, 4.4, 3.3), (2048, 8.9, 6.6), (3072, 13.1, 10.1), (4096, 17.6, 13.3),
                  (5120, 23.7, 17.3), (6144, 27.5, 19.6), (7168, 41.3, 24.2))
 SCALING_POINTS: tuple[Point, ...] = (
-    Point("mamba v3 seq512", "mamba_v3", (4096, 512), 1.6, _SCALING),
-    *(Point(f"mamba {version} seq{seq}", f"mamba_{version}", (4096, seq), ms, _SCALING)
+    Point("mamba v3 seq512", "mamba_v3", (4096, 512), 1.6, _SCALING, "mamba_v3"),
+    *(Point(f"mamba {version} seq{seq}", f"mamba_{version}", (4096, seq), ms, _SCALING, f"mamba_{version}")
       for seq, v2_ms, v3_ms in _SCALING_ROWS
       for version, ms in (("v2", v2_ms), ("v3", v3_ms))),
 )
@@ -102,6 +104,12 @@ SUPERSEDED: dict[str, str] = {
         "mamba v2 seq5120", "mamba v2 seq6144", "mamba v2 seq7168")},
 }
 
+# The tutorials' own files (aws-neuron/nki-samples), where the `published` functions of the points live
+PUBLISHED_FILES = {
+    "matmul": "src/nki_samples/tutorials/matrix_multiplication/matrix_multiplication_nki_kernels.py",
+    "mamba": "src/nki_samples/tutorials/fused_mamba/mamba_nki_kernels.py",
+}
+
 # perf guide Opt #5a (fact sheet A.5): dependent 1-element ScalarE instructions issue 264 cycles apart
 SCALAR_CHAIN_INTERVAL_CYCLES = 264
 
@@ -121,6 +129,20 @@ def input_specs(point: Point) -> list[TensorSpec]:
 def report(point: Point, hardware: str = "trn1") -> PerfReport:
     """The model's report for the point's kernel (trace-only run, memoised)."""
     kernel = load_kernel(str(KERNELS / f"{point.kernel}.py"))
+    trace = run_kernel(kernel, input_specs(point), numeric=False).trace
+    return estimate(trace, load_hardware(hardware))
+
+
+def published_file(point: Point) -> str:
+    """The tutorial file, relative to the samples repository, that holds the point's published kernel."""
+    return PUBLISHED_FILES[point.kernel.split("_")[0]]
+
+
+@functools.cache
+def published_report(point: Point, checkout: Path, hardware: str = "trn1") -> PerfReport:
+    """The model's report for the tutorial's own kernel of the point, as its authors wrote it, read from
+    `checkout` (a copy of the samples repository); trace-only like `report`."""
+    kernel = load_kernel(str(checkout / published_file(point)), point.published)
     trace = run_kernel(kernel, input_specs(point), numeric=False).trace
     return estimate(trace, load_hardware(hardware))
 
