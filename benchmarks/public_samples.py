@@ -39,8 +39,9 @@ REFERENCES = Path(__file__).resolve().parent / "public_samples"
 # reference kernels were removed; CURRENT is the newest, whose matmul tutorial uses the new API.
 LEGACY = "fc5c69f79c899d719f6c351fd01acf3c419a6b8b"
 CURRENT = "6905a68a122f937e68403727759f035ddd144f95"
-TUTORIALS = "src/nki_samples/tutorials"
-REFERENCE_KERNELS = "src/nki_samples/reference"
+PACKAGE = "src/nki_samples"
+TUTORIALS = f"{PACKAGE}/tutorials"
+REFERENCE_KERNELS = f"{PACKAGE}/reference"
 
 
 @dataclass(frozen=True)
@@ -128,9 +129,10 @@ class Row:
 
 
 def export(mirror: str, commit: str, path: str, into: Path) -> Path | None:
-    """Write the folder holding `path` at `commit` under `into` (sibling helper modules included);
-    None when the mirror does not have it."""
-    folder = os.path.dirname(path)
+    """Write the samples package holding `path` at `commit` under `into` (the helper modules a kernel
+    imports, relatively from its own folder or from one above, included); None when the mirror does not
+    have it."""
+    folder = PACKAGE if path.startswith(PACKAGE + "/") else os.path.dirname(path)
     target = into / commit[:12]
     if not (target / path).is_file():
         archive = subprocess.run(["git", f"--git-dir={mirror}", "archive", commit, folder], capture_output=True)

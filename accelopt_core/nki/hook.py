@@ -18,9 +18,12 @@ from .errors import UnsupportedApiError
 _ALIASES = {
     "neuronxcc.nki": "accelopt_core.nki.legacy_api",
     "neuronxcc.nki.language": "accelopt_core.nki.language",
+    "neuronxcc.nki.language.constants": "accelopt_core.nki.language_constants",
     "neuronxcc.nki.isa": "accelopt_core.nki.isa",
     "neuronxcc.nki.typing": "accelopt_core.nki.typing",
     "neuronxcc.nki.compiler": "accelopt_core.nki.compiler",
+    **{f"neuronxcc.nki.compiler.backends{tail}": "accelopt_core.nki.backends"
+       for tail in ("", ".neuron", ".neuron.indexing", ".neuron.tensor")},
     "nki": "accelopt_core.nki.modern",
     "nki.language": "accelopt_core.nki.modern.language",
     "nki.isa": "accelopt_core.nki.modern.isa",

@@ -9,7 +9,15 @@ import types
 import numpy as np
 import pytest
 
-from accelopt_core.nki import KernelLoadError, UnsupportedApiError, language, load_kernel, load_module
+from accelopt_core.nki import (
+    KernelLoadError,
+    TensorSpec,
+    UnsupportedApiError,
+    language,
+    load_kernel,
+    load_module,
+    run_kernel,
+)
 from accelopt_core.nki import typing as nki_typing
 from accelopt_core.nki.hook import nki_imports
 
@@ -141,10 +149,36 @@ def test_hook_exits_cleanly_on_error():
     assert not _owned()
 
 
+def test_library_imports_of_the_reference_kernels(run, tmp_path):
+    """The NKI samples' reference utilities import compiler types for their annotations and size buffers
+    with `sizeinbytes`; those imports work, and what the simulator lacks under them is named."""
+    both = run("""
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+from neuronxcc.nki.compiler.backends.neuron.indexing import TileIndex
+from neuronxcc.nki.compiler.backends.neuron.tensor import local_tile
+from neuronxcc.nki.language.constants import sizeinbytes
+
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, sizeinbytes(nl.bfloat16)), dtype=a.dtype, buffer=nl.shared_hbm)
+    rows: TileIndex = nl.arange(128)[:, None]
+    nl.store(out[rows, nl.arange(2)[None, :]], value=nl.load(a[rows, nl.arange(2)[None, :]]))
+    return out
+""", np.ones((128, 4), np.float32))
+    np.testing.assert_array_equal(both.out, np.ones((128, 2)))
+    for body in ("local_tile()", "import neuronxcc.nki.compiler.backends.neuron as b; b.anything"):
+        path = tmp_path / "k.py"
+        path.write_text(f"import neuronxcc.nki as nki\nfrom neuronxcc.nki.compiler.backends.neuron.tensor import "
+                        f"local_tile\n\n@nki.jit\ndef kernel(a):\n    {body}\n    return a\n")
+        with pytest.raises(UnsupportedApiError, match=r"backends\.neuron"):
+            run_kernel(load_kernel(str(path)), [TensorSpec((128, 4), np.dtype(np.float32))], numeric=False)
+
+
 def test_unknown_submodule(tmp_path):
     path = tmp_path / "k.py"
-    path.write_text("import neuronxcc.nki.compiler.backends.neuron.tensor as t\n\ndef kernel():\n    return None\n")
-    with pytest.raises(UnsupportedApiError, match=r"neuronxcc\.nki\.compiler\.backends") as info:
+    path.write_text("import neuronxcc.nki.compiler.backends.neuron.passes as t\n\ndef kernel():\n    return None\n")
+    with pytest.raises(UnsupportedApiError, match=r"neuronxcc\.nki\.compiler\.backends\.neuron\.passes") as info:
         load_module(path.read_text(), str(path))
     assert info.value.line == 1 and info.value.filename == str(path)
     assert not _owned()
