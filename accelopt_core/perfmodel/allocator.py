@@ -64,6 +64,9 @@ class AllocationPlan:
     peak_bytes_per_partition: int  # live SBUF blocks at their peak, before anything gives way
     capacity_bytes_per_partition: int
     streamed_lines: set[int] = field(default_factory=set)  # load statements re-issued at every use
+    # instruction with a refetch or reload -> SBUF bytes per partition still free once its blocks are in:
+    # how many more of those transfers can be in flight ahead of their uses
+    room: dict[int, int] = field(default_factory=dict)
 
     @property
     def spills(self) -> bool:
@@ -527,6 +530,8 @@ class _Allocator:
                 if acc.buffer == "sbuf":
                     self._write(inst, own, here)
             self._fit(i, here)
+            if plan.refetch[i] or plan.reload[i]:
+                plan.room[i] = max(0, round(plan.capacity_bytes_per_partition - self.live))
             for b in here:
                 self._advance(b, p)
 

@@ -357,6 +357,11 @@ class _ListScheduler:
         `stream_buffers` loads earlier has finished with it."""
         fed = self.streams.setdefault(stream, [])
         depth = self.depth
+        room = self.plan.room.get(i)
+        if room is not None:  # each transfer ahead needs its own buffer in the SBUF the live blocks leave free
+            payload = self.plan.refetch[i] + self.plan.reload[i]
+            per_partition = payload / max(1, self.instructions[i].partitions)
+            depth = max(1, min(depth, 1 + int(room // per_partition) if per_partition else depth))
         free_at = self.sched.end[fed[-depth]] if len(fed) >= depth else 0.0
         fed.append(i)
         return free_at

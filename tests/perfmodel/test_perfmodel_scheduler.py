@@ -12,7 +12,8 @@ from perf_trace_builder import TraceBuilder
 from accelopt_core.hardware import HardwareProfile, load_hardware
 from accelopt_core.nki.trace import Instruction, LoopKind, Trace
 from accelopt_core.perfmodel import CostModel, estimate
-from accelopt_core.perfmodel.scheduler import Schedule, schedule
+from accelopt_core.perfmodel.allocator import plan_allocation
+from accelopt_core.perfmodel.scheduler import Schedule, _ListScheduler, schedule
 
 
 @pytest.fixture
@@ -510,6 +511,21 @@ def test_spill_reloads_are_issued_ahead_not_before_their_save(trn1: HardwareProf
     costs = CostModel(trn1)
     serial = sum(costs.spill_dma(sched.plan.reload[i], 128).standalone + sched.busy[i] for i in reloaded)
     assert sched.end[reloaded[-1]] - sched.start[reloaded[0]] < 0.8 * serial  # reloads overlap the work
+
+
+def test_reloads_run_ahead_only_as_far_as_the_free_sbuf_holds(trn1: HardwareProfile) -> None:
+    """Each reload in flight ahead of its use needs a buffer of its own: where the live blocks leave no
+    SBUF free, the reloads wait for their uses one by one instead of running `stream_buffers` deep."""
+    trace = _block_kernel(64, computed=True)
+    costs = CostModel(trn1)
+    memory = trn1.memory
+    plans = [plan_allocation(trace, memory.sbuf_usable_bytes_per_partition, memory.psum_bytes_per_partition,
+                             memory.rotating_buffers) for _ in range(2)]
+    assert plans[0].room  # the allocator noted what each reload leaves free
+    plans[0].room = {i: memory.sbuf_usable_bytes_per_partition for i in plans[0].room}  # room for every buffer
+    plans[1].room = dict.fromkeys(plans[1].room, 0)  # room for none ahead
+    ample, none = (_ListScheduler(trace, trn1, costs, plan).run() for plan in plans)
+    assert max(none.end) > max(ample.end)
 
 
 def test_vector_and_gpsimd_take_turns_on_the_sbuf_port_on_trn1() -> None:
