@@ -120,7 +120,7 @@ def chain_steps(points: list[Point]) -> list[tuple[Point, Point]]:
     the margin: the steps of a published optimization chain."""
     by_shape: dict[tuple[str, tuple[int, ...]], list[Point]] = {}
     for point in points:
-        by_shape.setdefault((point.kernel.split("_")[0], point.shape), []).append(point)
+        by_shape.setdefault((point.family, point.shape), []).append(point)
     steps = []
     for group in by_shape.values():
         group.sort(key=lambda p: p.kernel)

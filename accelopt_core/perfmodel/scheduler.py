@@ -358,10 +358,9 @@ class _ListScheduler:
         fed = self.streams.setdefault(stream, [])
         depth = self.depth
         room = self.plan.room.get(i)
-        if room is not None:  # each transfer ahead needs its own buffer in the SBUF the live blocks leave free
-            payload = self.plan.refetch[i] + self.plan.reload[i]
-            per_partition = payload / max(1, self.instructions[i].partitions)
-            depth = max(1, min(depth, 1 + int(room // per_partition) if per_partition else depth))
+        payload = self.plan.refetch[i] + self.plan.reload[i]
+        if room is not None and payload:  # each transfer ahead needs its own buffer in the SBUF left free
+            depth = min(depth, 1 + room * max(1, self.instructions[i].partitions) // payload)
         free_at = self.sched.end[fed[-depth]] if len(fed) >= depth else 0.0
         fed.append(i)
         return free_at

@@ -45,6 +45,11 @@ class Point:
     published: str = ""  # the function of the tutorial's own file that was measured ("": none of its own)
 
     @property
+    def family(self) -> str:
+        """The tutorial the point comes from: "matmul" or "mamba"."""
+        return self.kernel.split("_")[0]
+
+    @property
     def shape_label(self) -> str:
         if self.kernel.startswith("matmul"):
             k, m, n = self.shape
@@ -125,26 +130,28 @@ def input_specs(point: Point) -> list[TensorSpec]:
             TensorSpec((1, states, seq), F32)]
 
 
+def _estimate(point: Point, path: Path, function: str | None, hardware: str) -> PerfReport:
+    """The model's report for `function` of the file at `path`, run trace-only at the point's shape."""
+    kernel = load_kernel(str(path), function)
+    trace = run_kernel(kernel, input_specs(point), numeric=False).trace
+    return estimate(trace, load_hardware(hardware))
+
+
 @functools.cache
 def report(point: Point, hardware: str = "trn1") -> PerfReport:
     """The model's report for the point's kernel (trace-only run, memoised)."""
-    kernel = load_kernel(str(KERNELS / f"{point.kernel}.py"))
-    trace = run_kernel(kernel, input_specs(point), numeric=False).trace
-    return estimate(trace, load_hardware(hardware))
+    return _estimate(point, KERNELS / f"{point.kernel}.py", None, hardware)
 
 
 def published_file(point: Point) -> str:
     """The tutorial file, relative to the samples repository, that holds the point's published kernel."""
-    return PUBLISHED_FILES[point.kernel.split("_")[0]]
+    return PUBLISHED_FILES[point.family]
 
 
-@functools.cache
 def published_report(point: Point, checkout: Path, hardware: str = "trn1") -> PerfReport:
     """The model's report for the tutorial's own kernel of the point, as its authors wrote it, read from
     `checkout` (a copy of the samples repository); trace-only like `report`."""
-    kernel = load_kernel(str(checkout / published_file(point)), point.published)
-    trace = run_kernel(kernel, input_specs(point), numeric=False).trace
-    return estimate(trace, load_hardware(hardware))
+    return _estimate(point, checkout / published_file(point), point.published, hardware)
 
 
 def predicted_ms(point: Point) -> float:
