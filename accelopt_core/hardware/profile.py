@@ -127,6 +127,7 @@ class MemorySpec:
     psum_banks: int
     psum_bank_bytes: int
     vector_gpsimd_share_sbuf: bool  # NC-v2: Vector and GpSimd cannot access SBUF at the same time
+    vector_scalar_share_psum: bool  # NC-v2: Vector and Scalar cannot access PSUM at the same time
     rotating_buffers: int  # physical SBUF buffers the compiler gives one tile statement of a loop body, in turn
     stream_buffers: int  # buffers of a DMA stream the compiler adds (a load issued again at its uses, spill reloads)
 

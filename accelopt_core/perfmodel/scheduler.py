@@ -36,6 +36,7 @@ covers the whole tensor replaces everything before it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
@@ -227,6 +228,9 @@ class _ListScheduler:
         self.shared_port = {_CODE[Engine.VECTOR], _CODE[Engine.GPSIMD]} if memory.vector_gpsimd_share_sbuf else set()
         self.port_shared = False  # GpSimd has used the SBUF port Vector shares with it
         self.port_free, self.port_last = 0.0, -1
+        # NC-v2: Vector and Scalar cannot use PSUM at the same time, so their PSUM accesses never overlap
+        self.psum_port = _Port() if memory.vector_scalar_share_psum else None
+        self.psum_engines = {_CODE[Engine.VECTOR], _CODE[Engine.SCALAR]}
         # SPMD: one NeuronCore runs the programs of a launch one after another: nothing of a program
         # starts before everything of the programs before it has finished
         self.program_starts = set(trace.program_starts) - {0}
@@ -434,6 +438,10 @@ class _ListScheduler:
                 bound, p = self.port_free, self.port_last
             s = lane.append(bound, occupancy, i)
             self.port_free, self.port_last = s + occupancy, i
+        elif self.psum_port is not None and code in self.psum_engines and _touches_psum(inst):
+            s, waited = self.psum_port.place(lane, bound, occupancy, i)
+            if waited >= 0:
+                p = waited
         else:
             s, waited = lane.place(bound, occupancy, i)
             if waited >= 0:
@@ -493,11 +501,15 @@ class _Lane:
         return self.gaps[0][0] if self.gaps else self.free
 
     def finish(self, ready: float, occupancy: float) -> float:
+        return self.earliest(ready, occupancy) + occupancy
+
+    def earliest(self, ready: float, occupancy: float) -> float:
+        """Where `place` would start an instruction ready at `ready`, without placing it."""
         for gap in self.gaps:
             start = gap[0] if gap[0] > ready else ready
             if start + occupancy <= gap[1]:
-                return start + occupancy
-        return (self.free if self.free > ready else ready) + occupancy
+                return start
+        return self.free if self.free > ready else ready
 
     def place(self, ready: float, occupancy: float, index: int) -> tuple[float, int]:
         """Start time of an instruction ready at `ready`, and the instruction it waited for (-1: none)."""
@@ -532,6 +544,54 @@ class _Lane:
         self.free = start + occupancy
         self.last = index
         return start
+
+
+class _Port:
+    """A memory port two engines take turns on: the latest intervals it was busy, in time order.
+
+    An instruction on either engine that uses the port starts where its own engine has room and the
+    port is free for its whole occupancy; the other engine's accesses are what can delay it.
+    """
+
+    __slots__ = ("ends", "starts", "users")
+    WINDOW = 64  # intervals kept, like the lanes' finite reordering window
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.users: list[int] = []
+
+    def place(self, lane: _Lane, ready: float, occupancy: float, index: int) -> tuple[float, int]:
+        """Book the instruction on `lane` and the port; its start and the instruction it waited for."""
+        waited = -1
+        start = lane.earliest(ready, occupancy)
+        while True:
+            clear, blocker = self._clear_from(start, occupancy)
+            if blocker < 0:
+                break
+            waited = blocker
+            start = lane.earliest(clear, occupancy)
+        placed, lane_waited = lane.place(start, occupancy, index)
+        k = bisect_right(self.starts, placed)
+        self.starts.insert(k, placed)
+        self.ends.insert(k, placed + occupancy)
+        self.users.insert(k, index)
+        if len(self.starts) > self.WINDOW:
+            del self.starts[0], self.ends[0], self.users[0]
+        return placed, waited if placed > ready else lane_waited
+
+    def _clear_from(self, start: float, occupancy: float) -> tuple[float, int]:
+        """The earliest time from `start` the port is free for `occupancy`, and the last access that
+        pushed it there (-1: free at `start`)."""
+        starts, ends = self.starts, self.ends
+        k = bisect_right(starts, start) - 1
+        if k < 0 or ends[k] <= start:
+            k += 1
+        blocker = -1
+        while k < len(starts) and starts[k] < start + occupancy:
+            start, blocker = ends[k], self.users[k]
+            k += 1
+        return start, blocker
 
 
 def _placed(inst: Instruction, choices: tuple[int, ...], ready: float, lanes: list[_Lane],
@@ -613,6 +673,10 @@ class _PsumBanks:
         layout = (keys, strides, partition_axis)
         self._layout[acc.tensor] = layout
         return layout
+
+
+def _touches_psum(inst: Instruction) -> bool:
+    return any(a.buffer == "psum" for a in inst.reads) or any(a.buffer == "psum" for a in inst.writes)
 
 
 def _touches_sbuf(inst: Instruction) -> bool:

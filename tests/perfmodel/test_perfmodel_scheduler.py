@@ -540,3 +540,22 @@ def test_vector_and_gpsimd_take_turns_on_the_sbuf_port_on_trn1() -> None:
     assert estimate(trace, one).latency >= trn1_alone  # serialised on the shared port
     assert estimate(trace, two).latency < sum(times(two, inst)[0] + times(two, inst)[1]
                                               for inst in trace.instructions)  # overlapped on trn2
+
+
+def test_vector_and_scalar_take_turns_on_psum_on_trn1() -> None:
+    """NC-v2 (fact sheet A.4): Vector and Scalar cannot use PSUM at the same time, so two independent
+    reads of PSUM, one on each, run one after the other; outside PSUM, and on NC-v3, they overlap."""
+    def two_reads(buffer: str) -> Trace:
+        b = TraceBuilder()
+        x, y = (b.tensor(n, buffer, (128, 512)) for n in "xy")
+        u, v = (b.tensor(n, "sbuf", (128, 512)) for n in "uv")
+        b.compute("vector", "tensor_copy", [x], [u])
+        b.compute("scalar", "activation", [y], [v], attrs={"op": "exp"})
+        return b.build()
+
+    one, two = load_hardware("trn1"), load_hardware("trn2")
+    in_psum = two_reads("psum")
+    trn1_alone = sum(times(one, inst)[0] for inst in in_psum.instructions)
+    assert estimate(in_psum, one).latency >= trn1_alone  # serialised on PSUM
+    assert estimate(two_reads("sbuf"), one).latency < trn1_alone  # SBUF: no such turn-taking
+    assert estimate(in_psum, two).latency < sum(times(two, inst)[0] for inst in in_psum.instructions)
