@@ -118,7 +118,8 @@ class _Mapped:
         address = self.array.ctypes.data + block * self.block_bytes
         if _LIBC.mmap(address, self.block_bytes, _READ_WRITE, _SHARED_FIXED, self.file,
                       slot * self.block_bytes) != address:
-            raise MemoryError(f"cannot map a block of {self.block_bytes} bytes: errno {ctypes.get_errno()}")
+            errno = ctypes.get_errno()
+            raise MemoryError(f"cannot map a block of {self.block_bytes} bytes: {os.strerror(errno)} (errno {errno})")
         self.slot_of[block] = slot
         self.flat[block * self.block_elements:(block + 1) * self.block_elements] = value
 
@@ -162,9 +163,12 @@ class LiveBlocks:
         self.mapped: dict[int, tuple[_Mapped, _Mapped | None, Any]] = {}  # data, PSUM written-flags, garbage
         self.released_to = 0  # instructions before this index have had their last blocks given back
 
-    def takes(self, tensor: int, dims: tuple[int, ...], axis: int, dtype: np.dtype) -> bool:
-        """Will the tensor about to be declared be held block by block?"""
-        return tensor in self.liveness.tensors and _Mapped.fits(dims, dtype, math.prod(dims[:axis]))
+    def takes(self, tensor: int, dims: tuple[int, ...], axis: int, dtype: np.dtype, buffer: str) -> bool:
+        """Will the tensor about to be declared be held block by block? Its blocks must start on pages,
+        and so must those of the one-byte written-flags a PSUM tensor keeps beside its data."""
+        blocks = math.prod(dims[:axis])
+        return (tensor in self.liveness.tensors and _Mapped.fits(dims, dtype, blocks)
+                and (buffer != "psum" or _Mapped.fits(dims, np.dtype(bool), blocks)))
 
     def holds(self, tensor: int) -> bool:
         return tensor in self.mapped

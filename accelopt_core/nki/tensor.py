@@ -651,7 +651,7 @@ def declare(kind: str, dims: tuple[int, ...], partition_axis: int, dtype: np.dty
     by_block = False
     if sim.numeric:
         # a large block tensor of a replay is mapped once created, and each block filled when first touched
-        by_block = sim.blocks is not None and sim.blocks.takes(sim.ids_used + 1, dims, partition_axis, dtype)
+        by_block = sim.blocks is not None and sim.blocks.takes(sim.ids_used + 1, dims, partition_axis, dtype, kind)
         if sim.memory is not None:
             sim.memory.reserve(math.prod(dims) * dtype.itemsize)
         if not by_block:

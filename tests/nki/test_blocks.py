@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from accelopt_core.nki import TensorSpec, load_kernel, run_kernel
-from accelopt_core.nki.blocks import BlockLiveness, _Mapped
+from accelopt_core.nki.blocks import BlockLiveness, LiveBlocks, _Mapped
 from accelopt_core.nki.replay import declares_block_tensors
 from accelopt_core.nki.trace import TapeReader, tape_to_plain
 
@@ -61,6 +61,16 @@ def test_a_block_given_back_hands_its_memory_to_the_next_block() -> None:
 def test_blocks_that_do_not_start_on_a_page_are_held_whole() -> None:
     assert _Mapped.fits((4, 128, 1024), np.dtype(np.float32), 4)
     assert not _Mapped.fits((4, 128, 3), np.dtype(np.float32), 4)
+
+
+def test_a_psum_tensor_is_held_by_block_only_if_its_written_flags_start_on_pages_too() -> None:
+    """A [128, 456] float32 block is 57 pages, its one-byte PSUM written-flags are 58,368 bytes: that
+    tensor is held whole (mapping such a flags block fails with EINVAL), the same one in SBUF by block."""
+    live = LiveBlocks(BlockLiveness(frozenset({1}), {}, {}))
+    dims, f32 = (12, 32, 2, 128, 456), np.dtype(np.float32)
+    assert live.takes(1, dims, 3, f32, "sbuf")
+    assert not live.takes(1, dims, 3, f32, "psum")
+    assert live.takes(1, (12, 32, 2, 128, 512), 3, f32, "psum")
 
 
 def test_only_tapes_with_large_block_tensors_are_replayed_by_block() -> None:
