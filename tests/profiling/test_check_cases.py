@@ -7,10 +7,12 @@ order serve the next one, for a while."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,54 @@ def test_an_idle_worker_ends_after_a_while(tmp_path: Path, in_workers, monkeypat
     while (seeds._idle or any(process.poll() is None for process in processes)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert seeds._idle == [] and all(process.poll() is not None for process in processes)
+
+
+def test_a_public_form_case_is_freed_when_dropped_without_waiting_for_the_collector(tmp_path: Path) -> None:
+    """The profiler pauses the cyclic collector while it checks: a case in a reference cycle would keep its
+    inputs and outputs (gigabytes at full size) for many checks."""
+    path = tmp_path / "ref.py"
+    path.write_text(f"{REFERENCE}\nDRAWS = {str(tmp_path / 'draws.txt')!r}\n\ndef rows():\n    return 256\n\n"
+                    "def factor(x):\n    return 2.0\n\n"
+                    "def transform_nki_outputs(k_res, ref):\n    return k_res\n")
+    case = TaskRef(reference=str(path)).load().make_case(3)
+    case.convert(case.reference())
+    dropped = weakref.ref(case)
+    gc.disable()
+    try:
+        del case
+        assert dropped() is None
+    finally:
+        gc.enable()
+
+
+CYCLIC_REFERENCE = '''
+import numpy as np
+
+def get_inputs():
+    return [np.random.normal(size=(256, 64)).astype(np.float32)]
+
+def forward(x):
+    class Holder:
+        pass
+    holder = Holder()
+    holder.itself, holder.data = holder, np.ones((64, 1 << 20), dtype=np.float32)  # 256 MiB in a cycle
+    return x * 2.0
+'''
+
+
+def test_a_worker_frees_the_cycles_of_a_check_before_the_next(tmp_path: Path, in_workers) -> None:
+    """What a check left in reference cycles (the reference's own, here 256 MiB per seed) is freed when the
+    check ends, not kept by a worker that serves check after check."""
+    path = tmp_path / "ref.py"
+    path.write_text(CYCLIC_REFERENCE)
+    sizes = []
+    for draw in range(3):
+        result = SimulatorProfiler().profile(KERNEL, TaskRef(reference=str(path)), seeds=[draw * 10 + k for k in SEEDS])
+        assert result.correct, result.error or result.check_message
+        sizes.append(max(_anonymous_bytes(process.pid) for process, _ in seeds._idle))
+    assert sizes[-1] < sizes[0] + (256 << 20)
+
+
+def _anonymous_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) << 10 for line in status if line.startswith("RssAnon:"))
