@@ -64,7 +64,8 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
         flops = p.get("hardware_flops")
         if flops is not None:
             out.append(f"flops     {flops / 1e9:.3g} GFLOP on the Tensor engine "
-                       f"({(p.get('transpose_flops') or 0) / 1e9:.3g} GFLOP of it transposes)")
+                       f"({(p.get('transpose_flops') or 0) / 1e9:.3g} GFLOP of it transposes), "
+                       "as neuron-profile counts them (an FP32 matmul twice)")
     if result.lines:
         out.append("top lines")
         total = sum(line["time_ms"] for line in result.lines) or 1.0
