@@ -49,6 +49,7 @@ ENGINES: tuple[str, ...] = (Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.
 _CODE = {name: code for code, name in enumerate(ENGINES)}
 _DMA_CODE = _CODE[Engine.DMA]
 _GPSIMD_CODE = _CODE[Engine.GPSIMD]
+_PSUM_PORT_ENGINES = (_CODE[Engine.VECTOR], _CODE[Engine.SCALAR])  # NC-v2: they take turns on PSUM
 _OPS = frozenset(Op)
 _BANK_BOX = ((0, 1),)  # every PSUM access covers its whole bank pseudo-tensor
 
@@ -230,7 +231,6 @@ class _ListScheduler:
         self.port_free, self.port_last = 0.0, -1
         # NC-v2: Vector and Scalar cannot use PSUM at the same time, so their PSUM accesses never overlap
         self.psum_port = _Port() if memory.vector_scalar_share_psum else None
-        self.psum_engines = {_CODE[Engine.VECTOR], _CODE[Engine.SCALAR]}
         # SPMD: one NeuronCore runs the programs of a launch one after another: nothing of a program
         # starts before everything of the programs before it has finished
         self.program_starts = set(trace.program_starts) - {0}
@@ -426,7 +426,7 @@ class _ListScheduler:
             code = _placed(inst, choices, bound, lanes, costs)
             self.sched.engine[i] = code
         lane = lanes[code]
-        on_port = code in self.shared_port and _touches_sbuf(inst)
+        on_port = code in self.shared_port and _touches(inst, "sbuf")
         if code == _GPSIMD_CODE and on_port:
             self.port_shared = True
         occupancy = costs.occupancy(inst, ENGINES[code])
@@ -438,7 +438,7 @@ class _ListScheduler:
                 bound, p = self.port_free, self.port_last
             s = lane.append(bound, occupancy, i)
             self.port_free, self.port_last = s + occupancy, i
-        elif self.psum_port is not None and code in self.psum_engines and _touches_psum(inst):
+        elif self.psum_port is not None and code in _PSUM_PORT_ENGINES and _touches(inst, "psum"):
             s, waited = self.psum_port.place(lane, bound, occupancy, i)
             if waited >= 0:
                 p = waited
@@ -571,14 +571,16 @@ class _Port:
                 break
             waited = blocker
             start = lane.earliest(clear, occupancy)
-        placed, lane_waited = lane.place(start, occupancy, index)
+        if waited < 0 and start >= lane.free > ready:
+            waited = lane.last  # after its engine's work, as `_Lane.place` says
+        placed, _ = lane.place(start, occupancy, index)
         k = bisect_right(self.starts, placed)
         self.starts.insert(k, placed)
         self.ends.insert(k, placed + occupancy)
         self.users.insert(k, index)
         if len(self.starts) > self.WINDOW:
             del self.starts[0], self.ends[0], self.users[0]
-        return placed, waited if placed > ready else lane_waited
+        return placed, waited
 
     def _clear_from(self, start: float, occupancy: float) -> tuple[float, int]:
         """The earliest time from `start` the port is free for `occupancy`, and the last access that
@@ -675,9 +677,5 @@ class _PsumBanks:
         return layout
 
 
-def _touches_psum(inst: Instruction) -> bool:
-    return any(a.buffer == "psum" for a in inst.reads) or any(a.buffer == "psum" for a in inst.writes)
-
-
-def _touches_sbuf(inst: Instruction) -> bool:
-    return any(a.buffer == "sbuf" for a in inst.reads) or any(a.buffer == "sbuf" for a in inst.writes)
+def _touches(inst: Instruction, buffer: str) -> bool:
+    return any(a.buffer == buffer for a in inst.reads) or any(a.buffer == buffer for a in inst.writes)

@@ -246,8 +246,9 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
         inputs = _as_list(to_nki(originals) if callable(to_nki) else originals)
         case = Case.of(inputs, ReferenceRun(lambda wrap: module.forward(*[wrap(o) for o in originals])))
         if callable(from_nki):
-            reference = case.reference  # not `case`: a cycle through it would keep every case's arrays until
-            # the collector's next full pass, which the profiler's paused stretches put off for many checks
+            # `reference`, not `case`: a cycle through the case would keep every case's arrays until the
+            # collector's next full pass, which the profiler's paused stretches put off for many checks
+            reference = case.reference
 
             def convert(outputs: list[np.ndarray]) -> list[np.ndarray]:
                 ref = reference()

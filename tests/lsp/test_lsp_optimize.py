@@ -135,7 +135,7 @@ async def test_optimize_offers_a_verified_rule_rewrite_of_a_compiler_style_kerne
     action whose edit gives a kernel that checks correct and runs faster."""
     kernel = (Path(__file__).parents[1] / "rules" / "kernels" / "compiler_swish.py").read_text()
     reference = (Path(__file__).parent / "swish_reference.py").read_text()
-    new_text = await _optimize_and_apply(workspace, memory_db, "swish", kernel, reference)
+    new_text = await _optimize_and_apply(workspace, memory_db, "swish", kernel, reference, timeout=180)
     assert "nl.silu(" in new_text or "nisa.activation(" in new_text  # the chain became fewer instructions
 
 
@@ -147,19 +147,21 @@ async def test_optimize_offers_a_verified_rewrite_of_a_public_nkibench_kernel(wo
     if case is None:
         pytest.skip(ABSENT)
     kernel, reference = Path(case["kernel"]).read_text(), Path(case["reference"]).read_text()
-    new_text = await _optimize_and_apply(workspace, memory_db, "silu", kernel, reference)
+    new_text = await _optimize_and_apply(workspace, memory_db, "silu", kernel, reference, timeout=300)
     assert new_text != kernel
 
 
-async def _optimize_and_apply(workspace: Path, memory_db: Path, name: str, kernel: str, reference: str) -> str:
+async def _optimize_and_apply(workspace: Path, memory_db: Path, name: str, kernel: str, reference: str,
+                              timeout: float) -> str:
     """Open kernels/NAME.py (reference/NAME.py beside it), run Optimize with the rules, apply the first
-    rewrite's code action, check the saved kernel is correct and faster; the rewritten text."""
+    rewrite's code action, check the saved kernel is correct and faster (each profile within `timeout`
+    seconds); the rewritten text."""
     (workspace / "kernels").mkdir()
     (workspace / "reference").mkdir()
     (workspace / "reference" / f"{name}.py").write_text(reference)
     async with running_server(workspace, memory_db, init_options={"searchWorkers": 2}) as editor:
         uri = editor.open(workspace / "kernels" / f"{name}.py", kernel)
-        profiled = await editor.profiled(uri, timeout=300)
+        profiled = await editor.profiled(uri, timeout=timeout)
         assert profiled["result"]["correct"] is True, profiled
         summary = await editor.command("accelopt.optimize", uri)
         assert not summary.get("error"), summary
@@ -174,7 +176,7 @@ async def _optimize_and_apply(workspace: Path, memory_db: Path, name: str, kerne
         new_text = apply_edit(kernel, rewrite.edit, uri)
         editor.change(uri, new_text)
         editor.save(uri)
-        report = await editor.profiled(uri, timeout=300)
+        report = await editor.profiled(uri, timeout=timeout)
         assert report["result"]["correct"] is True
         assert report["result"]["latency_ms"] < profiled["result"]["latency_ms"]
     return new_text
