@@ -27,6 +27,8 @@ SHAPES = {
     "tutorial_matmul": [(256, 256), (256, 1024)],  # a_t is [K, M]
     "compiler_attention": [(128, 256), (128, 512), (512, 128)],  # q and k transposed, v
     "tutorial_attention": [(128, 256), (128, 512), (512, 128)],
+    "compiler_rotary": [(2, 64, 2048), (64, 2048), (64, 2048)],  # x as two halves, cos, sin: 64 rows
+    "tutorial_rotary": [(64, 4096)] * 4,
 }
 
 

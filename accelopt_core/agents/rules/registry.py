@@ -5,6 +5,7 @@ from __future__ import annotations
 from .base import Rule
 from .defer_scale import DeferRowScale
 from .engine_balance import BalanceEngines
+from .fill_partitions import FillPartitions
 from .fuse_elementwise import FuseElementwise
 from .fuse_loops import FuseLoops
 from .hoist import HoistInvariant
@@ -18,7 +19,7 @@ from .unroll_jam import JamMatmulLoops
 
 def default_rules() -> list[Rule]:
     """One instance of every rule: data-movement rules first (the baselines are mostly DMA-bound),
-    then compute fusion and balancing, then tuning, then footprint."""
-    return [HoistInvariant(), InterchangeLoops(), FuseElementwise(), MergeDma(), FuseLoops(),
+    then compute fusion, partition use and balancing, then tuning, then footprint."""
+    return [HoistInvariant(), InterchangeLoops(), FuseElementwise(), MergeDma(), FuseLoops(), FillPartitions(),
             BalanceEngines(), JamMatmulLoops(), DeferRowScale(), InterleaveIterations(), RetuneTileSize(),
             ShrinkBlocks()]
