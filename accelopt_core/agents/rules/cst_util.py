@@ -7,7 +7,7 @@ a name bound twice), it answers in the way that makes a rule decline rather than
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -871,6 +871,22 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
     return call.with_changes(args=[*args, cst.Arg(value, keyword=cst.Name(name), equal=equal)])
+
+
+def with_allocated_shape(stmt: cst.SimpleStatementLine, name: str,
+                         reshape: Callable[[list[cst.Element]], list[cst.Element]]) -> cst.SimpleStatementLine:
+    """The allocation `name = nl.ndarray((...), ...)` with the elements of its shape tuple replaced by
+    `reshape(elements)`; a RuleError when the shape is not written as a tuple."""
+    node = small(stmt)
+    assert isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)
+    call = node.value
+    args = list(call.args)
+    index = next(i for i, a in enumerate(args) if a.keyword is None or a.keyword.value == "shape")
+    shape = args[index].value
+    if not isinstance(shape, cst.Tuple):
+        raise RuleError(f"the shape of `{name}` is not written as a tuple")
+    args[index] = args[index].with_changes(value=shape.with_changes(elements=reshape(list(shape.elements))))
+    return stmt.with_changes(body=[node.with_changes(value=call.with_changes(args=args))])
 
 
 # ---------------------------------------------------------------- several edits in one pass

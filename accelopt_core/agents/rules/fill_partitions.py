@@ -414,25 +414,19 @@ def _resized(ref: Ref, tensor: Tensor, rows: int, offset: int) -> cst.Subscript:
 
 def _declaration(op: Op, tensor: Tensor, fold: _Fold) -> cst.SimpleStatementLine:
     """The allocation with the partition dimension grown (and the loop's block dimension shrunk)."""
-    node = u.small(op.stmt)
-    assert isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)
-    call = node.value
-    args = list(call.args)
-    index = next(i for i, a in enumerate(args) if a.keyword is None or a.keyword.value == "shape")
-    shape = args[index].value
-    if not isinstance(shape, cst.Tuple):
-        raise RuleError(f"the shape of `{tensor.name}` is not written as a tuple")
-    elements = list(shape.elements)
-    par = elements[tensor.par_axis].value
-    grown = _integer(fold.factor * fold.rows)
-    if isinstance(par, cst.Call) and (u.dotted(par.func) or "").endswith("par_dim"):
-        grown = par.with_changes(args=[par.args[0].with_changes(value=grown)])
-    elements[tensor.par_axis] = elements[tensor.par_axis].with_changes(value=grown)
     block = dict(fold.blocks).get(tensor.name)
-    if block is not None:
-        elements[block] = elements[block].with_changes(value=_integer(fold.trips // fold.factor))
-    args[index] = args[index].with_changes(value=shape.with_changes(elements=elements))
-    return op.stmt.with_changes(body=[node.with_changes(value=call.with_changes(args=args))])
+
+    def stacked(elements: list[cst.Element]) -> list[cst.Element]:
+        par = elements[tensor.par_axis].value
+        grown: cst.BaseExpression = _integer(fold.factor * fold.rows)
+        if isinstance(par, cst.Call) and (u.dotted(par.func) or "").endswith("par_dim"):
+            grown = par.with_changes(args=[par.args[0].with_changes(value=grown)])
+        elements[tensor.par_axis] = elements[tensor.par_axis].with_changes(value=grown)
+        if block is not None:
+            elements[block] = elements[block].with_changes(value=_integer(fold.trips // fold.factor))
+        return elements
+
+    return u.with_allocated_shape(op.stmt, tensor.name, stacked)
 
 
 def _stacked(model: KernelModel, op: Op, fold: _Fold, k: int) -> cst.SimpleStatementLine:

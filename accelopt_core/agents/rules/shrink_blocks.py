@@ -105,21 +105,16 @@ def _new_declaration(shrink: _Shrink) -> cst.SimpleStatementLine:
     """`name = <the same allocation call>` with the block dimensions of the iteration dropped."""
     decl = shrink.tensor.decl
     assert decl is not None
-    node = u.small(decl.stmt)
-    assert isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)
-    call = node.value
-    args = list(call.args)
-    index = next(i for i, a in enumerate(args) if a.keyword is None or a.keyword.value == "shape")
-    shape = args[index].value
-    if not isinstance(shape, cst.Tuple):
-        raise RuleError(f"the shape of `{shrink.tensor.name}` is not written as a tuple")
-    kept = [e for i, e in enumerate(shape.elements) if i not in shrink.where.dims]
-    if len(kept) == 1:
-        kept = [kept[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
-    kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    args[index] = args[index].with_changes(value=shape.with_changes(elements=kept))
+
+    def kept(elements: list[cst.Element]) -> list[cst.Element]:
+        out = [e for i, e in enumerate(elements) if i not in shrink.where.dims]
+        if len(out) == 1:
+            out = [out[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+        out[-1] = out[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return out
+
     comments = [line for line in decl.stmt.leading_lines if line.comment is not None]  # they move with it
-    return decl.stmt.with_changes(body=[node.with_changes(value=call.with_changes(args=args))], leading_lines=comments)
+    return u.with_allocated_shape(decl.stmt, shrink.tensor.name, kept).with_changes(leading_lines=comments)
 
 
 def _rewrite(model: KernelModel, shrinks: Sequence[_Shrink]) -> cst.Module:
