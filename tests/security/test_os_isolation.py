@@ -188,12 +188,16 @@ raise RuntimeError("GOT " + json.dumps(world))
     result = run_attack(attack.replace("HOME", repr(str(Path.home()))).replace("CHECKOUT", repr(str(checkout))), task)
     world = _reported(result.error)
     assert len(world["pids"]) <= 3 and world["interfaces"] == ["lo"]
-    home = Path.home()
-    python_in_home = {Path(p).relative_to(home).parts[0] for p in python_folders() if Path(p).is_relative_to(home)}
-    assert set(world["home"]) <= python_in_home  # of the home directory, at most the way to Python
-    assert world["checkout"] == ["accelopt_core"]  # of this checkout, the package only: no tests, no references
-    python_in_tmp = {Path(p).relative_to("/tmp").parts[0] for p in python_folders() if Path(p).is_relative_to("/tmp")}
-    assert len(set(world["tmp"]) - python_in_tmp) <= 1  # its own job folder and the way to Python, nothing else
+    assert set(world["home"]) <= _python_under(Path.home())  # of the home directory, at most the way to Python
+    # of this checkout, the package only (no tests, no references), and a virtual environment kept in it
+    assert set(world["checkout"]) - _python_under(checkout) == {"accelopt_core"}
+    assert len(set(world["tmp"]) - _python_under(Path("/tmp"))) <= 1  # its own job folder and the way to Python
+
+
+def _python_under(folder: Path) -> set[str]:
+    """The entries of `folder` on the way to this interpreter's folders (a venv in a checkout, ...)."""
+    return {Path(p).relative_to(folder).parts[0] for p in python_folders()
+            if Path(p).is_relative_to(folder) and Path(p) != folder}
 
 
 def _reported(error: str) -> dict:
