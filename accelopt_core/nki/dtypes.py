@@ -98,10 +98,15 @@ def promote(a: np.dtype, b: np.dtype) -> np.dtype:
     return np.promote_types(a, b)
 
 
+_NARROWED = {np.dtype(np.float64): float32, np.dtype(np.int64): int32, np.dtype(np.uint64): uint32}
+
+
 def scalar_dtype(value: Any) -> np.dtype:
-    """Type of a Python or NumPy scalar operand: ints are int32, floats float32, bools uint8."""
+    """Type of a Python or NumPy scalar operand: ints are int32, floats float32, bools uint8. A NumPy
+    scalar keeps its type, except that the 64-bit ones the device has no arithmetic for (`1 / np.sqrt(d)`
+    is a float64) are their 32-bit kind: an fp32 tile times such a scale stays fp32."""
     if isinstance(value, np.generic):
-        return value.dtype
+        return _NARROWED.get(value.dtype, value.dtype)
     if isinstance(value, bool):
         return uint8
     if isinstance(value, int):

@@ -82,6 +82,9 @@ def kernel():
     ("float16", "np.float16(2)", "float16"),
     ("bfloat16", "np.dtype(np.float32).type(1)", "float32"),
     ("int32", "1.5", "float32"),
+    ("float32", "1.0 / np.sqrt(128)", "float32"),  # a float64 scale is a float32 one: no bf16 rounding
+    ("bfloat16", "np.float64(0.5)", "float32"),
+    ("int8", "np.int64(3)", "int32"),
 ])
 def test_promotion_with_scalars(run, tile, scalar, result):
     both = run(HEADER + f"""
