@@ -59,12 +59,21 @@ class tile_size:  # noqa: N801  (NKI's own name)
     """Hardware tile limits as kernels read them (shared/nki-facts.md A.3)."""
 
     pmax = 128
-    psum_fmax = 512
+    psum_fmax = 512  # deprecated name of psum_bank_fmax (NKI 0.4.0)
+    psum_bank_fmax = 512  # FP32 elements per PSUM bank and partition
+    psum_bank_fmax_bytes = 2048
+    psum_fmax_bytes = 2048
+    psum_num_banks = 8
     gemm_stationary_fmax = 128
     gemm_moving_fmax = 512
     bn_stats_fmax = 512
     psum_partition_bytes = 16384
-    total_available_sbuf_size = 192 * 1024
+    psum_min_align = 4
+    sbuf_min_align = 1
+    total_available_sbuf_size = 192 * 1024  # per partition (deprecated name of sbuf_fmax_bytes)
+    sbuf_fmax_bytes = total_available_sbuf_size
+    sbuf_fmax = total_available_sbuf_size // 4  # FP32 elements
+    sbuf_size_bytes = pmax * total_available_sbuf_size  # all partitions
 
 
 # --- allocation --------------------------------------------------------------------------------

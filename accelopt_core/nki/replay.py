@@ -219,11 +219,13 @@ class _Replay:
         return Placement(kind, locate, "the recorded placement")
 
     def view(self, entry: list[Any]) -> None:
-        _, tensor, base, shape, line, nest = self._fields(entry, 6)
+        _, tensor, base, shape, line, nest, dtype = self._fields(entry, 7)
         self._place(line, nest)
         viewed = self._storage(base)
         self.viewed.add(viewed.id)
-        self._new(tensor, Tile(viewed, full_subscript(viewed.shape)).reshape(self.reader.shape(shape)).storage)
+        whole = Tile(viewed, full_subscript(viewed.shape))
+        as_recorded = whole.view(dtype) if dtype != viewed.dtype_name else whole.reshape(self.reader.shape(shape))
+        self._new(tensor, as_recorded.storage)
 
     def fill(self, entry: list[Any]) -> None:
         _, tensor, plain, line = self._fields(entry, 4)

@@ -435,6 +435,34 @@ class Tile:
         sim.declared(alias, "view", self.storage.id)
         return Tile(alias, full_subscript(new_shape))
 
+    def expand_dims(self, axis: int) -> Tile:
+        """The same tile with a dimension of 1 inserted at `axis` (`m.expand_dims(1)`: a [P] row statistic
+        as the [P, 1] column an element-wise op broadcasts)."""
+        shape = list(self.shape)
+        position = axis if axis >= 0 else len(shape) + 1 + axis
+        if not 0 <= position <= len(shape):
+            raise KernelUsageError(f"expand_dims: axis {axis} is out of range for shape {self.shape}")
+        return self.reshape(tuple(shape[:position] + [1] + shape[position:]))
+
+    def view(self, dtype: Any) -> Tile:
+        """The whole tensor's bytes read as `dtype` (no data moves); the last dimension scales with the
+        element size, as NumPy's view does."""
+        new = dtypes.as_dtype(dtype)
+        if not self.is_whole:
+            raise KernelUsageError("only a whole tensor can be viewed as another dtype")
+        old = self.storage.dtype
+        last = self.shape[-1] * old.itemsize
+        if last % new.itemsize:
+            raise KernelUsageError(f"cannot view {self.storage.name} of shape {self.shape} ({old.name}) as {new.name}")
+        new_shape = (*self.shape[:-1], last // new.itemsize)
+        sim = current()
+        data = self.storage.data.view(new) if self.storage.data is not None else None
+        alias = Storage(sim, f"{self.storage.name}_as_{new.name}", self.storage.buffer, new_shape, new,
+                        self.storage.partition_axis, data)
+        sim.trace.tensors[alias.id].alias_of = self.storage.id
+        sim.declared(alias, "view", self.storage.id)
+        return Tile(alias, full_subscript(new_shape))
+
     def broadcast_to(self, shape: Any) -> Tile:
         """`tile.broadcast_to(shape)`, as in the RMSNorm tutorial: the same as `nl.broadcast_to`, for
         tiles on chip (an HBM tensor is loaded first)."""

@@ -470,7 +470,7 @@ class TapeWriter:
             return ["input", storage.id, storage.name, storage.dtype_name, list(storage.shape)]
         if entry.role == "view":
             self.last_use[entry.init] = self.position
-            return ["view", storage.id, entry.init, list(storage.shape), line, nest]
+            return ["view", storage.id, entry.init, list(storage.shape), line, nest, storage.dtype_name]
         if entry.role == "fill":
             values = entry.init
             plain = ["array", self.array(values)] if isinstance(values, np.ndarray) else self.value(values)
@@ -618,7 +618,7 @@ class TapeReader:
         ["input", id, name, dtype, shape]                     the next array argument
         ["tensor", id, name, buffer, dtype, shape, partition_axis, placement, line, nest]
                                                               placement: null | [slot array, locations]
-        ["view", id, viewed id, shape, line, nest]             a reshape of a whole tensor
+        ["view", id, viewed id, shape, line, nest, dtype]      a reshape of a whole tensor, its bytes as dtype
         ["fill", id, value | ["array", k], line]               host data into a whole HBM tensor
         ["call", op, {parameter: value}, line, nest, created, emitted, raised]
         ["drop", [ids]]                                        tensors no later entry uses

@@ -473,3 +473,29 @@ def kernel():
     return out
 """)
     np.testing.assert_array_equal(both.out, np.full((1, 4), 128 + 128 + 512 + 512))
+
+
+def test_expand_dims_makes_a_row_statistic_a_column(run, rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    m = nl.max(t, axis=1)
+    nl.store(out, value=nl.subtract(t, m.expand_dims(1)))
+    return out
+""", x)
+    np.testing.assert_allclose(both.out, x - x.max(axis=1, keepdims=True), rtol=1e-6)
+
+
+def test_view_reads_a_tensors_bytes_as_another_dtype_also_in_a_replay(run, rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 64), dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(x.view(nl.int32)))
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out, x.view(np.int32))
