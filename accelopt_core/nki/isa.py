@@ -85,7 +85,7 @@ def activation(op: Any, data: Tile, bias: Any = None, scale: Any = 1.0, reduce_o
                reduce_res: Tile | None = None, reduce_cmd: Any = None, mask: Mask | None = None,
                dtype: Any = None, **_: Any) -> Tile:
     return ops.activation(op, data, bias, scale, reduce_op=reduce_op, reduce_res=reduce_res,
-                          dtype=dtype, mask=mask)
+                          reduce_cmd=reduce_cmd, dtype=dtype, mask=mask)
 
 
 def activation_reduce(op: Any, data: Tile, reduce_op: Any, reduce_res: Tile, bias: Any = None,
@@ -129,10 +129,11 @@ def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: An
                                   mask=mask, dtype=dtype)
 
 
-def tensor_scalar_reduce(*, data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile,
-                         reverse0: bool = False, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
-    return ops.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=reverse0, dtype=dtype,
-                                    mask=mask)
+def tensor_scalar_reduce(*, data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile | None = None,
+                         reverse0: bool = False, reduce_cmd: Any = None, dtype: Any = None, mask: Mask | None = None,
+                         **_: Any) -> Tile:
+    return ops.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=reverse0,
+                                    reduce_cmd=reduce_cmd, dtype=dtype, mask=mask)
 
 
 def bn_stats(data: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:

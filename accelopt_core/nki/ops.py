@@ -629,11 +629,55 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
     return out
 
 
+_REDUCE_COMMANDS = ("idle", "reset", "reduce", "reset_reduce")
+_LANES = 128  # reduce registers per engine: one per partition
+
+
+def _reduce_command(command: Any, what: str) -> str | None:
+    """`nisa.reduce_cmd.X` (or its name) as "X"; None when not given."""
+    if command is None:
+        return None
+    name = str(getattr(command, "name", None) or getattr(command, "value", None) or command).rsplit(".", 1)[-1]
+    if name not in _REDUCE_COMMANDS:
+        raise UnsupportedApiError(f"{what}: reduce_cmd {name!r} is not supported by this simulator "
+                                  f"(supported: {', '.join(_REDUCE_COMMANDS)})")
+    return name
+
+
+def _registers(engine: str, command: str, partial: np.ndarray | None, combine: Callable[..., np.ndarray]
+               ) -> np.ndarray:
+    """The engine's reduce registers after `command` (reset: zero; reset_reduce: this instruction's
+    per-partition reduction; reduce: combined with what they hold; idle: unchanged)."""
+    registers = current().reduce_registers
+    held = registers.get(engine)
+    if held is None:
+        held = registers[engine] = np.zeros(_LANES, dtype=np.float32)
+    if command == "reset":
+        held[:] = 0.0
+    elif command == "reset_reduce" and partial is not None:
+        held[:] = 0.0
+        held[:partial.size] = partial
+    elif command == "reduce" and partial is not None:
+        held[:partial.size] = combine(np.stack([held[:partial.size], partial]), axis=0)
+    return held
+
+
+def _row_reduction(values: np.ndarray, name: str, reducer: Callable[..., np.ndarray],
+                   active: np.ndarray | None) -> np.ndarray:
+    """The reduction of each partition's active elements."""
+    rows = values.reshape(values.shape[0], -1)
+    if active is not None:
+        rows = np.where(active.reshape(rows.shape), rows, _IDENTITY.get(name, 0.0))
+    return reducer(rows, axis=1).astype(np.float32)
+
+
 @instruction
 def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, *,
-               reduce_op: Any = None, reduce_res: Tile | None = None, dtype: Any = None,
+               reduce_op: Any = None, reduce_res: Tile | None = None, reduce_cmd: Any = None, dtype: Any = None,
                mask: Mask | None = None, dst: Tile | None = None) -> Tile:
-    """Scalar engine: out = op(data * scale + bias), optionally reducing along the free axis."""
+    """Scalar engine: out = op(data * scale + bias), optionally reducing along the free axis: into
+    reduce_res alone, or through the engine's reduce registers as `reduce_cmd` says (chained over
+    several instructions, read out by the one that passes reduce_res)."""
     name, fn = _activation_fn(op)
     _on_chip(data, "activation")
     _check_partitions(data.shape, "activation")
@@ -651,8 +695,12 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
     reduce_name = op_name(reduce_op) if reduce_op is not None else None
     if reduce_res is not None and reduce_name is None:
         reduce_name = Alu.ADD
+    command = _reduce_command(reduce_cmd, "activation")
+    reduces = reduce_res is not None or command in ("reduce", "reset_reduce")
+    if reduce_res is not None:
+        _column(reduce_res, partitions, "activation")
     inst = _record(Engine.SCALAR, Op.ACTIVATION, tuple(srcs), out, mask=mask, fresh=fresh,
-                   attrs={"func": name, "reduce": reduce_res is not None}, work_shape=data.shape)
+                   attrs={"func": name, "reduce": reduces}, work_shape=data.shape)
     if reduce_res is not None:
         inst.writes = (*inst.writes, reduce_res.access())
     if current().numeric:
@@ -662,13 +710,17 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
             x = x + _operand_values(bias, x.ndim)
         with np.errstate(all="ignore"):
             y = fn(x)
-        _store(out, y, _mask_values(mask, out.shape))
-        if reduce_res is not None:
+        active = _mask_values(mask, out.shape)
+        _store(out, y, active)
+        if reduces or command is not None:
             reducer = REDUCTIONS.get(reduce_name or Alu.ADD)
             if reducer is None:
                 raise UnsupportedApiError(f"activation reduce_op {reduce_name!r}")
-            flat = y.reshape(partitions, -1)
-            reduce_res.write(reducer(flat, axis=1).reshape(reduce_res.shape))
+            partial = _row_reduction(y, reduce_name or Alu.ADD, reducer, active) if reduces else None
+            # without a reduce_cmd, reduce_res is this instruction's own reduction (activation_reduce)
+            held = _registers(Engine.SCALAR, command or "reset_reduce", partial, reducer)
+            if reduce_res is not None:
+                reduce_res.write(held[:partitions].reshape(reduce_res.shape))
     return out
 
 
@@ -750,10 +802,11 @@ def _column(tile: Tile, partitions: int, what: str) -> None:
 
 
 @instruction
-def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile, *,
-                         reverse0: bool = False, dtype: Any = None, mask: Mask | None = None,
+def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile | None, *,
+                         reverse0: bool = False, reduce_cmd: Any = None, dtype: Any = None, mask: Mask | None = None,
                          dst: Tile | None = None) -> Tile:
-    """Vector engine: `data op0 operand0`, and its reduction over every free axis into reduce_res."""
+    """Vector engine: `data op0 operand0`, and its reduction over every free axis into reduce_res, or
+    through the engine's reduce registers as `reduce_cmd` says (reduce_res None keeps it there)."""
     _on_chip(data, "tensor_scalar_reduce")
     _check_partitions(data.shape, "tensor_scalar_reduce")
     name0, fn0 = _alu(op0)
@@ -762,19 +815,32 @@ def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, re
     reduce_name, reducer = _reducer(reduce_op, "tensor_scalar_reduce")
     partitions = data.shape[0]
     operand0 = _per_partition_operand(operand0, partitions, "tensor_scalar_reduce operand0")
-    _column(reduce_res, partitions, "tensor_scalar_reduce")
+    command = _reduce_command(reduce_cmd, "tensor_scalar_reduce")
+    if reduce_res is None and command is None:
+        raise KernelUsageError("tensor_scalar_reduce needs reduce_res, or a reduce_cmd that keeps the result "
+                               "in the Vector engine's registers")
+    if reduce_res is not None:
+        _column(reduce_res, partitions, "tensor_scalar_reduce")
     out, fresh = _output(dst, data.shape, dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
     srcs = (data,) + ((operand0,) if isinstance(operand0, Tile) else ())
     inst = _record(Engine.VECTOR, Op.TENSOR_SCALAR_REDUCE, srcs, out, mask=mask, fresh=fresh,
                    attrs={"op": name0, "reduce_op": reduce_name, "reduce": True}, work_shape=data.shape)
-    inst.writes = (*inst.writes, reduce_res.access())
+    if reduce_res is not None:
+        inst.writes = (*inst.writes, reduce_res.access())
     if current().numeric:
         x = _f32(data)
         b0 = _operand_values(operand0, x.ndim)
         y = fn0(b0, x) if reverse0 else fn0(x, b0)
         active = _mask_values(mask, out.shape)
         _store(out, y, active)
-        _reduce_rows(reduce_res, y, reduce_name, reducer, active)
+        if command is None:
+            assert reduce_res is not None
+            _reduce_rows(reduce_res, y, reduce_name, reducer, active)
+        else:
+            partial = _row_reduction(y, reduce_name, reducer, active) if command != "idle" else None
+            held = _registers(Engine.VECTOR, command, partial, reducer)
+            if reduce_res is not None:
+                reduce_res.write(held[:partitions].reshape(reduce_res.shape))
     return out
 
 

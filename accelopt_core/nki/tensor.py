@@ -104,6 +104,8 @@ class Simulation:
         self.shared_cursor = 0
         self.force_auto_alloc = False  # ncc.force_auto_alloc: direct-allocation buffers are ignored
         self.random = np.random.default_rng(0)  # what dropout draws from; nl.random_seed reseeds it
+        # the per-partition reduce registers of the Scalar and Vector engines (nisa.reduce_cmd), numeric runs
+        self.reduce_registers: dict[str, np.ndarray] = {}
         self._placements: dict[tuple[Any, ...], Slots] = {}  # direct allocations by site (see placed)
         self.fitting: set[tuple[Any, ...]] = set()  # (buffer, dims, partition axis, dtype) the rules allow
         self.constants: dict[tuple[Any, ...], Any] = {}  # tiles the compiler makes once per kernel (language.py)
@@ -442,7 +444,7 @@ class Tile:
         position = axis if axis >= 0 else len(shape) + 1 + axis
         if not 0 <= position <= len(shape):
             raise KernelUsageError(f"expand_dims: axis {axis} is out of range for shape {self.shape}")
-        return self.reshape(tuple(shape[:position] + [1] + shape[position:]))
+        return self.reshape((*shape[:position], 1, *shape[position:]))
 
     def view(self, dtype: Any) -> Tile:
         """The whole tensor's bytes read as `dtype` (no data moves); the last dimension scales with the

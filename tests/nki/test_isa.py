@@ -434,3 +434,20 @@ def kernel(a):
 """, a)
     np.testing.assert_array_equal(both.out, np.where(np.tril(np.ones((128, 128), bool)), a, -9984.0))
     assert both.instructions[1].engine == "gpsimd"
+
+
+def test_activation_reduce_sums_only_the_elements_its_mask_keeps(run, rng):
+    a = rng.standard_normal((128, 1024)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a_hbm):
+    out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(1024)[None, :]
+    a = nl.load(a_hbm[ip, jf], mask=(jf < 1000))
+    ss = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(op=nl.square, data=a, reduce_op=nl.add, reduce_res=ss, mask=(jf < 1000))
+    nl.store(out, value=ss)
+    return out
+""", a)
+    np.testing.assert_allclose(both.out[:, 0], (a[:, :1000] ** 2).sum(axis=1), rtol=1e-5)

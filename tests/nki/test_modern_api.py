@@ -142,3 +142,29 @@ def kernel(a):
     return out
 """, a)
     np.testing.assert_allclose(both.out, np.exp(a), rtol=1e-6)
+
+
+def test_reduce_registers_chain_a_row_sum_over_instructions(run, rng):
+    """reduce_cmd: reset_reduce then reduce accumulate in the engine's registers, and the instruction
+    that passes reduce_res reads them out (Scalar engine's activation, Vector engine's tensor_scalar_reduce)."""
+    a = rng.standard_normal((128, 1024)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a_hbm):
+    out = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=a_hbm)
+    junk = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    sums = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=junk, op=nl.exp, data=a[:, 0:512], reduce_op=nl.add, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nisa.activation(dst=junk, op=nl.exp, data=a[:, 512:1024], reduce_op=nl.add, reduce_res=sums[:, 0:1],
+                    reduce_cmd=nisa.reduce_cmd.reduce)
+    nisa.tensor_scalar_reduce(dst=junk, data=a[:, 0:512], op0=nl.multiply, operand0=2.0, reduce_op=nl.add,
+                              reduce_res=None, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nisa.tensor_scalar_reduce(dst=junk, data=a[:, 512:1024], op0=nl.multiply, operand0=2.0, reduce_op=nl.add,
+                              reduce_res=sums[:, 1:2], reduce_cmd=nisa.reduce_cmd.reduce)
+    nisa.dma_copy(dst=out, src=sums)
+    return out
+""", a)
+    np.testing.assert_allclose(both.out[:, 0], np.exp(a).sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(both.out[:, 1], 2 * a.sum(axis=1), rtol=1e-4, atol=1e-4)

@@ -45,8 +45,9 @@ def dma_copy(dst: Tile, src: Tile, **_: Any) -> None:
 
 
 def activation(dst: Tile, op: Any, data: Tile, bias: Any = None, scale: Any = 1.0, reduce_op: Any = None,
-               reduce_res: Tile | None = None, **_: Any) -> None:
-    ops.activation(op, data, bias, scale, reduce_op=reduce_op, reduce_res=reduce_res, dst=dst)
+               reduce_res: Tile | None = None, reduce_cmd: Any = None, **_: Any) -> None:
+    ops.activation(op, data, bias, scale, reduce_op=reduce_op, reduce_res=reduce_res, reduce_cmd=reduce_cmd,
+                   dst=dst)
 
 
 def activation_reduce(dst: Tile, op: Any, data: Tile, reduce_op: Any, reduce_res: Tile, bias: Any = None,
@@ -91,9 +92,10 @@ def reciprocal(dst: Tile, data: Tile, engine: Any = None, **_: Any) -> None:
     ops.reciprocal(data, engine=engine, dst=dst)
 
 
-def tensor_scalar_reduce(dst: Tile, data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile,
-                         reverse0: bool = False, **_: Any) -> None:
-    ops.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=reverse0, dst=dst)
+def tensor_scalar_reduce(dst: Tile, data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile | None,
+                         reverse0: bool = False, reduce_cmd: Any = None, **_: Any) -> None:
+    ops.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=reverse0, reduce_cmd=reduce_cmd,
+                             dst=dst)
 
 
 def bn_stats(dst: Tile, data: Tile, **_: Any) -> None:
