@@ -152,11 +152,13 @@ def dropout(data: Tile, prob: Any, mask: Mask | None = None, dtype: Any = None, 
     return ops.dropout(data, prob, mask=mask, dtype=dtype)
 
 
-def dma_copy(src: Tile | None = None, dst: Tile | None = None, *, mask: Mask | None = None, **_: Any) -> Tile:
-    """`nisa.dma_copy(src=..., dst=...)` (legacy): one DMA transfer into `dst`."""
+def dma_copy(src: Tile | None = None, dst: Tile | None = None, *, mask: Mask | None = None,
+             dst_rmw_op: Any = None, **_: Any) -> Tile:
+    """`nisa.dma_copy(src=..., dst=...)` (legacy): one DMA transfer into `dst` (added to it with
+    `dst_rmw_op=np.add`)."""
     if src is None or dst is None:
         raise KernelUsageError("nisa.dma_copy needs both src= and dst=")
-    return ops.dma_copy(src, dst=dst, mask=mask)
+    return ops.dma_copy(src, dst=dst, mask=mask, dst_rmw_op=dst_rmw_op)
 
 
 # the dimension order nisa.dma_transpose produces for a 2-, 3- and 4-D source (nki.isa.dma_transpose)

@@ -341,10 +341,16 @@ _DIRECTIONS = {(True, True): "hbm_to_hbm", (True, False): "hbm_to_sbuf", (False,
 
 @instruction
 def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype: Any = None,
-             axes: tuple[int, ...] | None = None) -> Tile:
+             axes: tuple[int, ...] | None = None, dst_rmw_op: Any = None) -> Tile:
     """One DMA transfer (nl.load, nl.store, nisa.dma_copy). A new SBUF tile when `dst` is None.
     `axes` permutes the source's dimensions on the way (a DMA transpose). A side indexed with a tile
-    of indices (indirect, data-dependent addressing) reads that tile too."""
+    of indices (indirect, data-dependent addressing) reads that tile too. `dst_rmw_op=np.add` adds
+    the data to what `dst` holds (a read-modify-write DMA)."""
+    rmw = op_name(dst_rmw_op) if dst_rmw_op is not None else None
+    if rmw not in (None, Alu.ADD):
+        raise UnsupportedApiError(f"dma_copy dst_rmw_op {rmw!r}: only np.add adds into the destination")
+    if rmw is not None and dst is None:
+        raise KernelUsageError("dma_copy with dst_rmw_op needs the dst= it adds into")
     if not isinstance(src, Tile):
         raise KernelUsageError(f"DMA source must be a tensor, got {type(src).__name__}")
     shape = tuple(src.shape[a] for a in axes) if axes is not None else src.shape
@@ -355,9 +361,9 @@ def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype
         raise HardwareRuleError("DMA engines cannot access PSUM; copy the tile to SBUF first")
     direction = _DIRECTIONS[src.buffer == HBM, out.buffer == HBM]
     indices = src.sub.index_tiles() + out.sub.index_tiles()
-    inst = _record(Engine.DMA, Op.DMA_COPY, (src, *indices), out, mask=mask, fresh=fresh,
-                   attrs={"direction": direction, "transpose": axes is not None, "indirect": bool(indices)},
-                   dtype=out.storage.dtype_name)
+    inst = _record(Engine.DMA, Op.DMA_COPY, (src, *indices, *((out,) if rmw else ())), out, mask=mask,
+                   fresh=fresh, attrs={"direction": direction, "transpose": axes is not None, "indirect": bool(indices),
+                                       **({"rmw": rmw} if rmw else {})}, dtype=out.storage.dtype_name)
     if as_mask(mask) is None:
         inst.partitions = out.shape[0] if out.buffer != HBM else src.shape[0]
     if current().numeric:
@@ -366,7 +372,9 @@ def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype
             side.sub.check_dynamic_bounds(side.storage.name, active if side.shape == out.shape else None)
         values = src.read()
         values = np.transpose(values, axes) if axes is not None else values
-        out.write(values.astype(np.float32).astype(out.dtype) if out.dtype != src.dtype else values, active)
+        if rmw:
+            values = out.read().astype(np.float32) + values.astype(np.float32)
+        out.write(values.astype(np.float32).astype(out.dtype) if out.dtype != values.dtype else values, active)
     return out
 
 

@@ -49,6 +49,11 @@ Region = tuple[tuple[int, int], ...]
 _MOVES = frozenset({Op.DMA_COPY, Op.NC_TRANSPOSE, Op.TENSOR_COPY})
 
 
+def _is_move(inst: Instruction) -> bool:
+    """Only moves data (a DMA that adds into its destination, dst_rmw_op, is arithmetic)."""
+    return inst.op in _MOVES and not (inst.attrs and inst.attrs.get("rmw"))
+
+
 @dataclass(slots=True)
 class AllocationPlan:
     """The compiler's version of the trace: what runs, and the extra traffic around each instruction."""
@@ -234,7 +239,7 @@ def _moved(trace: Trace) -> tuple[bool, set[int]]:
     read: set[int] = set()
     for inst in trace.instructions:
         op = inst.op
-        if op not in _MOVES:
+        if not _is_move(inst):
             continue
         reads = inst.reads
         if not repeats:
@@ -268,7 +273,7 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
             for acc in inst.writes:
                 if acc.buffer == "hbm":
                     hbm_version[acc.tensor] = hbm_version.get(acc.tensor, 0) + 1
-        if inst.op not in _MOVES:
+        if not _is_move(inst):
             # computed values never repeat here (arithmetic is left as written): forget what was there
             for acc, own in writes:
                 tracked = acc.tensor in moved

@@ -451,3 +451,18 @@ def kernel(a_hbm):
     return out
 """, a)
     np.testing.assert_allclose(both.out[:, 0], (a[:, :1000] ** 2).sum(axis=1), rtol=1e-5)
+
+
+def test_dma_copy_with_dst_rmw_op_adds_into_its_destination(run, rng):
+    a, b = (rng.standard_normal((128, 256)).astype(np.float32) for _ in range(2))
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    nisa.dma_copy(src=b, dst=t, dst_rmw_op=np.add)
+    nisa.dma_copy(src=b, dst=t, dst_rmw_op=np.add)
+    nl.store(out, value=t)
+    return out
+""", a, b)
+    np.testing.assert_allclose(both.out, a + 2 * b, rtol=1e-6)

@@ -40,8 +40,8 @@ def nc_transpose(dst: Tile, data: Tile, engine: Any = None, **_: Any) -> None:
     ops.nc_transpose(data, engine=engine, dst=dst)
 
 
-def dma_copy(dst: Tile, src: Tile, **_: Any) -> None:
-    ops.dma_copy(src, dst=dst)
+def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Any = None, **_: Any) -> None:
+    ops.dma_copy(src, dst=dst, dst_rmw_op=dst_rmw_op)
 
 
 def activation(dst: Tile, op: Any, data: Tile, bias: Any = None, scale: Any = 1.0, reduce_op: Any = None,
