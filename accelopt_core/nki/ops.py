@@ -94,6 +94,15 @@ ALU: dict[str, Callable[[Any, Any], Any]] = {  # looked up by the name a kernel'
     Alu.RIGHT_SHIFT: np.right_shift,
     Alu.ABS_MAX: lambda a, b: np.maximum(np.abs(a), np.abs(b)),
 }
+# Unary operators the ALU also takes (nisa.tensor_scalar's operator table; `op0=nl.rsqrt, operand0=0.0` runs
+# rsqrt on GpSimd): they act on the data, their operand is ignored.
+UNARY_ALU: dict[str, Callable[[Any], Any]] = {
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": np.reciprocal,
+    "abs": np.abs,
+}
+for _name, _unary in UNARY_ALU.items():
+    ALU[_name] = lambda a, b, f=_unary: f(a)
 BITWISE = {Alu.BITWISE_AND, Alu.BITWISE_OR, Alu.BITWISE_XOR, Alu.LEFT_SHIFT, Alu.RIGHT_SHIFT}
 _INT32 = (dtypes.int32, dtypes.uint32)
 # The only (op0, op1) pairs tensor_scalar accepts on the Scalar engine (nisa.tensor_scalar docs).
@@ -125,9 +134,10 @@ def op_name(op: Any) -> str:
     return _UFUNC_NAMES.get(name, name)
 
 
-def _alu(op: Any) -> tuple[str, Callable[[Any, Any], Any]]:
+def _alu(op: Any, unary: bool = False) -> tuple[str, Callable[[Any, Any], Any]]:
+    """The ALU operator `op` names; `unary`: the instruction also takes the unary ones (tensor_scalar)."""
     name = op_name(op)
-    fn = ALU.get(name)
+    fn = ALU.get(name) if unary or name not in UNARY_ALU else None
     if fn is None:
         raise UnsupportedApiError(f"arithmetic operator {name!r} is not supported by this simulator")
     return name, fn
@@ -596,14 +606,18 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
     _on_chip(data, "tensor_scalar")
     _check_partitions(data.shape, "tensor_scalar")
     partitions = data.shape[0]
-    name0, fn0 = _alu(op0)
-    operand0 = _per_partition_operand(operand0, partitions, "tensor_scalar operand0")
+    name0, fn0 = _alu(op0, unary=True)
+    reverse0 = reverse0 and name0 not in UNARY_ALU
+    operand0 = _per_partition_operand(0.0 if operand0 is None and name0 in UNARY_ALU else operand0, partitions,
+                                      "tensor_scalar operand0")
     ops = [name0]
     srcs: list[Tile] = [data] + [x for x in (operand0,) if isinstance(x, Tile)]
     fn1 = None
     if op1 is not None:
-        name1, fn1 = _alu(op1)
-        operand1 = _per_partition_operand(operand1, partitions, "tensor_scalar operand1")
+        name1, fn1 = _alu(op1, unary=True)
+        reverse1 = reverse1 and name1 not in UNARY_ALU
+        operand1 = _per_partition_operand(0.0 if operand1 is None and name1 in UNARY_ALU else operand1, partitions,
+                                          "tensor_scalar operand1")
         ops.append(name1)
         srcs += [x for x in (operand1,) if isinstance(x, Tile)]
     eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
@@ -817,9 +831,11 @@ def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, re
     through the engine's reduce registers as `reduce_cmd` says (reduce_res None keeps it there)."""
     _on_chip(data, "tensor_scalar_reduce")
     _check_partitions(data.shape, "tensor_scalar_reduce")
-    name0, fn0 = _alu(op0)
+    name0, fn0 = _alu(op0, unary=True)
     if name0 in BITWISE:
         raise HardwareRuleError(f"tensor_scalar_reduce takes an arithmetic operator, not the bitvec {name0}")
+    reverse0 = reverse0 and name0 not in UNARY_ALU
+    operand0 = 0.0 if operand0 is None and name0 in UNARY_ALU else operand0
     reduce_name, reducer = _reducer(reduce_op, "tensor_scalar_reduce")
     partitions = data.shape[0]
     operand0 = _per_partition_operand(operand0, partitions, "tensor_scalar_reduce operand0")

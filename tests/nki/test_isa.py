@@ -466,3 +466,26 @@ def kernel(a, b):
     return out
 """, a, b)
     np.testing.assert_allclose(both.out, a + 2 * b, rtol=1e-6)
+
+
+def test_tensor_scalar_takes_the_unary_alu_operators(run, rng):
+    """`op0=nl.rsqrt, operand0=0.0` on GpSimd (the engine-selection guide), reciprocal and abs: they act
+    on the data; a reduction over abs is a row's largest magnitude."""
+    a = (rng.random((128, 256)) + 0.5).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray((128, 513), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    r = nisa.tensor_scalar(data=t, op0=nl.rsqrt, operand0=0.0, engine=nisa.gpsimd_engine)
+    q = nisa.tensor_scalar(data=t, op0=nl.add, operand0=1.0, op1=nl.reciprocal, operand1=0.0)
+    m = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_reduce(data=nl.negative(t), op0=nl.abs, operand0=0.0, reduce_op=nl.max, reduce_res=m)
+    nl.store(out[:, 0:256], value=r)
+    nl.store(out[:, 256:512], value=q)
+    nl.store(out[:, 512:513], value=m)
+    return out
+""", a)
+    np.testing.assert_allclose(both.out[:, :256], 1 / np.sqrt(a), rtol=1e-6)
+    np.testing.assert_allclose(both.out[:, 256:512], 1 / (a + 1), rtol=1e-6)
+    np.testing.assert_allclose(both.out[:, 512], a.max(axis=1), rtol=1e-6)
