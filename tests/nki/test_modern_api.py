@@ -168,3 +168,31 @@ def kernel(a_hbm):
 """, a)
     np.testing.assert_allclose(both.out[:, 0], np.exp(a).sum(axis=1), rtol=1e-5)
     np.testing.assert_allclose(both.out[:, 1], 2 * a.sum(axis=1), rtol=1e-4, atol=1e-4)
+
+
+def test_iota_and_affine_select_take_an_access_pattern(run, rng):
+    """The newer signatures: values `offset + channel_multiplier * p + sum(step * i)` over [[step, num], ...];
+    affine_select keeps on_true_tile where cmp_op(value, 0) (a causal mask: column <= row)."""
+    x = rng.standard_normal((128, 128)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    idx = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.iota(dst=idx, pattern=[[1, 128]], offset=3, channel_multiplier=-1)
+    grid = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.iota(dst=grid, pattern=[[10, 2], [1, 64]], offset=0, channel_multiplier=0)
+    causal = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.affine_select(dst=causal, pattern=[[-1, 128]], offset=0, channel_multiplier=1, on_true_tile=t,
+                       on_false_value=-30000.0, cmp_op=nl.greater_equal)
+    nisa.dma_copy(dst=out[:, 0:128], src=idx)
+    nisa.dma_copy(dst=out[:, 128:256], src=grid)
+    nisa.dma_copy(dst=out[:, 256:384], src=causal)
+    return out
+""", x)
+    rows, cols = np.arange(128)[:, None], np.arange(128)[None, :]
+    np.testing.assert_array_equal(both.out[:, :128], np.broadcast_to(3 - rows + cols, (128, 128)))
+    np.testing.assert_array_equal(both.out[0, 128:256], np.concatenate([np.arange(64), 10 + np.arange(64)]))
+    np.testing.assert_array_equal(both.out[:, 256:], np.where(cols <= rows, x, -30000.0))

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import Any
+
+import numpy as np
 
 from .. import isa as _legacy
 from .. import ops
 from ..errors import KernelUsageError
-from ..tensor import Tile
+from ..indexing import IndexExpr, Mask
+from ..tensor import PSUM, Tile
+from ..trace import Engine
 
 
 class matmul_perf_mode(Enum):  # noqa: N801  (NKI's own name)
@@ -122,8 +127,39 @@ def dma_transpose(dst: Tile, src: Tile, axes: tuple[int, ...] | None = None, **_
     ops.dma_copy(src, dst=dst, axes=order)
 
 
-def iota(dst: Tile, expr: Any, **_: Any) -> None:
+def _pattern(dst: Tile, pattern: Any, offset: Any, channel_multiplier: Any, what: str) -> IndexExpr:
+    """The affine values `offset + channel_multiplier * partition + sum(step * i)` over the access
+    pattern [[step, num], ...] (outermost first), shaped as `dst`."""
+    try:
+        steps = [(int(step), int(num)) for step, num in pattern]
+    except (TypeError, ValueError):
+        raise KernelUsageError(f"{what}: pattern must be a list of [step, num] pairs, got {pattern!r}") from None
+    free = math.prod(num for _, num in steps)
+    if free != dst.size // dst.shape[0]:
+        raise KernelUsageError(f"{what}: the pattern covers {free} elements per partition; dst {dst.shape} has "
+                               f"{dst.size // dst.shape[0]}")
+    grid = (dst.shape[0], *(num for _, num in steps))
+    terms = ((0, int(channel_multiplier)), *((axis + 1, step) for axis, (step, _) in enumerate(steps)))
+    values = IndexExpr(grid, int(offset or 0), tuple((a, c) for a, c in terms if c)).values
+    return IndexExpr(dst.shape, values=values.reshape(dst.shape))
+
+
+def iota(dst: Tile, expr: Any = None, pattern: Any = None, offset: Any = 0, channel_multiplier: Any = 0,
+         **_: Any) -> None:
+    """`iota(dst, pattern, offset, channel_multiplier)` (or an index expression, as the legacy API)."""
+    if pattern is not None or not isinstance(expr, IndexExpr):
+        expr = _pattern(dst, expr if pattern is None else pattern, offset, channel_multiplier, "iota")
     ops.iota(expr, dst.dtype, dst=dst)
+
+
+def affine_select(dst: Tile, pattern: Any, offset: Any = 0, channel_multiplier: Any = 0, on_true_tile: Any = None,
+                  on_false_value: Any = 0.0, cmp_op: Any = None, **_: Any) -> None:
+    """dst = on_true_tile where cmp_op(affine value, 0), else on_false_value (GpSimd)."""
+    values = _pattern(dst, pattern, offset, channel_multiplier, "affine_select").values
+    compare = ops.ALU[ops.op_name(cmp_op)] if cmp_op is not None else np.equal
+    if isinstance(on_true_tile, Tile) and on_true_tile.buffer == PSUM:
+        on_true_tile = ops.tensor_copy(on_true_tile)  # GpSimd cannot reach PSUM: the compiler copies first
+    ops.select(Mask(compare(values, 0)), on_true_tile, on_false_value, engine=Engine.GPSIMD, dst=dst)
 
 
 def __getattr__(name: str) -> Any:
