@@ -196,3 +196,22 @@ def kernel(x):
     np.testing.assert_array_equal(both.out[:, :128], np.broadcast_to(3 - rows + cols, (128, 128)))
     np.testing.assert_array_equal(both.out[0, 128:256], np.concatenate([np.arange(64), 10 + np.arange(64)]))
     np.testing.assert_array_equal(both.out[:, 256:], np.where(cols <= rows, x, -30000.0))
+
+
+def test_shared_identity_matrix_is_on_chip_in_the_new_api(run, rng):
+    x = rng.standard_normal((128, 128)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    ident = nl.shared_identity_matrix(n=128, dtype=nl.float32)
+    xt = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=xt, src=x)
+    tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=tp, stationary=xt, moving=ident, is_transpose=True)
+    res = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=tp)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out, x.T)

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import language as _legacy
-from ..tensor import current
+from .. import ops
+from ..tensor import Tile, current
 from ..trace import LoopKind
 
 
@@ -21,6 +22,12 @@ sequential_range = static_range = affine_range
 def dynamic_range(*args: int, **_: Any) -> Iterator[int]:
     """An on-device loop: iterations run in order."""
     return current().loop(LoopKind.SEQUENTIAL, args)
+
+
+def shared_identity_matrix(n: int, dtype: Any = _legacy.uint8, **_: Any) -> Tile:
+    """An identity matrix in SBUF (the newer API's; the legacy one is an HBM constant to load): the
+    constant the compiler bakes in, brought on chip once."""
+    return ops.dma_copy(_legacy.shared_identity_matrix(n, dtype))
 
 
 def __getattr__(name: str) -> Any:
