@@ -497,6 +497,8 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
     """Turn a kernel's subscript into a `Subscript` over a tensor of shape `dims`, checking bounds. One of
     ints and slices only (the tutorials' `a[m * 128:(m + 1) * 128, k * 128:(k + 1) * 128]`) is worked out
     once per shape and numbers: a loop nest names the same few blocks again and again."""
+    if isinstance(key, GridIndices):  # `x[nl.mgrid[0:128, 0:512]]`: one index per axis
+        key = tuple(key.exprs)
     key = key if isinstance(key, tuple) else (key,)
     if all(type(k) is slice or type(k) is int for k in key):
         memo = (dims, *((k.start, k.stop, k.step) if type(k) is slice else k for k in key))

@@ -499,3 +499,17 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_array_equal(both.out, x.view(np.int32))
+
+
+def test_an_mgrid_indexes_a_tensor_directly(run, rng):
+    """`x[nl.mgrid[0:128, 0:512]]`, the form of the nisa.reciprocal docs example."""
+    x = rng.standard_normal((128, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x[nl.mgrid[0:128, 0:512]])
+    nl.store(out[nl.mgrid[0:128, 0:512]], value=nl.exp(t))
+    return out
+""", x)
+    np.testing.assert_allclose(both.out, np.exp(x), rtol=1e-6)
