@@ -1125,6 +1125,20 @@ def _choice_values(x: Any, shape: tuple[int, ...]) -> Any:
 DOUBLE_ROW_DTYPES = frozenset({"float8_e4m3", "float8_e4m3fn", "float8_e5m2"})
 
 
+def _output_mask(mask: Mask | None, stationary: Tile, moving: Tile) -> None:
+    """A matmul's mask selects output elements [M, N]; one that only fits the contraction rows is
+    refused by name rather than misapplied."""
+    mask = as_mask(mask)
+    if mask is None:
+        return
+    rows = stationary.shape[-1] if stationary.ndim > 1 else 1
+    shape = mask.values.shape
+    if shape and shape[0] not in (1, rows):
+        raise UnsupportedApiError(f"a matmul mask of shape {shape} (over the contraction rows?): this simulator "
+                                  f"applies a matmul's mask to its output of {rows} rows; slice the operands to "
+                                  "the rows that count instead")
+
+
 @instruction
 def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mask: Mask | None = None,
               dst: Tile | None = None, accumulate: bool = False, onezero: bool = False,
@@ -1134,6 +1148,7 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
     perf_mode "double_row" (FP8 on NeuronCore-v3): stationary [K, 2, M] and moving [K, 2, N] contract
     over both K and the row pair, twice the work of one matmul in the time of one."""
     limits = current().limits
+    _output_mask(mask, stationary, moving)
     for t, role in ((stationary, "stationary"), (moving, "moving")):
         if t.buffer != SBUF:
             raise HardwareRuleError(f"matmul {role} operand {t.name} is in {t.buffer.upper()}; the Tensor "
