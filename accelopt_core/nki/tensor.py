@@ -21,7 +21,7 @@ from ..hardware import HardwareProfileError, load_hardware
 from . import dtypes
 from .allocation import Placement, Slots, place
 from .blocks import LiveBlocks
-from .errors import HardwareRuleError, KernelUsageError, kernel_location
+from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location
 from .indexing import Subscript, compose, full_subscript, normalize
 from .trace import Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
 
@@ -343,6 +343,10 @@ class Storage:
             sim.registry[self.id] = self
 
 
+# the newer API's tensor views by access pattern (NKI 2.27 and later), not simulated
+_ACCESS_PATTERN_VIEWS = frozenset({"ap", "permute", "rearrange", "get_pattern", "strides", "slice"})
+
+
 class Tile:
     """A tensor or a region of one, as kernel code sees it."""
 
@@ -352,6 +356,12 @@ class Tile:
         self.storage = storage
         self.sub = sub
         self._inplace = False
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _ACCESS_PATTERN_VIEWS:
+            raise UnsupportedApiError(f"tensor.{name}(...): the newer NKI's access-pattern views are not simulated; "
+                                      "index the tensor with slices or nl.arange instead")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # --- what kernels read off a tensor ------------------------------------------------------
     @property

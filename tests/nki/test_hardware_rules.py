@@ -230,3 +230,17 @@ def kernel(a):
     return a
 """, A, error=UnsupportedApiError)
     assert "nonexistent_instruction" in err.message
+
+
+def test_an_access_pattern_view_is_named_as_unsupported(fails):
+    err = fails("""
+import nki
+import nki.language as nl
+
+@nki.jit
+def kernel(a):
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    v = t.ap([[64, 128], [2, 32]])  # ERR
+    return a
+""", A, error=UnsupportedApiError)
+    assert "tensor.ap" in err.message
