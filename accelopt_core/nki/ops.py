@@ -97,9 +97,9 @@ ALU: dict[str, Callable[[Any, Any], Any]] = {  # looked up by the name a kernel'
 # Unary operators the ALU also takes (nisa.tensor_scalar's operator table; `op0=nl.rsqrt, operand0=0.0` runs
 # rsqrt on GpSimd): they act on the data, their operand is ignored.
 UNARY_ALU: dict[str, Callable[[Any], Any]] = {
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "reciprocal": np.reciprocal,
-    "abs": np.abs,
+    Alu.RSQRT: lambda x: 1.0 / np.sqrt(x),
+    Alu.RECIPROCAL: np.reciprocal,
+    Alu.ABS: np.abs,
 }
 for _name, _unary in UNARY_ALU.items():
     ALU[_name] = lambda a, b, f=_unary: f(a)

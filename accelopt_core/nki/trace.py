@@ -105,6 +105,9 @@ class Alu(enum.StrEnum):
     LEFT_SHIFT = "left_shift"
     RIGHT_SHIFT = "right_shift"
     ABS_MAX = "abs_max"
+    RSQRT = "rsqrt"  # the unary ones tensor_scalar also takes (their operand is ignored)
+    RECIPROCAL = "reciprocal"
+    ABS = "abs"
 
 
 def unknown_op(value: object) -> str:
