@@ -339,6 +339,13 @@ sigmoid, silu, gelu, relu, square = (_unary(n) for n in ("sigmoid", "silu", "gel
 sin, cos, arctan, erf, softplus = (_unary(n) for n in ("sin", "cos", "arctan", "erf", "softplus"))
 mish, sign, gelu_apprx_tanh = _unary("mish"), _unary("sign"), _unary("gelu_apprx_tanh")
 floor, ceil, trunc = _unary("floor"), _unary("ceil"), _unary("trunc")
+gelu_apprx_sigmoid, tan = _unary("gelu_apprx_sigmoid"), _unary("tan")
+silu_dx, gelu_dx, erf_dx = _unary("silu_dx"), _unary("gelu_dx"), _unary("erf_dx")
+
+
+def expand_dims(data: Tile, axis: int) -> Tile:
+    """`nl.expand_dims(t, 1)`: the tile with a dimension of 1 inserted at `axis`."""
+    return data.expand_dims(axis)
 
 add, subtract, multiply, divide = (_binary(n) for n in ("add", "subtract", "multiply", "divide"))
 maximum, minimum, power = _binary("maximum"), _binary("minimum"), _binary("power")

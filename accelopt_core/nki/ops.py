@@ -51,6 +51,12 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "silu": lambda x: x * _sigmoid(x),
     "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
     "gelu_apprx_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x**3))),
+    "gelu_apprx_sigmoid": lambda x: x * _sigmoid(1.702 * x),
+    # derivatives, for backward kernels (nki.language's *_dx)
+    "silu_dx": lambda x: _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x))),
+    "gelu_dx": lambda x: 0.5 * (1.0 + _erf(x / np.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi),
+    "erf_dx": lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
+    "tan": np.tan,
     "relu": lambda x: np.maximum(x, 0.0),
     "square": np.square,
     "abs": np.abs,

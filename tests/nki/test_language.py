@@ -42,6 +42,11 @@ UNARY = {
     "sign": np.sign,
     "softplus": lambda x: np.log1p(np.exp(x)),
     "erf": _erf,
+    "tan": np.tan,
+    "gelu_apprx_sigmoid": lambda x: x * _sigmoid(1.702 * x),
+    "silu_dx": lambda x: _sigmoid(x) + x * _sigmoid(x) * _sigmoid(-x),  # d/dx x·σ(x)
+    "gelu_dx": lambda x: 0.5 * (1.0 + _erf(x / np.sqrt(2.0))) + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi),
+    "erf_dx": lambda x: 2.0 * np.exp(-x * x) / np.sqrt(np.pi),
 }
 POSITIVE_ONLY = {"log", "sqrt", "rsqrt"}
 ON_VECTOR = {"reciprocal", "negative"}  # arithmetic, not an activation-table function
@@ -480,13 +485,14 @@ def test_expand_dims_makes_a_row_statistic_a_column(run, rng):
     both = run(HEADER + """
 @nki.jit
 def kernel(x):
-    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
     t = nl.load(x)
     m = nl.max(t, axis=1)
-    nl.store(out, value=nl.subtract(t, m.expand_dims(1)))
+    nl.store(out[:, 0:64], value=nl.subtract(t, m.expand_dims(1)))
+    nl.store(out[:, 64:128], value=nl.subtract(t, nl.expand_dims(m, 1)))
     return out
 """, x)
-    np.testing.assert_allclose(both.out, x - x.max(axis=1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(both.out, np.tile(x - x.max(axis=1, keepdims=True), 2), rtol=1e-6)
 
 
 def test_view_reads_a_tensors_bytes_as_another_dtype_also_in_a_replay(run, rng):
