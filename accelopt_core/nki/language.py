@@ -225,8 +225,12 @@ def load_transpose2d(src: Tile, mask: Mask | None = None, dtype: Any = None, **_
     return ops.dma_copy(src, mask=mask, dtype=dtype, axes=(1, 0))
 
 
-def copy(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
-    return ops.tensor_copy(x, dtype=dtype, mask=mask)
+def copy(x: Tile | None = None, dtype: Any = None, mask: Mask | None = None, *, src: Tile | None = None,
+         **_: Any) -> Tile:
+    """A copy of `x` (the legacy docs name it `src=`)."""
+    if x is None and src is None:
+        raise KernelUsageError("nl.copy needs the tile to copy")
+    return ops.tensor_copy(x if x is not None else src, dtype=dtype, mask=mask)
 
 
 copy._nki_op = "copy"  # type: ignore[attr-defined]
@@ -253,28 +257,48 @@ def matmul(x: Tile, y: Tile, transpose_x: bool = False, mask: Mask | None = None
     return ops.nc_matmul(x, y, mask=mask)
 
 
-def broadcast_to(x: Tile, shape: Any) -> Tile:
-    """Broadcast a [1, F] tile across partitions or a [P, 1] tile along the free axis.
+def broadcast_to(x: Tile | None = None, shape: Any = None, dtype: Any = None, *, src: Tile | None = None,
+                 **_: Any) -> Tile:
+    """Broadcast a tile by NumPy's rules (`x` or the legacy `src=`; `dtype=` of the newer API).
 
-    Across partitions the compiler multiplies by a ones vector on the Tensor engine (shared/nki-facts.md
-    A.3): one matmul per 512-column PSUM bank, each copied into the SBUF result.
+    Free dimensions of 1 are read again by one copy (a stride-0 access pattern). Across partitions the
+    compiler multiplies by a ones vector on the Tensor engine (shared/nki-facts.md A.3): one matmul per
+    512-column PSUM bank of each [1, F] row, each copied into the SBUF result.
     """
+    x = x if x is not None else src
+    if x is None or shape is None:
+        raise KernelUsageError("broadcast_to needs a tile and a shape")
     shape = tuple(int(s) for s in shape)
-    if x.shape == shape:
+    source = tuple(x.shape)
+    if len(source) < len(shape):
+        source = (1,) * (len(shape) - len(source)) + source
+    if len(source) != len(shape) or any(a not in (1, b) for a, b in zip(source, shape, strict=True)):
+        raise KernelUsageError(f"broadcast_to: a tile of shape {x.shape} does not broadcast to {shape}")
+    if x.shape == shape and dtype is None:
         return x
-    out = ops.allocate(shape, x.dtype, SBUF)
-    if x.shape[0] == 1 and shape[0] > 1:
-        if x.ndim != 2 or len(shape) != 2 or x.shape[1] != shape[1]:
-            raise KernelUsageError(f"broadcast_to across partitions needs a [1, F] tile and a [P, F] shape, "
-                                   f"got {x.shape} -> {shape}")
-        ones_row = _ones_row(shape[0])
-        row = x if x.dtype == float32 else ops.tensor_copy(x, dtype=float32)
-        bank = tile_size.psum_fmax
-        for start in builtins.range(0, shape[1], bank):
-            stop = builtins.min(start + bank, shape[1])
-            ops.tensor_copy(ops.nc_matmul(ones_row, row[:, start:stop]), dst=out[:, start:stop])
+    out = ops.allocate(shape, dtypes.as_dtype(dtype) if dtype is not None else x.dtype, SBUF)
+    if source != tuple(x.shape):
+        x = x.reshape(source)
+    if source[0] == 1 and shape[0] > 1:
+        if source[1:] != shape[1:]:  # first along the free axes, on the one partition
+            x = ops.tensor_copy(x, dst=ops.allocate((1, *shape[1:]), x.dtype, SBUF))
+        _across_partitions(x, out)
         return out
     return ops.tensor_copy(x, dst=out)
+
+
+def _across_partitions(row: Tile, out: Tile) -> None:
+    """out[p, ...] = row[0, ...] for every partition, by ones-vector matmuls of [1, F] rows."""
+    if row.ndim > 2:
+        for i in builtins.range(out.shape[1]):
+            _across_partitions(row[:, i], out[:, i])
+        return
+    ones_row = _ones_row(out.shape[0])
+    row = row if row.dtype == float32 else ops.tensor_copy(row, dtype=float32)
+    bank = tile_size.psum_fmax
+    for start in builtins.range(0, out.shape[1], bank):
+        stop = builtins.min(start + bank, out.shape[1])
+        ops.tensor_copy(ops.nc_matmul(ones_row, row[:, start:stop]), dst=out[:, start:stop])
 
 
 def _ones_row(partitions: int) -> Tile:

@@ -805,7 +805,8 @@ def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask 
     eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
     column = dst is not None and src.size == src.shape[0] == dst.shape[0] and dst.size > src.size
-    out, fresh = (dst, False) if column else _output(dst, src.shape, out_dtype)
+    spread = dst is not None and not column and src.shape != dst.shape and _spreads(src.shape, dst.shape)
+    out, fresh = (dst, False) if column or spread else _output(dst, src.shape, out_dtype)
     if out.buffer == HBM:
         raise HardwareRuleError("compute engines cannot write HBM; use nl.store / nisa.dma_copy")
     # left to the compiler, a copy is also an ACT activation (identity): it goes where it finishes first
@@ -813,10 +814,18 @@ def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask 
     _record(eng, Op.TENSOR_COPY, (src,), out, mask=mask, fresh=fresh, work_shape=out.shape, attrs=attrs)
     if current().numeric:
         values = src.read()
-        if values.size != out.size:  # [P, 1] broadcast along the free axis
+        if spread:  # free dimensions of 1 read again (a stride-0 access pattern)
+            values = np.broadcast_to(values, out.shape)
+        elif values.size != out.size:  # [P, 1] broadcast along the free axis
             values = np.broadcast_to(values.reshape(values.shape[0], 1), (out.shape[0], out.size // out.shape[0]))
         _store(out, values.astype(np.float32).reshape(out.shape), _mask_values(mask, out.shape))
     return out
+
+
+def _spreads(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    """Whether `src` reaches `dst` by repeating free dimensions of 1 (same partitions, same rank)."""
+    return (len(src) == len(dst) and src[0] == dst[0]
+            and all(a == b or a == 1 for a, b in zip(src[1:], dst[1:], strict=True)))
 
 
 

@@ -519,3 +519,23 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_allclose(both.out, np.exp(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("shape", "target", "call"), [
+    ((1, 4, 64), (128, 4, 64), "nl.broadcast_to(t, shape=(128, 4, 64))"),  # across partitions, 3-D
+    ((128, 1, 64), (128, 4, 64), "t.broadcast_to((128, 4, 64))"),  # a free dimension of 1
+    ((1, 1), (128, 64), "t.broadcast_to((128, 64))"),  # both
+    ((1, 64), (128, 64), "nl.broadcast_to(src=t, shape=(128, 64))"),  # the legacy docs' keyword
+    ((1, 64), (128, 64), "nl.broadcast_to(t, (128, 64), dtype=nl.float32)"),  # the newer API's dtype=
+])
+def test_broadcast_to_follows_numpys_rules(run, rng, shape, target, call):
+    x = rng.standard_normal(shape).astype(np.float32)
+    both = run(HEADER + f"""
+@nki.jit
+def kernel(x):
+    out = nl.ndarray({target}, dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out, value=nl.copy(src={call}))
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out, np.broadcast_to(x, target))
