@@ -500,7 +500,7 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
     if isinstance(key, GridIndices):  # `x[nl.mgrid[0:128, 0:512]]`: one index per axis
         key = tuple(key.exprs)
     key = key if isinstance(key, tuple) else (key,)
-    if all(type(k) is slice or type(k) is int for k in key):
+    if all(type(k) is slice and (k.start or 0) >= 0 and (k.stop or 0) >= 0 or type(k) is int for k in key):
         memo = (dims, *((k.start, k.stop, k.step) if type(k) is slice else k for k in key))
         known = _SLICED.get(memo)
         if known is None:
@@ -560,8 +560,11 @@ def _normalize(key: tuple[Any, ...], dims: tuple[int, ...], name: str) -> Subscr
             start, stop, step = k.indices(size) if k.step is None or k.step > 0 else (None, None, None)
             if step is None:
                 raise KernelUsageError(f"{name}: negative slice steps are not supported")
-            raw_stop = k.stop if k.stop is not None else size
-            if (k.start or 0) < 0 or raw_stop > size or (k.start or 0) > size:
+            raw_start, raw_stop = k.start or 0, k.stop if k.stop is not None else size
+            if _counts_from_the_end():  # the newer API's tensors take Python's negative indices
+                raw_start += size if raw_start < 0 else 0
+                raw_stop += size if raw_stop < 0 else 0
+            if raw_start < 0 or raw_stop > size or raw_start > size:
                 raise HardwareRuleError(f"slice {k.start}:{k.stop} is out of bounds for dimension {dim} "
                                         f"of {name} (size {size})")
             count = len(range(start, stop, step))
@@ -593,6 +596,15 @@ def _normalize(key: tuple[Any, ...], dims: tuple[int, ...], name: str) -> Subscr
     if overhang is not None:
         return Subscript(tuple(items), final_shape, tuple(region), advanced, overhang, dims)
     return Subscript(tuple(items), final_shape, tuple(region), advanced)
+
+
+def _counts_from_the_end() -> bool:
+    """Negative slice bounds count from the end in the newer API (NkiTensor.__getitem__); in the legacy
+    one a negative bound is a computed offset gone out of bounds, refused as the compiler does."""
+    from .tensor import running
+
+    sim = running()
+    return sim is not None and sim.generation == "modern"
 
 
 def _in_bounds_indices(key: tuple[Any, ...], dims: tuple[int, ...]) -> Subscript | None:

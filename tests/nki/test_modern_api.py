@@ -215,3 +215,18 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_array_equal(both.out, x.T)
+
+
+def test_negative_slice_bounds_count_from_the_end(run, rng):
+    """NkiTensor.__getitem__ takes Python's negative indices: t[:, -1:] is the last column."""
+    x = rng.standard_normal((128, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=out, src=t[:, -2:])
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out, x[:, -2:])
