@@ -500,7 +500,7 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
     if isinstance(key, GridIndices):  # `x[nl.mgrid[0:128, 0:512]]`: one index per axis
         key = tuple(key.exprs)
     key = key if isinstance(key, tuple) else (key,)
-    if all(type(k) is slice and (k.start or 0) >= 0 and (k.stop or 0) >= 0 or type(k) is int for k in key):
+    if all((type(k) is slice and (k.start or 0) >= 0 and (k.stop or 0) >= 0) or type(k) is int for k in key):
         memo = (dims, *((k.start, k.stop, k.step) if type(k) is slice else k for k in key))
         known = _SLICED.get(memo)
         if known is None:
