@@ -840,10 +840,11 @@ def _column(tile: Tile, partitions: int, what: str) -> None:
 
 @instruction
 def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile | None, *,
-                         reverse0: bool = False, reduce_cmd: Any = None, dtype: Any = None, mask: Mask | None = None,
-                         dst: Tile | None = None) -> Tile:
+                         reverse0: bool = False, reduce_cmd: Any = None, negate: bool = False, dtype: Any = None,
+                         mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     """Vector engine: `data op0 operand0`, and its reduction over every free axis into reduce_res, or
-    through the engine's reduce registers as `reduce_cmd` says (reduce_res None keeps it there)."""
+    through the engine's reduce registers as `reduce_cmd` says (reduce_res None keeps it there);
+    `negate`: reduce_res receives the reduction negated."""
     _on_chip(data, "tensor_scalar_reduce")
     _check_partitions(data.shape, "tensor_scalar_reduce")
     name0, fn0 = _alu(op0, unary=True)
@@ -872,27 +873,29 @@ def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, re
         y = fn0(b0, x) if reverse0 else fn0(x, b0)
         active = _mask_values(mask, out.shape)
         _store(out, y, active)
+        sign = -1.0 if negate else 1.0
         if command is None:
             assert reduce_res is not None
-            _reduce_rows(reduce_res, y, reduce_name, reducer, active)
+            _reduce_rows(reduce_res, y, reduce_name, reducer, active, sign)
         else:
             partial = _row_reduction(y, reduce_name, reducer, active) if command != "idle" else None
             held = _registers(Engine.VECTOR, command, partial, reducer)
             if reduce_res is not None:
-                reduce_res.write(held[:partitions].reshape(reduce_res.shape))
+                reduce_res.write(sign * held[:partitions].reshape(reduce_res.shape))
     return out
 
 
 def _reduce_rows(res: Tile, values: np.ndarray, name: str, reducer: Callable[..., np.ndarray],
-                 active: np.ndarray | None) -> None:
-    """res[p] = reduction of the active elements of partition p (partitions with none keep res)."""
+                 active: np.ndarray | None, sign: float = 1.0) -> None:
+    """res[p] = reduction of the active elements of partition p, times `sign` (partitions with none
+    keep res)."""
     rows = values.reshape(values.shape[0], -1)
     if active is None:
-        res.write(reducer(rows, axis=1).reshape(res.shape))
+        res.write(sign * reducer(rows, axis=1).reshape(res.shape))
         return
     keep = active.reshape(rows.shape)
     reduced = reducer(np.where(keep, rows, _IDENTITY.get(name, 0.0)), axis=1)
-    res.write(reduced.reshape(res.shape), keep.any(axis=1).reshape(res.shape))
+    res.write(sign * reduced.reshape(res.shape), keep.any(axis=1).reshape(res.shape))
 
 
 @instruction

@@ -230,3 +230,21 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_array_equal(both.out, x[:, -2:])
+
+
+def test_tensor_scalar_reduce_can_negate_its_reduction(run, rng):
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    scaled = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+    m = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_reduce(dst=scaled, data=t, op0=nl.multiply, operand0=2.0, reduce_op=nl.max, reduce_res=m,
+                              reduce_res_negate=True)
+    nisa.dma_copy(dst=out, src=m)
+    return out
+""", x)
+    np.testing.assert_allclose(both.out[:, 0], -2 * x.max(axis=1), rtol=1e-6)

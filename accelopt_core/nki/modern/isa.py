@@ -98,9 +98,10 @@ def reciprocal(dst: Tile, data: Tile, engine: Any = None, **_: Any) -> None:
 
 
 def tensor_scalar_reduce(dst: Tile, data: Tile, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Tile | None,
-                         reverse0: bool = False, reduce_cmd: Any = None, **_: Any) -> None:
+                         reverse0: bool = False, reduce_cmd: Any = None, reduce_res_negate: bool = False,
+                         **_: Any) -> None:
     ops.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=reverse0, reduce_cmd=reduce_cmd,
-                             dst=dst)
+                             negate=bool(reduce_res_negate), dst=dst)
 
 
 def bn_stats(dst: Tile, data: Tile, **_: Any) -> None:
