@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes, ops
-from .errors import HardwareRuleError, KernelUsageError, missing_api
+from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, missing_api
 from .indexing import Mask, arange, ds, mgrid  # noqa: F401  (re-exported NKI names)
 from .tensor import HBM, PSUM, SBUF, Buffer, ParDim, Tile, allocate, current, host_fill, running
 from .trace import LoopKind
@@ -447,6 +447,31 @@ def mean(x: Tile, axis: Any, dtype: Any = None, mask: Mask | None = None, keepdi
 
 
 mean._nki_op = "mean"  # type: ignore[attr-defined]
+
+
+def var(x: Tile, axis: Any, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    """Variance over free axes, as the instructions the compiler makes of it: the mean, the deviations
+    and the mean of their squares (Vector engine)."""
+    centered = ops.binary("subtract", x, ops.tensor_reduce("mean", x, axis, mask=mask, keepdims=True,
+                                                           dtype=float32), mask=mask)
+    return ops.tensor_reduce("mean", ops.binary("multiply", centered, centered, mask=mask), axis, mask=mask,
+                             dtype=dtype if dtype is not None else x.dtype)
+
+
+def rms_norm(x: Tile, w: Tile, axis: Any, n: int, epsilon: float = 1e-6, dtype: Any = None,
+             compute_dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    """x / sqrt(sum(x^2 over axis) / n + epsilon) * w, over the free axis of a [P, F] tile, as the
+    instructions the compiler makes of it: squares summed on the Scalar engine, the mean plus epsilon,
+    its rsqrt, then the per-row scale and the weight on the Vector engine."""
+    if x.ndim != 2 or builtins.any(a % 2 != 1 for a in ((axis,) if isinstance(axis, int) else tuple(axis))):
+        raise UnsupportedApiError(f"nl.rms_norm over axis {axis} of a tile of shape {x.shape}: this simulator "
+                                  "normalizes the free axis of a [P, F] tile")
+    squares = ops.allocate((x.shape[0], 1), float32, SBUF)
+    ops.activation("square", x, reduce_op="add", reduce_res=squares, mask=mask)
+    mean_sq = ops.tensor_scalar(squares, "multiply", 1.0 / float(n), False, "add", float(epsilon))
+    scale = ops.activation("rsqrt", mean_sq)
+    normed = ops.tensor_scalar(x, "multiply", scale, mask=mask, dtype=compute_dtype)
+    return ops.tensor_tensor(normed, w, "multiply", mask=mask, dtype=dtype if dtype is not None else x.dtype)
 
 
 def softmax(x: Tile, axis: Any = -1, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:

@@ -539,3 +539,20 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_array_equal(both.out, np.broadcast_to(x, target))
+
+
+def test_rms_norm_and_var(run, rng):
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    w = rng.standard_normal((128, 256)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x, w):
+    out = nl.ndarray((128, 257), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out[:, 0:256], value=nl.rms_norm(t, nl.load(w), axis=1, n=256, epsilon=1e-5))
+    nl.store(out[:, 256:257], value=nl.var(t, axis=1))
+    return out
+""", x, w)
+    rms = np.sqrt((x.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(both.out[:, :256], x / rms * w, rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(both.out[:, 256], x.var(axis=1), rtol=1e-5)
