@@ -227,8 +227,8 @@ class _ListScheduler:
         # NC-v2: Vector and GpSimd share the SBUF port, so their SBUF-touching instructions take turns;
         # without this, moving work to GpSimd would look like free parallelism on trn1.
         self.shared_port = {_CODE[Engine.VECTOR], _CODE[Engine.GPSIMD]} if memory.vector_gpsimd_share_sbuf else set()
-        self.port_shared = False  # GpSimd has used the SBUF port Vector shares with it
-        self.port_free, self.port_last = 0.0, -1
+        self.sbuf_port: _Port | None = None  # booked from the first GpSimd access on (Vector's before: its last)
+        self.port_free, self.port_last, self.port_start = 0.0, -1, 0.0
         # NC-v2: Vector and Scalar cannot use PSUM at the same time, so their PSUM accesses never overlap
         self.psum_port = _Port() if memory.vector_scalar_share_psum else None
         # SPMD: one NeuronCore runs the programs of a launch one after another: nothing of a program
@@ -427,17 +427,17 @@ class _ListScheduler:
             self.sched.engine[i] = code
         lane = lanes[code]
         on_port = code in self.shared_port and _touches(inst, "sbuf")
-        if code == _GPSIMD_CODE and on_port:
-            self.port_shared = True
+        if code == _GPSIMD_CODE and on_port and self.sbuf_port is None:
+            self.sbuf_port = _Port()
+            if self.port_last >= 0:  # Vector's latest access, which GpSimd's first cannot overlap
+                self.sbuf_port.book(self.port_start, self.port_free, self.port_last)
         occupancy = costs.occupancy(inst, ENGINES[code])
-        if on_port and self.port_shared:
-            # Vector and GpSimd both on the SBUF port: each in its program order, taking turns
-            if lane.free > bound:
-                bound, p = lane.free, lane.last
-            if self.port_free > bound:
-                bound, p = self.port_free, self.port_last
-            s = lane.append(bound, occupancy, i)
-            self.port_free, self.port_last = s + occupancy, i
+        if on_port and self.sbuf_port is not None:
+            # Vector and GpSimd both on the SBUF port: their accesses never overlap, and one waiting
+            # for its inputs does not hold up the other engine's independent work
+            s, waited = self.sbuf_port.place(lane, bound, occupancy, i)
+            if waited >= 0:
+                p = waited
         elif self.psum_port is not None and code in _PSUM_PORT_ENGINES and _touches(inst, "psum"):
             s, waited = self.psum_port.place(lane, bound, occupancy, i)
             if waited >= 0:
@@ -447,7 +447,7 @@ class _ListScheduler:
             if waited >= 0:
                 p = waited
             if on_port and s + occupancy > self.port_free:
-                self.port_free, self.port_last = s + occupancy, i
+                self.port_start, self.port_free, self.port_last = s, s + occupancy, i
         self.sched.busy[i] = occupancy
         return s, s + occupancy, p
 
@@ -574,13 +574,17 @@ class _Port:
         if waited < 0 and start >= lane.free > ready:
             waited = lane.last  # after its engine's work, as `_Lane.place` says
         placed, _ = lane.place(start, occupancy, index)
-        k = bisect_right(self.starts, placed)
-        self.starts.insert(k, placed)
-        self.ends.insert(k, placed + occupancy)
+        self.book(placed, placed + occupancy, index)
+        return placed, waited
+
+    def book(self, start: float, end: float, index: int) -> None:
+        """Mark the port busy from `start` to `end` for instruction `index`."""
+        k = bisect_right(self.starts, start)
+        self.starts.insert(k, start)
+        self.ends.insert(k, end)
         self.users.insert(k, index)
         if len(self.starts) > self.WINDOW:
             del self.starts[0], self.ends[0], self.users[0]
-        return placed, waited
 
     def _clear_from(self, start: float, occupancy: float) -> tuple[float, int]:
         """The earliest time from `start` the port is free for `occupancy`, and the last access that

@@ -559,3 +559,18 @@ def test_vector_and_scalar_take_turns_on_psum_on_trn1() -> None:
     assert estimate(in_psum, one).latency >= trn1_alone  # serialised on PSUM
     assert estimate(two_reads("sbuf"), one).latency < trn1_alone  # SBUF: no such turn-taking
     assert estimate(in_psum, two).latency < sum(times(two, inst)[0] for inst in in_psum.instructions)
+
+
+def test_a_gpsimd_access_waiting_for_its_input_does_not_hold_up_vectors_independent_work() -> None:
+    """The shared SBUF port keeps the two engines' accesses apart in time, not in program order: a Vector
+    instruction written after a GpSimd one that waits for a long Scalar result runs meanwhile."""
+    b = TraceBuilder()
+    x, a = (b.tensor(n, "sbuf", (128, 8192)) for n in "xa")  # Scalar's long instruction
+    c, d, e = (b.tensor(n, "sbuf", (128, 2048)) for n in "cde")
+    b.compute("scalar", "activation", [x], [a], attrs={"op": "exp"})
+    b.compute("gpsimd", "tensor_tensor", [a, a], [e], attrs={"op": "add"})  # waits for it; 2048 wide
+    b.compute("vector", "tensor_tensor", [c, c], [d], attrs={"op": "add"})
+    trace = b.build()
+    trn1 = load_hardware("trn1")
+    scalar, gpsimd, vector = (times(trn1, inst)[0] for inst in trace.instructions)
+    assert estimate(trace, trn1).latency < scalar + gpsimd + 0.5 * vector
