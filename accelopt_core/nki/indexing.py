@@ -462,6 +462,10 @@ class Subscript:
         return run
 
     def _contiguous(self, dims: tuple[int, ...]) -> int:
+        if self.advanced:
+            walked = self._walked_run(dims)
+            if walked is not None:
+                return walked
         run = 1
         for dim in range(len(dims) - 1, -1, -1):
             item = self.items[dim]
@@ -479,6 +483,30 @@ class Subscript:
             run *= extent
             if extent != dims[dim]:
                 return run
+        return run
+
+    def _walked_run(self, dims: tuple[int, ...]) -> int | None:
+        """Consecutive elements in memory along the tile's own order (its innermost axis first): a DMA
+        walks the tile, so `x[i_m, i_k]` with k on partitions and m along the free axis reads one element
+        per step, however contiguous its footprint. None for indices that are not affine."""
+        strides = [math.prod(dims[d + 1:]) for d in range(len(dims))]
+        steps = [0] * len(self.shape)
+        for d, item in enumerate(self.items):
+            if isinstance(item, (int, np.integer)):
+                continue
+            if not isinstance(item, IndexExpr) or item._values is not None:
+                return None
+            shift = len(self.shape) - len(item.shape)
+            for axis, coef in item.terms:
+                steps[axis + shift] += coef * strides[d]
+        run = 1
+        for axis in range(len(self.shape) - 1, -1, -1):
+            extent = self.shape[axis]
+            if extent == 1:
+                continue
+            if steps[axis] != run:
+                break
+            run *= extent
         return run
 
 

@@ -1143,6 +1143,18 @@ def _choice_values(x: Any, shape: tuple[int, ...]) -> Any:
 DOUBLE_ROW_DTYPES = frozenset({"float8_e4m3", "float8_e4m3fn", "float8_e5m2"})
 
 
+def _masked_extent(mask: Mask | None, m: int, n: int) -> tuple[int, int]:
+    """Rows and columns of an [m, n] matmul output that a mask leaves some element of."""
+    mask = as_mask(mask)
+    if mask is None:
+        return m, n
+    try:
+        active = np.broadcast_to(mask.values.reshape(mask.values.shape[0], -1), (m, n))
+    except ValueError:
+        return m, n
+    return max(1, int(active.any(axis=1).sum())), max(1, int(active.any(axis=0).sum()))
+
+
 def _output_mask(mask: Mask | None, stationary: Tile, moving: Tile) -> None:
     """A matmul's mask selects output elements [M, N]; one that only fits the contraction rows is
     refused by name rather than misapplied."""
@@ -1193,12 +1205,15 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
         raise HardwareRuleError("the Tensor engine writes its results to PSUM only")
     srcs = (stationary, moving) + ((out,) if accumulate else ())
     op = Op.NC_TRANSPOSE if is_transpose else Op.NC_MATMUL
-    attrs = {"stationary_free": m, "moving_free": n, "contraction": k * rows, "accumulate": accumulate,
+    # a mask makes the compiler issue the matmul on the tiles it keeps (NKI API Masking): the output
+    # rows and columns with an element left are the stationary and moving columns that run
+    m_run, n_run = _masked_extent(mask, m, n)
+    attrs = {"stationary_free": m_run, "moving_free": n_run, "contraction": k * rows, "accumulate": accumulate,
              "is_transpose": is_transpose, "onezero": onezero}
     if rows > 1:
         attrs["perf_mode"] = "double_row"
-    _record(Engine.TENSOR, op, srcs, out, mask=mask, fresh=fresh, flops=2 * k * rows * m * n, attrs=attrs,
-            dtype=stationary.storage.dtype_name)
+    _record(Engine.TENSOR, op, srcs, out, mask=mask, fresh=fresh, flops=2 * k * rows * m_run * n_run,
+            attrs=attrs, dtype=stationary.storage.dtype_name)
     if current().numeric:
         a = _f32(stationary).reshape(k * rows, m)  # [K, 2, M] -> rows (k, r) of the contraction
         b = _f32(moving).reshape(k * rows, n)

@@ -489,3 +489,43 @@ def kernel(a):
     np.testing.assert_allclose(both.out[:, :256], 1 / np.sqrt(a), rtol=1e-6)
     np.testing.assert_allclose(both.out[:, 256:512], 1 / (a + 1), rtol=1e-6)
     np.testing.assert_allclose(both.out[:, 512], a.max(axis=1), rtol=1e-6)
+
+
+def test_a_masked_matmul_runs_on_the_columns_it_keeps(run, rng):
+    """NKI API Masking: the compiler issues the instruction on the smaller tile, so its cost follows."""
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    i_n = nl.arange(512)[None, :]
+    r = nisa.nc_matmul(nl.load(a), nl.load(b), mask=(i_n < 192))
+    t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    t[...] = nl.copy(r, mask=(i_n < 192))
+    nl.store(out[:, 0:192], value=t[:, 0:192])
+    return out
+""", a, b)
+    matmul = next(i for i in both.instructions if i.op == "nc_matmul")
+    assert (matmul.attrs["stationary_free"], matmul.attrs["moving_free"]) == (128, 192)
+    assert matmul.flops == 2 * 128 * 128 * 192
+    np.testing.assert_allclose(both.out[:, :192], a.T @ b[:, :192], rtol=1e-4, atol=1e-4)
+
+
+def test_a_load_that_walks_hbm_across_the_rows_moves_one_element_per_step(run, rng):
+    """x[i_m, i_k] with k on partitions reads, along each partition, elements K apart: its DMA runs
+    are one element long however contiguous the region it covers."""
+    x = rng.standard_normal((256, 128)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    i_k = nl.arange(128)[:, None]
+    i_m = nl.arange(256)[None, :]
+    nl.store(out, value=nl.load(x[i_m, i_k]))
+    return out
+""", x)
+    load, store = (i for i in both.instructions if i.op == "dma_copy")
+    assert load.reads[0].contiguous_bytes == 4
+    assert store.writes[0].contiguous_bytes == 128 * 256 * 4  # the store writes whole rows
+    np.testing.assert_array_equal(both.out, x.T)
