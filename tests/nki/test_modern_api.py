@@ -248,3 +248,19 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_allclose(both.out[:, 0], -2 * x.max(axis=1), rtol=1e-6)
+
+
+def test_no_reorder_blocks_are_accepted(run, rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    with nl.no_reorder():
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out, src=t)
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out, 2 * x)

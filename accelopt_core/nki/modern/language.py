@@ -3,6 +3,7 @@ time (the range helpers are aliases of Python's `range`), so loops are recorded 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,13 @@ sequential_range = static_range = affine_range
 def dynamic_range(*args: int, **_: Any) -> Iterator[int]:
     """An on-device loop: iterations run in order."""
     return current().loop(LoopKind.SEQUENTIAL, args)
+
+
+@contextlib.contextmanager
+def no_reorder(**_: Any) -> Iterator[None]:
+    """`with nl.no_reorder():` keeps the compiler from reordering the block's instructions: accepted,
+    not modelled (the simulator schedules in program order per engine anyway)."""
+    yield
 
 
 def shared_identity_matrix(n: int, dtype: Any = _legacy.uint8, **_: Any) -> Tile:
