@@ -149,6 +149,14 @@ def _alu(op: Any, unary: bool = False) -> tuple[str, Callable[[Any, Any], Any]]:
     return name, fn
 
 
+def _alu_operand(name: str, operand: Any, reverse: bool) -> tuple[Any, bool]:
+    """A unary operator acts on the data alone: its operand may be None (0.0 stands in) and is never
+    the left-hand side."""
+    if name in UNARY_ALU:
+        return (0.0 if operand is None else operand), False
+    return operand, reverse
+
+
 def _activation_fn(op: Any) -> tuple[str, Callable[[np.ndarray], np.ndarray]]:
     name = op_name(op)
     fn = ACTIVATIONS.get(name)
@@ -613,17 +621,15 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
     _check_partitions(data.shape, "tensor_scalar")
     partitions = data.shape[0]
     name0, fn0 = _alu(op0, unary=True)
-    reverse0 = reverse0 and name0 not in UNARY_ALU
-    operand0 = _per_partition_operand(0.0 if operand0 is None and name0 in UNARY_ALU else operand0, partitions,
-                                      "tensor_scalar operand0")
+    operand0, reverse0 = _alu_operand(name0, operand0, reverse0)
+    operand0 = _per_partition_operand(operand0, partitions, "tensor_scalar operand0")
     ops = [name0]
     srcs: list[Tile] = [data] + [x for x in (operand0,) if isinstance(x, Tile)]
     fn1 = None
     if op1 is not None:
         name1, fn1 = _alu(op1, unary=True)
-        reverse1 = reverse1 and name1 not in UNARY_ALU
-        operand1 = _per_partition_operand(0.0 if operand1 is None and name1 in UNARY_ALU else operand1, partitions,
-                                          "tensor_scalar operand1")
+        operand1, reverse1 = _alu_operand(name1, operand1, reverse1)
+        operand1 = _per_partition_operand(operand1, partitions, "tensor_scalar operand1")
         ops.append(name1)
         srcs += [x for x in (operand1,) if isinstance(x, Tile)]
     eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
@@ -850,8 +856,7 @@ def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, re
     name0, fn0 = _alu(op0, unary=True)
     if name0 in BITWISE:
         raise HardwareRuleError(f"tensor_scalar_reduce takes an arithmetic operator, not the bitvec {name0}")
-    reverse0 = reverse0 and name0 not in UNARY_ALU
-    operand0 = 0.0 if operand0 is None and name0 in UNARY_ALU else operand0
+    operand0, reverse0 = _alu_operand(name0, operand0, reverse0)
     reduce_name, reducer = _reducer(reduce_op, "tensor_scalar_reduce")
     partitions = data.shape[0]
     operand0 = _per_partition_operand(operand0, partitions, "tensor_scalar_reduce operand0")
@@ -889,13 +894,11 @@ def _reduce_rows(res: Tile, values: np.ndarray, name: str, reducer: Callable[...
                  active: np.ndarray | None, sign: float = 1.0) -> None:
     """res[p] = reduction of the active elements of partition p, times `sign` (partitions with none
     keep res)."""
-    rows = values.reshape(values.shape[0], -1)
+    reduced = sign * _row_reduction(values, name, reducer, active).reshape(res.shape)
     if active is None:
-        res.write(sign * reducer(rows, axis=1).reshape(res.shape))
+        res.write(reduced)
         return
-    keep = active.reshape(rows.shape)
-    reduced = reducer(np.where(keep, rows, _IDENTITY.get(name, 0.0)), axis=1)
-    res.write(sign * reduced.reshape(res.shape), keep.any(axis=1).reshape(res.shape))
+    res.write(reduced, active.reshape(values.shape[0], -1).any(axis=1).reshape(res.shape))
 
 
 @instruction

@@ -438,14 +438,18 @@ class Tile:
             raise KernelUsageError(f"cannot reshape {self.storage.name} of shape {self.shape} to {new_shape}")
         if not self.is_whole:
             raise KernelUsageError("only a whole tensor can be reshaped")
-        sim = current()
         data = self.storage.data.reshape(new_shape) if self.storage.data is not None else None
-        pa = 0 if self.storage.buffer != HBM else -1
-        alias = Storage(sim, f"{self.storage.name}_reshaped", self.storage.buffer, new_shape,
-                        self.storage.dtype, max(pa, 0), data)
+        return self._alias("reshaped", new_shape, self.storage.dtype, 0, data)
+
+    def _alias(self, suffix: str, shape: tuple[int, ...], dtype: np.dtype, partition_axis: int,
+               data: np.ndarray | None) -> Tile:
+        """A view of this whole tensor's memory as another tensor (no data moves), recorded as one."""
+        sim = current()
+        alias = Storage(sim, f"{self.storage.name}_{suffix}", self.storage.buffer, shape, dtype, partition_axis,
+                        data)
         sim.trace.tensors[alias.id].alias_of = self.storage.id
         sim.declared(alias, "view", self.storage.id)
-        return Tile(alias, full_subscript(new_shape))
+        return Tile(alias, full_subscript(shape))
 
     def expand_dims(self, axis: int) -> Tile:
         """The same tile with a dimension of 1 inserted at `axis` (`m.expand_dims(1)`: a [P] row statistic
@@ -467,13 +471,8 @@ class Tile:
         if last % new.itemsize:
             raise KernelUsageError(f"cannot view {self.storage.name} of shape {self.shape} ({old.name}) as {new.name}")
         new_shape = (*self.shape[:-1], last // new.itemsize)
-        sim = current()
         data = self.storage.data.view(new) if self.storage.data is not None else None
-        alias = Storage(sim, f"{self.storage.name}_as_{new.name}", self.storage.buffer, new_shape, new,
-                        self.storage.partition_axis, data)
-        sim.trace.tensors[alias.id].alias_of = self.storage.id
-        sim.declared(alias, "view", self.storage.id)
-        return Tile(alias, full_subscript(new_shape))
+        return self._alias(f"as_{new.name}", new_shape, new, self.storage.partition_axis, data)
 
     def broadcast_to(self, shape: Any) -> Tile:
         """`tile.broadcast_to(shape)`, as in the RMSNorm tutorial: the same as `nl.broadcast_to`, for

@@ -327,11 +327,11 @@ class FillPartitions:
 
     def plan(self, source: str, profile: object) -> list[Plan]:
         model = model_of(source, profile)
-        plans = []
-        for fold in folds(model):
-            if any(other.loop in fold.loop.chain[:-1] for other in folds(model)):
-                continue  # an enclosing loop folds already: one plan per nest
-            plans.append(self._plan(model, fold))
+        found = folds(model)
+        folding = {id(fold.loop) for fold in found}
+        # an enclosing loop that folds already covers the nest: one plan per nest
+        plans = [self._plan(model, fold) for fold in found
+                 if not any(id(outer) in folding for outer in fold.loop.chain[:-1])]
         return sorted(plans, key=lambda p: -p.priority)
 
     def _plan(self, model: KernelModel, fold: _Fold) -> Plan:
