@@ -17,7 +17,7 @@ from .engine import PLANNERS, REMOTE, ProfilerSettings, make_profiler
 from .hardware import available_hardware
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
-from .nki.loader import check_source, read_source
+from .nki.loader import check_source, declared_hardware, read_source
 from .profiling import ProfileResult, SandboxLimits, TaskRef
 from .profiling.confine import INSTALL_HINT, isolation_problem, unconfined_allowed
 from .report import render
@@ -61,9 +61,14 @@ def _task_for(args: argparse.Namespace) -> TaskRef:
     return ref
 
 
-def _read_kernel(path: str, name: str | None) -> str:
-    source = read_source(path)
-    check_source(source, path, name)
+def _read_kernel(args: argparse.Namespace) -> str:
+    """The kernel's source, checked without running it; settles `args.hardware` when not given: the
+    target its decorator names (`@nki.jit(platform_target="trn2")`), else trn1."""
+    source = read_source(args.kernel)
+    check_source(source, args.kernel, args.kernel_name)
+    if args.hardware is None:
+        declared = declared_hardware(source, args.kernel, args.kernel_name)
+        args.hardware = declared if declared in available_hardware() else "trn1"
     return source
 
 
@@ -92,7 +97,7 @@ def _profiler_settings(args: argparse.Namespace) -> ProfilerSettings:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     task = _task_for(args)
-    source = _read_kernel(args.kernel, args.kernel_name)
+    source = _read_kernel(args)
     profiler = make_profiler(_profiler_settings(args))
     result = profiler.profile(source, task, args.hardware, check=not args.no_check, seeds=args.seed,
                               kernel_label=os.path.relpath(args.kernel), kernel_name=args.kernel_name)
@@ -123,7 +128,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from .optimize import run_optimize
 
     task = _task_for(args)
-    source = _read_kernel(args.kernel, args.kernel_name)
+    source = _read_kernel(args)
     if args.backend == "remote" and not (args.service_url and args.token_file):
         raise CliError("--backend remote needs --service-url and --token-file")
     require_isolation(args.backend)
@@ -147,7 +152,8 @@ def _add_task_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", help="SPMD launch grid, e.g. 4 or 2x2 (default: the reference's GRID, else none)")
-    parser.add_argument("--hardware", choices=available_hardware(), default="trn1")
+    parser.add_argument("--hardware", choices=available_hardware(),
+                        help="the Trainium to time on (default: the kernel's platform_target, else trn1)")
 
 
 def _add_backend_arguments(parser: argparse.ArgumentParser, backend_help: str) -> None:

@@ -26,6 +26,7 @@ _ALIASES = {
        for tail in ("", ".neuron", ".neuron.indexing", ".neuron.tensor")},
     "nki": "accelopt_core.nki.modern",
     "nki.language": "accelopt_core.nki.modern.language",
+    "nki.language.constants": "accelopt_core.nki.language_constants",
     "nki.isa": "accelopt_core.nki.modern.isa",
     "nki.typing": "accelopt_core.nki.typing",
     "nki.compiler": "accelopt_core.nki.compiler",

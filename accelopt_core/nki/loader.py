@@ -223,6 +223,21 @@ def check_source(source: str, filename: str, name: str | None = None) -> str:
                           "`kernel`, decorate exactly one function with @nki.jit, or pass --kernel-name")
 
 
+def declared_hardware(source: str, filename: str, name: str | None = None) -> str | None:
+    """The hardware the kernel's decorator names (`@nki.jit(platform_target="trn2")`), read without
+    running anything; None when it names none (or names it by a computed value)."""
+    kernel = check_source(source, filename, name)
+    tree = parse_source(source, filename)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == kernel:
+            for decorator in node.decorator_list:
+                if isinstance(decorator, ast.Call) and _is_jit(decorator):
+                    for keyword in decorator.keywords:
+                        if keyword.arg == "platform_target" and isinstance(keyword.value, ast.Constant):
+                            return str(keyword.value.value)
+    return None
+
+
 def _is_jit(decorator: ast.expr) -> bool:
     target = decorator.func if isinstance(decorator, ast.Call) else decorator
     name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")

@@ -465,7 +465,8 @@ def assign(dst: Tile, value: Any) -> None:
         sim.trace.tensors.pop(storage.id, None)
         storage.producer = None
         if sim.numeric:
-            dst.write(value.read(), storage.written)
+            written = storage.written  # a masked producer's elements, in value's shape ([P] for t[:, j])
+            dst.write(value.read(), None if written is None else written.reshape(dst.shape))
         return
     if dst.buffer == HBM or value.buffer == HBM:
         dma_copy(value, dst=dst)

@@ -30,7 +30,7 @@ from .blocks import SMALLEST, BlockLiveness, LiveBlocks, large_block_tensor
 from .errors import NkiError, replaying
 from .indexing import DynamicIndex, full_subscript, normalize
 from .ops import REPLAYABLE
-from .runner import RunResult, TensorSpec, end_launch, start_program, storage_root
+from .runner import RunResult, TensorSpec, end_launch, returns_unwritten_input, start_program
 from .tensor import HBM, PSUM, SBUF, BufferPool, MemoryBudget, Simulation, Storage, Tile, declare, host_fill, pop, push
 from .trace import TapeError, TapeReader, collector_paused, shown_name
 
@@ -342,7 +342,6 @@ class _Replay:
             if not isinstance(tile, Tile) or tile.buffer != HBM:
                 raise TapeError("an output of the kernel is not an HBM tensor")
             outputs.append(np.array(tile.read()) if self.sim.numeric else None)
-        # a reshaped view of an input is that input
-        returned_input = any(storage_root(self.sim.trace, t.storage.id) in self.input_ids for t in tiles)
+        returned_input = returns_unwritten_input(self.sim.trace, tiles, self.input_ids)
         self.result = RunResult(outputs, self.sim.trace, [t.shape for t in tiles], returned_input,
                                 set(self.input_ids))

@@ -108,8 +108,10 @@ def _unwrap(func: Any) -> Callable[..., Any]:
 
 
 def _as_input(sim: Simulation, name: str, value: Any) -> Any:
+    # array-likes become HBM tensors; a class such as np.float32 (a dtype argument) has `shape` and
+    # `dtype` too, as attribute descriptors, and passes through
     if isinstance(value, (np.ndarray, TensorSpec)) or (hasattr(value, "shape") and hasattr(value, "dtype")
-                                                       and not isinstance(value, Tile)):
+                                                       and not isinstance(value, (Tile, type))):
         spec = value if isinstance(value, TensorSpec) else TensorSpec.of(value)
         if not spec.shape:  # a scalar argument: the kernel sees the Python number its caller passed
             return spec.value
@@ -244,12 +246,29 @@ def storage_root(trace: Trace, tensor: int) -> int:
     return tensor
 
 
+def written_roots(trace: Trace) -> set[int]:
+    """The allocations some instruction of the trace writes."""
+    return {storage_root(trace, acc.tensor) for inst in trace.instructions for acc in inst.writes}
+
+
+def returns_unwritten_input(trace: Trace, outputs: Sequence[Tile], input_ids: set[int]) -> bool:
+    """Whether an output is an input the kernel never wrote (a reshaped view of an input is that
+    input): an output argument the kernel filled is an output, an input passed back is not."""
+    roots = {storage_root(trace, t.storage.id) for t in outputs} & input_ids
+    return bool(roots - written_roots(trace)) if roots else False
+
+
 def _collect(sim: Simulation, returned: Any, inputs: list[Any]) -> RunResult:
-    items = returned if isinstance(returned, (tuple, list)) else ([] if returned is None else [returned])
+    input_ids = {t.storage.id for t in inputs if isinstance(t, Tile)}
+    if returned is None:
+        # the output-argument convention (`kernel(x, out)`, legacy nki_jit and baremetal kernels): the
+        # outputs are the array arguments the kernel wrote, in argument order
+        written = written_roots(sim.trace)
+        items: Any = [t for t in inputs if isinstance(t, Tile) and t.buffer == HBM and t.storage.id in written]
+    else:
+        items = returned if isinstance(returned, (tuple, list)) else [returned]
     outputs: list[np.ndarray | None] = []
     shapes: list[tuple[int, ...]] = []
-    input_ids = {t.storage.id for t in inputs if isinstance(t, Tile)}
-    returned_input = False
     for item in items:
         if not isinstance(item, Tile):
             raise KernelUsageError(f"a kernel must return the HBM tensors it wrote, got {type(item).__name__}",
@@ -258,11 +277,9 @@ def _collect(sim: Simulation, returned: Any, inputs: list[Any]) -> RunResult:
             raise KernelUsageError(f"kernel returned {item.name}, a {item.buffer.upper()} tile; outputs must "
                                    "be HBM tensors (buffer=nl.shared_hbm) written with nl.store",
                                    sim.trace.kernel_file, 0)
-        # a reshaped view of an input is that input
-        returned_input = returned_input or storage_root(sim.trace, item.storage.id) in input_ids
         shapes.append(item.shape)
         outputs.append(np.array(item.read()) if sim.numeric else None)
     if sim.tape is not None:
         sim.tape.append(("return", tuple(items)))
-    return RunResult(outputs, sim.trace, shapes, returned_input, input_ids)
+    return RunResult(outputs, sim.trace, shapes, returns_unwritten_input(sim.trace, items, input_ids), input_ids)
 

@@ -403,6 +403,8 @@ class Tile:
         raise KernelUsageError("tiles cannot be iterated in Python; index them with nl.arange or slices")
 
     def __bool__(self) -> bool:
+        if self.storage.buffer == HBM:
+            return True  # an HBM tensor is a Python object at trace time: `x if bias else None` tests presence
         raise KernelUsageError("a tile has no truth value at trace time (data-dependent control flow "
                                "is not possible in NKI)")
 

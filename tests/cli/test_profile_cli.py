@@ -240,3 +240,13 @@ def test_grid_option_launches_every_program(files: Path) -> None:
     assert without.returncode == 3
     bad = accelopt("profile", str(files / "rows.py"), "--reference", str(files / "add_ref.py"), "--grid", "2x0")
     assert bad.returncode == 2 and "--grid must be positive integers" in bad.stderr
+
+
+def test_the_kernel_s_platform_target_picks_the_hardware(files: Path) -> None:
+    (files / "trn2.py").write_text(ADD_KERNEL.replace("@nki.jit", '@nki.jit(platform_target="trn2")'))
+    declared = accelopt("profile", str(files / "trn2.py"), "--reference", str(files / "add_ref.py"), "--json")
+    assert declared.returncode == 0, declared.stderr
+    assert json.loads(declared.stdout)["hardware"] == "trn2"
+    chosen = accelopt("profile", str(files / "trn2.py"), "--reference", str(files / "add_ref.py"), "--json",
+                      "--hardware", "trn1")
+    assert json.loads(chosen.stdout)["hardware"] == "trn1"

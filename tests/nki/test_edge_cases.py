@@ -123,3 +123,24 @@ def kernel(a):
     return out
 """, np.zeros((128, 32), np.float32))
     np.testing.assert_array_equal(both.out, [[128, 2, 72, 1]])
+
+
+def test_a_masked_copy_of_a_column_fills_a_two_dimensional_slice(run, rng):
+    """cumsum's carry (nki-samples neuron-team-kernels): `init[:, :] = nl.copy(t[:, k], mask=...)`,
+    a [P] value written into a [P, 1] region under the copy's mask."""
+    source = """
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    carry = nl.zeros((128, 1), dtype=x.dtype)
+    for j in nl.sequential_range(3):
+        carry[:, :] = nl.copy(t[:, j], mask=j < 2)
+    nl.store(out, carry)
+    return out
+"""
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(run(source, x).out, x[:, 1:2])

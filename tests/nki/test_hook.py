@@ -212,3 +212,29 @@ def kernel(a):
     return out
 """, np.ones((2, 2), np.float32))
     np.testing.assert_array_equal(both.out, np.ones((2, 2)))
+
+
+def test_library_modules_of_the_new_package(run):
+    """nki-library code subclasses nl.NKIObject and sizes buffers with nki.language.constants."""
+    both = run("""
+import nki
+import nki.language as nl
+from nki.language import NKIObject
+from nki.language.constants import sizeinbytes
+
+
+class Tiling(NKIObject):
+    def __init__(self, rows):
+        self.rows = rows
+
+
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    tiling = Tiling(a.shape[0])
+    t = nl.ndarray((tiling.rows, sizeinbytes(a.dtype)), dtype=a.dtype, buffer=nl.sbuf)
+    nki.isa.dma_copy(dst=t, src=a)
+    nki.isa.dma_copy(dst=out, src=t)
+    return out
+""", np.ones((128, 4), np.float32))
+    np.testing.assert_array_equal(both.out, np.ones((128, 4)))

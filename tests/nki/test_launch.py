@@ -122,3 +122,50 @@ def test_an_empty_grid_is_an_error(load):
     module, _, _ = load(TILE_ADD)
     with pytest.raises(KernelUsageError, match="has no programs"):
         module.tile_add[0]
+
+
+# the output-argument convention of legacy nki_jit and baremetal kernels: the caller allocates `out`
+OUTPUT_ARGUMENT = HEADER + """
+@nki.jit
+def kernel(x, out):
+    nl.store(out, value=nl.multiply(nl.load(x), 2.0))
+"""
+
+
+def test_a_kernel_that_fills_an_output_argument_returns_it(run, rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(OUTPUT_ARGUMENT, x, np.zeros_like(x))
+    np.testing.assert_array_equal(both.out, 2 * x)
+    assert not both.numeric.returned_input  # written by the kernel: an output, not an input passed back
+
+
+def test_a_kernel_that_returns_nothing_and_writes_nothing_has_no_outputs(run, rng):
+    source = HEADER + "@nki.jit\ndef kernel(x, out):\n    t = nl.load(x)\n"
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    assert run(source, x, np.zeros_like(x)).numeric.outputs == []
+
+
+def test_a_dtype_passes_through_as_a_python_value(run, rng):
+    source = HEADER + """
+@nki.jit
+def kernel(x, dtype):
+    out = nl.ndarray(x.shape, dtype=dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(x))
+    return out
+"""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    assert run(source, x, dtype=np.float16).out.dtype == np.float16
+
+
+def test_an_hbm_argument_is_true_at_trace_time(run, rng):
+    """`bias = nl.load(b) if b else None`, as AWS's own ISA tests write optional inputs."""
+    source = HEADER + """
+@nki.jit
+def kernel(x, b=None):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out, value=nl.add(t, nl.load(b)) if b else t)
+    return out
+"""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(run(source, x, x).out, 2 * x)

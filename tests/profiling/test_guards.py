@@ -149,3 +149,28 @@ def test_an_edited_reference_is_not_answered_from_the_cache(tmp_path: Path) -> N
     assert profiler.profile(kernel, task).correct is True
     (tmp_path / "ref.py").write_text(RESHAPE_REF.replace("return x.copy()", "return -x"))
     assert profiler.profile(kernel, task).correct is False
+
+
+def test_an_output_argument_the_kernel_fills_is_checked_as_its_output(tmp_path: Path) -> None:
+    """`kernel(x, out)` returning nothing: the arguments it wrote are its outputs; an input merely
+    passed back stays rejected (above)."""
+    (tmp_path / "double_ref.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+        def make_inputs(rng):
+            x = rng.standard_normal((128, 512), dtype=np.float32)
+            return [x, np.zeros_like(x)]
+
+        def reference(x, out):
+            return 2 * x
+    '''))
+    fills = textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+        @nki.jit
+        def kernel(x, out):
+            nl.store(out, value=nl.multiply(nl.load(x), 2.0))
+    ''')
+    result = SimulatorProfiler(seeds=2).profile(fills, TaskRef(reference=str(tmp_path / "double_ref.py")))
+    assert result.correct is True, result.check_message

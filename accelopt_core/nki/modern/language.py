@@ -38,5 +38,10 @@ def shared_identity_matrix(n: int, dtype: Any = _legacy.uint8, **_: Any) -> Tile
     return ops.dma_copy(_legacy.shared_identity_matrix(n, dtype))
 
 
+class NKIObject:
+    """The base class of the plain Python objects library code passes into kernels (configurations,
+    tiled ranges): the compiler traces through them, so here they are ordinary objects."""
+
+
 def __getattr__(name: str) -> Any:
     return getattr(_legacy, name)
