@@ -464,6 +464,7 @@ def assign(dst: Tile, value: Any) -> None:
                               "direction": f"{src_kind}_to_{'hbm' if dst.buffer == HBM else 'sbuf'}"}
         sim.trace.tensors.pop(storage.id, None)
         storage.producer = None
+        storage.moved_to = dst
         if sim.numeric:
             written = storage.written  # a masked producer's elements, in value's shape ([P] for t[:, j])
             dst.write(value.read(), None if written is None else written.reshape(dst.shape))

@@ -297,6 +297,7 @@ class Storage:
         "initialized",
         "itemsize",
         "mm_open",
+        "moved_to",
         "name",
         "partition_axis",
         "producer",
@@ -320,6 +321,8 @@ class Storage:
         # PSUM regions with an open matmul accumulation group (new API, accumulate=None)
         self.mm_open: list[tuple[tuple[int, int], ...]] | None = None
         self.written: np.ndarray | None = None  # elements a masked producer wrote (None: all of them)
+        # `dst[...] = t` made t's producer write dst: t's values now live there, and so do its reads
+        self.moved_to: Tile | None = None
         self.slots = slots  # direct allocation: the physical tile of each logical block
         # PSUM in numeric mode: which elements hold a written value. A matmul accumulating onto
         # never-written PSUM starts its accumulation group there (its first write overwrites).
@@ -544,6 +547,9 @@ class Tile:
         storage = self.storage
         sub = self.sub
         size = storage.itemsize
+        if storage.moved_to is not None:  # its producer wrote the destination: read it there, after that
+            dst = storage.moved_to
+            return dst.access((sub.count if nbytes is None else nbytes // size) * dst.storage.itemsize)
         moved = sub.count * size if nbytes is None else nbytes
         if storage.buffer == HBM:
             run = min(sub.contiguous_elements(storage.shape) * size, moved)

@@ -144,3 +144,23 @@ def kernel(x):
 """
     x = rng.standard_normal((128, 8)).astype(np.float32)
     np.testing.assert_array_equal(run(source, x).out, x[:, 1:2])
+
+
+def test_a_value_kept_in_another_tile_is_still_read_after_its_producer(run, rng):
+    """`keep[...] = t` makes t's load write keep; t's later readers read it there, after the load
+    (they lost the dependency: the exp ran before its input was loaded)."""
+    source = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    keep = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    t = nl.load(x)
+    keep[...] = t
+    nl.store(out, value=nl.exp(t))
+    return out
+"""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(source, x)
+    np.testing.assert_allclose(both.out, np.exp(x), rtol=1e-6)
+    load, exp = both.numeric.trace.instructions[:2]
+    assert exp.reads[0].tensor == load.writes[0].tensor
