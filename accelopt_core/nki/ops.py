@@ -1217,8 +1217,10 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
              "is_transpose": is_transpose, "onezero": onezero}
     if rows > 1:
         attrs["perf_mode"] = "double_row"
+    # the wider operand sets the pace (an FP32 moving tile streams at the FP32 rate under a BF16 stationary)
+    wider = max((stationary.storage, moving.storage), key=lambda s: s.itemsize)
     _record(Engine.TENSOR, op, srcs, out, mask=mask, fresh=fresh, flops=2 * k * rows * m_run * n_run,
-            attrs=attrs, dtype=stationary.storage.dtype_name)
+            attrs=attrs, dtype=wider.dtype_name)
     if current().numeric:
         a = _f32(stationary).reshape(k * rows, m)  # [K, 2, M] -> rows (k, r) of the contraction
         b = _f32(moving).reshape(k * rows, n)

@@ -150,8 +150,10 @@ class CostModel:
         if op == Op.TENSOR_TENSOR_SCAN:
             return max(ii, 2 * n)
         if op == Op.SCALAR_TENSOR_TENSOR:
-            fast = (_all_sixteen_bit(inst) and attrs.get("op0") == Alu.SUBTRACT
-                    and attrs.get("op1") == Alu.MULTIPLY and inst.free_elements % 2 == 0)
+            # the tiles in 16 bits (reads: data, operand1, then a per-partition operand0 of any type)
+            tiles = (*inst.reads[:2], *inst.writes)
+            fast = (inst.dtype in _SIXTEEN_BIT and all(a.dtype in _SIXTEEN_BIT for a in tiles)
+                    and tuple(attrs.get("ops", ())) == (Alu.SUBTRACT, Alu.MULTIPLY) and inst.free_elements % 2 == 0)
             return max(ii, n if fast else 2 * n)
         if op == Op.RECIPROCAL:
             return max(ii, spec.reciprocal_cycles_per_element * n)

@@ -529,3 +529,23 @@ def kernel(x):
     assert load.reads[0].contiguous_bytes == 4
     assert store.writes[0].contiguous_bytes == 128 * 256 * 4  # the store writes whole rows
     np.testing.assert_array_equal(both.out, x.T)
+
+
+def test_a_matmul_is_priced_at_its_wider_operand(run, rng):
+    """A BF16 stationary with an FP32 moving tile streams at the FP32 rate, as the reverse does."""
+    source = """
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.isa as nisa
+
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    stationary = nl.load(a, dtype=nl.bfloat16)
+    nl.store(out, value=nl.copy(nisa.nc_matmul(stationary, nl.load(b))))
+    return out
+"""
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    both = run(source, a, b)
+    assert [i.dtype for i in both.numeric.trace.instructions if i.op == "nc_matmul"] == ["float32"]

@@ -139,3 +139,18 @@ def test_two_byte_dma_moves_at_half_the_byte_rate() -> None:
     assert TRN1.dma.width_penalty(4) == 1.0
     assert TRN1.dma.width_penalty(2) == pytest.approx(2.0)
     assert TRN1.dma.width_penalty(1) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("ops, dtype, expected", [
+    (("subtract", "multiply"), "bfloat16", 512),  # B.8: the 16-bit subtract-then-multiply form runs at N
+    (("subtract", "add"), "bfloat16", 2 * 512),
+    (("subtract", "multiply"), "float32", 2 * 512),
+])
+def test_scalar_tensor_tensor_fast_form(ops: tuple[str, str], dtype: str, expected: int) -> None:
+    """The per-partition operand0 may be FP32 (a loaded [P, 1] scalar) without losing the fast form."""
+    b = TraceBuilder()
+    data, other = (b.tensor(name, "sbuf", (128, 512), dtype=dtype) for name in ("data", "other"))
+    scalar = b.tensor("scalar", "sbuf", (128, 1))
+    out = b.tensor("o", "sbuf", (128, 512), dtype=dtype)
+    inst = b.compute("vector", "scalar_tensor_tensor", [data, other, scalar], [out], attrs={"ops": ops}, dtype=dtype)
+    assert cycles(TRN1, inst) == pytest.approx(expected)
