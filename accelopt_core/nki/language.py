@@ -237,6 +237,9 @@ copy._nki_op = "copy"  # type: ignore[attr-defined]
 
 
 def transpose(x: Tile, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    """A PSUM tile too large for the Vector engine's 32x32 is first copied to SBUF, as for nl.matmul."""
+    if x.buffer == PSUM and (x.shape[0] > 32 or math.prod(x.shape[1:]) > 32):
+        x = ops.tensor_copy(x)
     return ops.nc_transpose(x, dtype=dtype, mask=mask)
 
 
@@ -329,6 +332,10 @@ def dropout(x: Tile, rate: Any, *, dtype: Any = None, mask: Mask | None = None, 
 
 
 def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
+    """By default the result takes the more precise of x's and y's types (nki.language.where)."""
+    if dtype is None:
+        kinds = [v.dtype if isinstance(v, Tile) else dtypes.scalar_dtype(v) for v in (x, y)]
+        dtype = dtypes.promote(*kinds)
     return ops.select(condition, x, y, dtype=dtype, mask=mask)
 
 
@@ -476,9 +483,10 @@ def rms_norm(x: Tile, w: Tile, axis: Any, n: int, epsilon: float = 1e-6, dtype: 
 
 def softmax(x: Tile, axis: Any = -1, dtype: Any = None, mask: Mask | None = None, **_: Any) -> Tile:
     """Numerically stable softmax over a free axis, as the compiler lowers it."""
-    row_max = ops.tensor_reduce("maximum", x, axis, keepdims=True, negate=True)
-    shifted = ops.activation("exp", x, bias=row_max, dtype=float32)
-    total = ops.tensor_reduce("add", shifted, axis, keepdims=True)
+    # the mask holds for every step: masked-off elements are neither maxed, exponentiated nor summed
+    row_max = ops.tensor_reduce("maximum", x, axis, keepdims=True, negate=True, mask=mask)
+    shifted = ops.activation("exp", x, bias=row_max, dtype=float32, mask=mask)
+    total = ops.tensor_reduce("add", shifted, axis, keepdims=True, mask=mask)
     inverse = ops.reciprocal(total)
     return ops.tensor_scalar(shifted, "multiply", inverse, dtype=dtype if dtype is not None else x.dtype,
                              mask=mask)

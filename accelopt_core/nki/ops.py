@@ -97,7 +97,8 @@ ALU: dict[str, Callable[[Any, Any], Any]] = {  # looked up by the name a kernel'
     Alu.BITWISE_OR: np.bitwise_or,
     Alu.BITWISE_XOR: np.bitwise_xor,
     Alu.LEFT_SHIFT: np.left_shift,
-    Alu.RIGHT_SHIFT: np.right_shift,
+    # a logical shift of the 32-bit lane (the ALU table: arithmetic shift right is not supported)
+    Alu.RIGHT_SHIFT: lambda a, b: np.right_shift(np.bitwise_and(a, 0xFFFFFFFF), b),
     Alu.ABS_MAX: lambda a, b: np.maximum(np.abs(a), np.abs(b)),
 }
 # Unary operators the ALU also takes (nisa.tensor_scalar's operator table; `op0=nl.rsqrt, operand0=0.0` runs
@@ -826,7 +827,10 @@ def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask 
             values = np.broadcast_to(values, out.shape)
         elif values.size != out.size:  # [P, 1] broadcast along the free axis
             values = np.broadcast_to(values.reshape(values.shape[0], 1), (out.shape[0], out.size // out.shape[0]))
-        _store(out, values.astype(np.float32).reshape(out.shape), _mask_values(mask, out.shape))
+        # the Vector and GpSimd engines copy bits when the types match (nki.isa.tensor_copy); otherwise
+        # the value passes through FP32 (an int32 above 2**24 loses its low bits)
+        exact = out.dtype == src.dtype and eng != Engine.SCALAR
+        _store(out, (values if exact else values.astype(np.float32)).reshape(out.shape), _mask_values(mask, out.shape))
     return out
 
 
@@ -1258,8 +1262,10 @@ def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mas
     _on_chip(data, "nc_transpose")
     p, f = data.shape[0], math.prod(data.shape[1:])
     small = p <= 32 and f <= 32
-    eng = _engine(engine, Engine.VECTOR if small and dst is not None and dst.buffer != PSUM else Engine.TENSOR,
-                  (Engine.TENSOR, Engine.VECTOR))
+    # left to the compiler, a small transpose goes to Vector when its input or output rules out the
+    # Tensor engine (which reads SBUF and writes PSUM)
+    vector = small and (data.buffer == PSUM or (dst is not None and dst.buffer != PSUM))
+    eng = _engine(engine, Engine.VECTOR if vector else Engine.TENSOR, (Engine.TENSOR, Engine.VECTOR))
     if eng == Engine.VECTOR:
         if not small:
             raise HardwareRuleError(f"Vector-engine transpose handles at most 32x32, got {p}x{f}")

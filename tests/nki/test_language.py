@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -556,3 +557,86 @@ def kernel(x, w):
     rms = np.sqrt((x.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(both.out[:, :256], x / rms * w, rtol=2e-5, atol=1e-6)
     np.testing.assert_allclose(both.out[:, 256], x.var(axis=1), rtol=1e-5)
+
+
+def test_where_takes_the_more_precise_type_of_its_choices(run, rng):
+    source = HEADER + """
+@nki.jit
+def kernel(x, y):
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.load(x, dtype=nl.bfloat16)
+    b = nl.load(y)
+    picked = nl.where(nl.greater(b, 0.0), a, b)
+    factor = nl.where(nl.greater(b, 0.0), 1.0, 0.001)
+    nl.store(out, value=nl.add(picked, factor))
+    return out
+"""
+    x, y = (rng.standard_normal((128, 64)).astype(np.float32) for _ in range(2))
+    both = run(source, x, y)
+    bf16 = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    expected = np.where(y > 0, bf16, y) + np.where(y > 0, 1.0, 0.001).astype(np.float32)
+    np.testing.assert_allclose(both.out, expected, rtol=1e-6)
+
+
+def test_softmax_under_a_mask_reads_only_the_masked_in_columns(run, rng):
+    source = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(256)[None, :]
+    cols = i_f < x.shape[1]
+    t = nl.load(x[i_p, i_f], mask=cols)
+    nl.store(out[i_p, i_f], value=nl.softmax(t, axis=1, mask=cols), mask=cols)
+    return out
+"""
+    x = rng.standard_normal((128, 200)).astype(np.float32)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(run(source, x).out, e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_right_shift_is_logical(run):
+    source = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.right_shift(nl.load(x), 4))
+    return out
+"""
+    x = np.array([[-256, -1, 256, 7]] * 128, dtype=np.int32)
+    expected = (x.view(np.uint32) >> 4).view(np.int32)
+    np.testing.assert_array_equal(run(source, x).out, expected)
+
+
+def test_a_same_type_copy_keeps_every_bit(run):
+    """Vector and GpSimd copy bits when the types match: an int32 above 2**24 survives."""
+    source = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nisa.tensor_copy(nl.load(x), engine=nisa.vector_engine))
+    return out
+"""
+    x = np.full((128, 4), 2**24 + 1, dtype=np.int32)
+    np.testing.assert_array_equal(run(source, x).out, x)
+
+
+def test_transposing_a_small_psum_tile_runs_on_vector(run, rng):
+    """The Tensor engine reads SBUF only: left to the compiler, a 32x16 PSUM tile goes to Vector, and
+    nl.transpose copies a larger one to SBUF first."""
+    source = HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+    big = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    product = nisa.nc_matmul(nl.load(a), nl.load(b))
+    nl.store(out, value=nl.copy(nisa.nc_transpose(product[0:32, 0:16])))
+    nl.store(big, value=nl.copy(nl.transpose(product)))
+    return out, big
+"""
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(source, a, b)
+    product = a.T @ b
+    np.testing.assert_allclose(both.numeric.outputs[0], product[:32, :16].T, rtol=1e-5)
+    np.testing.assert_allclose(both.numeric.outputs[1], product.T, rtol=1e-5)
