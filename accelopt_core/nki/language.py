@@ -273,7 +273,11 @@ def broadcast_to(x: Tile | None = None, shape: Any = None, dtype: Any = None, *,
         raise KernelUsageError("broadcast_to needs a tile and a shape")
     shape = tuple(int(s) for s in shape)
     source = tuple(x.shape)
-    if len(source) < len(shape):
+    if len(source) == 1 and len(shape) > 1 and source[0] == shape[0]:
+        # an on-chip 1-D tile runs along the partitions (a reduction's [P] result), so it spreads along
+        # the free dimensions (sd_attention's `(1.0 / sum_res).broadcast_to((P, d_head))`)
+        source = source + (1,) * (len(shape) - 1)
+    elif len(source) < len(shape):
         source = (1,) * (len(shape) - len(source)) + source
     if len(source) != len(shape) or any(a not in (1, b) for a, b in zip(source, shape, strict=True)):
         raise KernelUsageError(f"broadcast_to: a tile of shape {x.shape} does not broadcast to {shape}")

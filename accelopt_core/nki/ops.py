@@ -275,6 +275,23 @@ def _result(shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> Tile:
     return declare(buffer, shape, 0, dtypes.as_dtype(dtype))
 
 
+# Engines that work partition by partition: element i of an operand meets element i of the output in
+# the same lane
+_LANE_WISE = frozenset({Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD})
+_ACROSS_PARTITIONS = frozenset({Op.NC_TRANSPOSE, Op.TENSOR_PARTITION_REDUCE})  # their own data paths
+
+
+def _check_lanes(srcs: tuple[Tile, ...], dst: Tile, size: int) -> None:
+    """An operand of the output's size on other partitions would need data to cross lanes, which only a
+    transpose, a matmul or a DMA does (the ISA requires equal partition sizes)."""
+    lanes = dst.shape[0] if dst.shape else 1
+    for t in srcs:
+        if t.size == size and t.buffer != HBM and (t.shape[0] if t.shape else 1) != lanes:
+            raise HardwareRuleError(f"{t.name} of shape {t.shape} spans other partitions than the output "
+                                    f"{dst.name} of shape {dst.shape}: the compute engines work lane by lane; "
+                                    "move data across partitions with a transpose, a matmul or a DMA")
+
+
 def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mask | None = None,
             flops: int = 0, attrs: dict[str, Any] | None = None, dtype: str | None = None,
             fresh: bool = False, work_shape: tuple[int, ...] | None = None) -> Instruction:
@@ -289,6 +306,8 @@ def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mas
     # the mask selects elements of the work; it selects the output's too when they have its shape
     # (a reduction's or bn_stats' output is written whole)
     out_mask = mask if dst.shape == shape else None
+    if engine in _LANE_WISE and op not in _ACROSS_PARTITIONS and dst.buffer != HBM:
+        _check_lanes(srcs, dst, math.prod(shape))
     for t in srcs:
         if t.sub.overhang is not None:
             _check_overhang(t, mask)
@@ -455,6 +474,8 @@ def assign(dst: Tile, value: Any) -> None:
     if (producer is not None and not storage.consumed and value.is_whole and value.size == dst.size
             and sim.trace.instructions and sim.trace.instructions[-1] is producer
             and dst.buffer in _WRITABLE[producer.engine]):
+        if producer.engine in _LANE_WISE and producer.op not in _ACROSS_PARTITIONS and dst.buffer != HBM:
+            _check_lanes((value,), dst, value.size)
         # the same elements, now in dst's type: DMA and the compute engines cast on the way out
         producer.writes = (dst.access(producer.writes[0].nbytes // storage.itemsize * dst.storage.itemsize),)
         if producer.engine != Engine.TENSOR and producer.dtype == storage.dtype_name:
@@ -1157,8 +1178,9 @@ def _masked_extent(mask: Mask | None, m: int, n: int) -> tuple[int, int]:
     mask = as_mask(mask)
     if mask is None:
         return m, n
+    values = mask.values  # 0-d when the predicate folded at trace time (`i * 128 < n` false: nothing)
     try:
-        active = np.broadcast_to(mask.values.reshape(mask.values.shape[0], -1), (m, n))
+        active = np.broadcast_to(values.reshape(values.shape[0], -1) if values.ndim else values, (m, n))
     except ValueError:
         return m, n
     return max(1, int(active.any(axis=1).sum())), max(1, int(active.any(axis=0).sum()))

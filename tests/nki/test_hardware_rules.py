@@ -244,3 +244,14 @@ def kernel(a):
     return a
 """, A, error=UnsupportedApiError)
     assert "tensor.ap" in err.message
+
+
+@pytest.mark.parametrize("line", [
+    "r = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)\nr[...] = nl.exp(t)  # ERR",
+    "r = nisa.tensor_tensor(t, nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf), op=nl.add)  # ERR",
+])
+def test_compute_engines_do_not_move_data_across_partitions(fails, line):
+    """Element i meets element i in the same lane: an operand of the output's size on other partitions
+    would be a reshape across lanes, which only a transpose, a matmul or a DMA does."""
+    err = fails(_kernel(f"t = nl.load(a[0:128, 0:64])\n{line}\nreturn a"), A, B, error=HardwareRuleError)
+    assert "work lane by lane" in err.message

@@ -640,3 +640,34 @@ def kernel(a, b):
     product = a.T @ b
     np.testing.assert_allclose(both.numeric.outputs[0], product[:32, :16].T, rtol=1e-5)
     np.testing.assert_allclose(both.numeric.outputs[1], product.T, rtol=1e-5)
+
+
+def test_a_one_dimensional_tile_broadcasts_along_the_free_axis(run, rng):
+    """A reduction's [P] result spreads over the free dimension, also on a square tile (sd_attention)."""
+    source = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    total = nisa.tensor_reduce(np.add, data=nl.load(x), axis=(1,))
+    nl.store(out, value=nl.copy((1.0 / total).broadcast_to((128, 128))))
+    return out
+"""
+    x = rng.uniform(1, 2, (128, 128)).astype(np.float32)
+    expected = np.broadcast_to(1 / x.sum(axis=1, keepdims=True), x.shape)
+    np.testing.assert_allclose(run(source, x).out, expected, rtol=1e-5)
+
+
+def test_a_matmul_masked_off_at_trace_time_leaves_its_output(run, rng):
+    """A mask that folds to False (`(2 * i + 1) * 128 < seqlen` past the end) runs nothing."""
+    source = HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.psum)
+    acc[...] = nisa.nc_matmul(nl.load(a), nl.load(b), mask=(3 * 128 < a.shape[0]))
+    nl.store(out, value=nl.copy(acc))
+    return out
+"""
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(run(source, a, b).out, np.zeros((128, 64), np.float32))
