@@ -20,6 +20,7 @@ _ALIASES = {
     "neuronxcc.nki.language": "accelopt_core.nki.language",
     "neuronxcc.nki.language.constants": "accelopt_core.nki.language_constants",
     "neuronxcc.nki.isa": "accelopt_core.nki.isa",
+    "neuronxcc.nki.isa.constants": "accelopt_core.nki.isa_constants",
     "neuronxcc.nki.typing": "accelopt_core.nki.typing",
     "neuronxcc.nki.compiler": "accelopt_core.nki.compiler",
     **{f"neuronxcc.nki.compiler.backends{tail}": "accelopt_core.nki.backends"
@@ -28,6 +29,7 @@ _ALIASES = {
     "nki.language": "accelopt_core.nki.modern.language",
     "nki.language.constants": "accelopt_core.nki.language_constants",
     "nki.isa": "accelopt_core.nki.modern.isa",
+    "nki.isa.constants": "accelopt_core.nki.isa_constants",
     "nki.typing": "accelopt_core.nki.typing",
     "nki.compiler": "accelopt_core.nki.compiler",
 }

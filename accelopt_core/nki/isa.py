@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import Any
 
 from . import ops
@@ -43,6 +43,22 @@ class reduce_cmd:  # noqa: N801
     reset = "reset"
     reduce = "reduce"
     reset_reduce = "reset_reduce"
+
+
+class dge_mode(Enum):  # noqa: N801  (NKI's own name)
+    """How a DMA's descriptors are generated (`dma_copy(dge_mode=...)`): accepted, not modelled."""
+
+    unknown = 0
+    swdge = 1
+    hwdge = 2
+    none = 3
+
+
+class oob_mode(Enum):  # noqa: N801  (NKI's own name)
+    """What an out-of-bounds dynamic access does at run time: accepted (the simulator always checks)."""
+
+    error = 0
+    skip = 1
 
 
 class nc_version(IntEnum):  # noqa: N801  (NKI's own name)

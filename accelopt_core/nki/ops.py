@@ -799,7 +799,7 @@ def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepd
     name, reducer = _reducer(op, "tensor_reduce")
     _on_chip(data, "tensor_reduce")
     _check_partitions(data.shape, "tensor_reduce")
-    axes = tuple(sorted(a % data.ndim for a in ((axis,) if isinstance(axis, int) else tuple(axis))))
+    axes = tuple(sorted(a % data.ndim for a in ((axis,) if isinstance(axis, (int, np.integer)) else tuple(axis))))
     if 0 in axes:
         raise HardwareRuleError("tensor_reduce reduces free axes only; reducing the partition axis needs "
                                 "a transpose or a matmul with a ones vector")

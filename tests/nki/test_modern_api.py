@@ -264,3 +264,33 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_array_equal(both.out, 2 * x)
+
+
+def test_positional_iota_and_both_affine_select_orders(run, rng):
+    """iota(dst, pattern, offset); affine_select positionally in the 2.27/2.28 order (offset third) and
+    the 2.29 order (channel_multiplier third, offset last); a NumPy integer axis; the DMA mode enums."""
+    x = rng.standard_normal((128, 128)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 384), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x, dge_mode=nisa.dge_mode.hwdge, oob_mode=nisa.oob_mode.error)
+    idx = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.iota(idx, [[1, 128]], 5)
+    old = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.affine_select(old, [[-1, 128]], 0, 1, t, -30000.0, nl.greater_equal)
+    new = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.affine_select(new, [[-1, 128]], 1, t, -30000.0, nl.greater_equal)
+    total = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=total, op=nl.add, data=t, axis=np.int64(1))
+    nisa.dma_copy(dst=out[:, 0:128], src=idx)
+    nisa.dma_copy(dst=out[:, 128:256], src=old)
+    nisa.dma_copy(dst=out[:, 256:384], src=new)
+    return out
+""", x)
+    rows, cols = np.arange(128)[:, None], np.arange(128)[None, :]
+    np.testing.assert_array_equal(both.out[:, :128], np.broadcast_to(5 + cols, (128, 128)))
+    causal = np.where(cols <= rows, x, -30000.0)
+    np.testing.assert_array_equal(both.out[:, 128:256], causal)
+    np.testing.assert_array_equal(both.out[:, 256:], causal)

@@ -145,22 +145,30 @@ def _pattern(dst: Tile, pattern: Any, offset: Any, channel_multiplier: Any, what
     return IndexExpr(dst.shape, values=values.reshape(dst.shape))
 
 
-def iota(dst: Tile, expr: Any = None, pattern: Any = None, offset: Any = 0, channel_multiplier: Any = 0,
-         **_: Any) -> None:
-    """`iota(dst, pattern, offset, channel_multiplier)` (or an index expression, as the legacy API)."""
-    if pattern is not None or not isinstance(expr, IndexExpr):
-        expr = _pattern(dst, expr if pattern is None else pattern, offset, channel_multiplier, "iota")
+def iota(dst: Tile, pattern: Any = None, offset: Any = 0, channel_multiplier: Any = 0, **kwargs: Any) -> None:
+    """`iota(dst, pattern, offset, channel_multiplier)`, or an index expression as the legacy API takes."""
+    expr = kwargs.get("expr", pattern)
+    if not isinstance(expr, IndexExpr):
+        expr = _pattern(dst, pattern, offset, channel_multiplier, "iota")
     ops.iota(expr, dst.dtype, dst=dst)
 
 
-def affine_select(dst: Tile, pattern: Any, offset: Any = 0, channel_multiplier: Any = 0, on_true_tile: Any = None,
-                  on_false_value: Any = 0.0, cmp_op: Any = None, **_: Any) -> None:
+# affine_select's positional order: SDK 2.27/2.28, then 2.29 moved offset last (told apart by the tile)
+_SELECT_ORDER = ("offset", "channel_multiplier", "on_true_tile", "on_false_value", "cmp_op")
+_SELECT_ORDER_229 = ("channel_multiplier", "on_true_tile", "on_false_value", "cmp_op", "offset")
+
+
+def affine_select(dst: Tile, pattern: Any, *args: Any, **kwargs: Any) -> None:
     """dst = on_true_tile where cmp_op(affine value, 0), else on_false_value (GpSimd)."""
-    values = _pattern(dst, pattern, offset, channel_multiplier, "affine_select").values
+    order = _SELECT_ORDER_229 if len(args) > 1 and isinstance(args[1], Tile) else _SELECT_ORDER
+    given = {**dict(zip(order, args, strict=False)), **kwargs}
+    on_true_tile, cmp_op = given.get("on_true_tile"), given.get("cmp_op")
+    values = _pattern(dst, pattern, given.get("offset", 0), given.get("channel_multiplier", 0), "affine_select").values
     compare = ops.ALU[ops.op_name(cmp_op)] if cmp_op is not None else np.equal
     if isinstance(on_true_tile, Tile) and on_true_tile.buffer == PSUM:
         on_true_tile = ops.tensor_copy(on_true_tile)  # GpSimd cannot reach PSUM: the compiler copies first
-    ops.select(Mask(compare(values, 0)), on_true_tile, on_false_value, engine=Engine.GPSIMD, dst=dst)
+    ops.select(Mask(compare(values, 0)), on_true_tile, given.get("on_false_value", 0.0), engine=Engine.GPSIMD,
+               dst=dst)
 
 
 def __getattr__(name: str) -> Any:

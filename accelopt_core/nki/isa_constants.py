@@ -1,0 +1,8 @@
+"""`neuronxcc.nki.isa.constants` / `nki.isa.constants`: the ISA's configuration enums."""
+
+from __future__ import annotations
+
+from .errors import missing_api
+from .isa import dge_mode, oob_mode  # noqa: F401  (re-exported NKI names)
+
+__getattr__ = missing_api("nki.isa.constants")
