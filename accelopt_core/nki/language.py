@@ -474,7 +474,8 @@ def rms_norm(x: Tile, w: Tile, axis: Any, n: int, epsilon: float = 1e-6, dtype: 
     """x / sqrt(sum(x^2 over axis) / n + epsilon) * w, over the free axis of a [P, F] tile, as the
     instructions the compiler makes of it: squares summed on the Scalar engine, the mean plus epsilon,
     its rsqrt, then the per-row scale and the weight on the Vector engine."""
-    if x.ndim != 2 or builtins.any(a % 2 != 1 for a in ((axis,) if isinstance(axis, (int, np.integer)) else tuple(axis))):
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if x.ndim != 2 or builtins.any(a % 2 != 1 for a in axes):
         raise UnsupportedApiError(f"nl.rms_norm over axis {axis} of a tile of shape {x.shape}: this simulator "
                                   "normalizes the free axis of a [P, F] tile")
     squares = ops.allocate((x.shape[0], 1), float32, SBUF)
