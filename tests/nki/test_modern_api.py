@@ -294,3 +294,31 @@ def kernel(x):
     causal = np.where(cols <= rows, x, -30000.0)
     np.testing.assert_array_equal(both.out[:, 128:256], causal)
     np.testing.assert_array_equal(both.out[:, 256:], causal)
+
+
+def test_matmul_accumulate_none_adds_into_part_of_a_written_region(run, rng):
+    """'previously written' holds for a part of the region an open group wrote."""
+    a = rng.standard_normal((256, 128)).astype(np.float32)
+    b = rng.standard_normal((256, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    s0, s1 = (nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf) for _ in range(2))
+    m0 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    m1 = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s0, src=a[0:128, :])
+    nisa.dma_copy(dst=s1, src=a[128:256, :])
+    nisa.dma_copy(dst=m0, src=b[0:128, :])
+    nisa.dma_copy(dst=m1, src=b[128:256, 0:256])
+    nisa.nc_matmul(acc, s0, m0)
+    nisa.nc_matmul(acc[:, 0:256], s1, m1)
+    res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+""", a, b)
+    expected = a[:128].T @ b[:128]
+    expected[:, :256] += a[128:].T @ b[128:, :256]
+    np.testing.assert_allclose(both.out, expected, rtol=1e-4, atol=1e-3)

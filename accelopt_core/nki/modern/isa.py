@@ -31,14 +31,21 @@ def nc_matmul(dst: Tile, stationary: Tile, moving: Tile, is_stationary_onezero: 
     instruction reading or writing the region does, so the next matmul starts a new one."""
     storage = dst.storage
     region = dst.sub.region
+    # a region inside one an open group wrote was "previously written" (a matmul into ps[:, 0:256]
+    # after one into ps[:, 0:512] adds)
+    inside = any(_contains(open_region, region) for open_region in storage.mm_open or ())
     if accumulate is None:
-        accumulate = bool(storage.mm_open) and region in storage.mm_open
+        accumulate = inside
     ops.nc_matmul(stationary, moving, is_transpose=is_transpose, dst=dst, accumulate=accumulate,
                   onezero=is_stationary_onezero or is_moving_onezero, perf_mode=perf_mode)
     if storage.mm_open is None:
         storage.mm_open = [region]
-    elif region not in storage.mm_open:
+    elif not inside:
         storage.mm_open.append(region)
+
+
+def _contains(outer: tuple[tuple[int, int], ...], inner: tuple[tuple[int, int], ...]) -> bool:
+    return all(lo <= lo2 and hi2 <= hi for (lo, hi), (lo2, hi2) in zip(outer, inner, strict=True))
 
 
 def nc_transpose(dst: Tile, data: Tile, engine: Any = None, **_: Any) -> None:
