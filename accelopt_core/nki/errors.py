@@ -20,9 +20,36 @@ class _Replaying(threading.local):
     the caller's line of the recorded call under way (None: find it on the stack)."""
 
     location: tuple[str, int] | None = None
+    kernel_file: str = ""  # the file the running kernel is defined in: the lines a trace records are its
 
 
 _replaying = _Replaying()
+
+
+@contextmanager
+def recording_lines_of(filename: str) -> Iterator[None]:
+    """Inside, `trace_line` counts in `filename`: work done in a helper module the kernel calls (a
+    library's flash attention under a wrapper) is charged to the kernel file's line that called it."""
+    saved = _replaying.kernel_file
+    _replaying.kernel_file = filename
+    try:
+        yield
+    finally:
+        _replaying.kernel_file = saved
+
+
+def trace_line(location: tuple[str, int] | None = None) -> int:
+    """The kernel file's line being executed: that of `location` (by default `kernel_location()`), or,
+    when that is in another file, of the kernel file's frame further out on the stack that led there."""
+    filename, line = location or kernel_location()
+    home = _replaying.kernel_file
+    if home and filename != home:
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == home:
+                return frame.f_lineno
+            frame = frame.f_back
+    return line
 
 
 @contextmanager

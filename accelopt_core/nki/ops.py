@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import dtypes
-from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, pin_location
+from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, pin_location, trace_line
 from .indexing import IndexExpr, Mask, as_mask
 from .tensor import HBM, PSUM, SBUF, Limits, Tile, allocate, close_accumulation, current, declare, running
 from .trace import Alu, Called, Engine, Instruction, Op
@@ -193,7 +193,7 @@ def instruction(fn: F) -> F:
         if sim.tape is not None:
             arguments = dict(zip(names, args, strict=False))
             arguments.update(kwargs)
-            call = Called(op, arguments, location[1], sim.nest, sim.ids_used, len(sim.trace.instructions))
+            call = Called(op, arguments, trace_line(location), sim.nest, sim.ids_used, len(sim.trace.instructions))
             sim.tape.append(call)
         sim.depth += 1
         unpinned = pin_location(location)  # the tensors and instructions of this call are at the caller's line

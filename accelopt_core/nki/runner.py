@@ -15,7 +15,7 @@ import numpy as np
 
 from ..hardware import available_hardware
 from . import dtypes
-from .errors import KernelUsageError
+from .errors import KernelUsageError, recording_lines_of
 from .hook import nki_imports
 from .indexing import full_subscript
 from .tensor import HBM, Simulation, Storage, Tile, pop, push, running
@@ -155,7 +155,7 @@ def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs:
     positional, named = bind_arguments(func, list(args), kwargs)
     push(sim)
     try:
-        with collector_paused():
+        with collector_paused(), recording_lines_of(sim.trace.kernel_file):
             tiles = [_as_input(sim, name, a) for name, a in positional]
             kw_tiles = {k: _as_input(sim, k, v) for k, v in named.items()}
             with nki_imports():  # kernels may import NKI inside their body

@@ -21,7 +21,7 @@ from ..hardware import HardwareProfileError, load_hardware
 from . import dtypes
 from .allocation import Placement, Slots, place
 from .blocks import LiveBlocks
-from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location
+from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, trace_line
 from .indexing import Subscript, compose, full_subscript, normalize
 from .trace import Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
 
@@ -155,7 +155,7 @@ class Simulation:
     def emit(self, engine: str, op: Op, reads: tuple[Access, ...], writes: tuple[Access, ...],
              partitions: int, free_elements: int, flops: int = 0, attrs: dict[str, Any] | None = None,
              dtype: str = "float32") -> Instruction:
-        _, line = kernel_location()
+        line = trace_line()
         inst = Instruction(len(self.trace.instructions), engine, op, reads, writes, partitions,
                            free_elements, flops, line, self.nest, attrs, dtype)
         self.trace.instructions.append(inst)
@@ -168,7 +168,7 @@ class Simulation:
         except TypeError:
             # like Python's range: a float trip count (n / 128) would silently drop a ragged tile
             raise KernelUsageError(f"loop bounds must be integers, got {args}") from None
-        _, line = kernel_location()
+        line = trace_line()
         parent = self.nest[-1][0] if self.nest else None
         loop = Loop(len(self.trace.loops), kind, len(steps), line, parent)
         self.trace.loops.append(loop)
@@ -332,7 +332,7 @@ class Storage:
             free = math.prod(shape[partition_axis + 1:])
             blocks = slots.count if slots is not None else math.prod(shape[:partition_axis])
             per_partition = free * blocks * self.itemsize
-        _, line = kernel_location()
+        line = trace_line()
         if slots is None:
             info = TensorInfo(self.id, self.name, buffer, shape, self.dtype_name,
                               partition_axis if buffer != HBM else -1, per_partition, line, sim.nest)

@@ -13,6 +13,8 @@ import pytest
 
 from accelopt_core.nki import find_kernel, load_kernel, load_module, run_kernel
 from accelopt_core.nki.host_modules import HostPackageMissingError
+from accelopt_core.nki.replay import replay
+from accelopt_core.nki.trace import tape_to_plain
 
 COPY_BODY = """
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
@@ -177,3 +179,32 @@ def test_a_missing_package_off_the_host_list_fails_as_python_would(tmp_path):
             def kernel(x):
                 return x
         """)))
+
+
+def test_work_in_a_helper_module_is_charged_to_the_kernel_file_s_line(tmp_path):
+    """The lines a trace records are the profiled file's: a library kernel under a wrapper shows up at
+    the wrapper's call, not at the library's line numbers (which the editor would put on the wrapper)."""
+    (tmp_path / "library.py").write_text(textwrap.dedent('''
+        import neuronxcc.nki.language as nl
+
+
+        def double(x, out):
+            t = nl.load(x)
+            nl.store(out, value=nl.multiply(t, 2.0))
+    '''))
+    (tmp_path / "wrapper.py").write_text(textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+        from library import double
+
+
+        @nki.jit
+        def kernel(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            double(x, out)
+            return out
+    '''))
+    result = run_kernel(load_kernel(str(tmp_path / "wrapper.py")), [np.ones((128, 64), np.float32)], record=True)
+    assert {inst.line for inst in result.trace.instructions} == {10}
+    replayed = replay(tape_to_plain(result.trace), [np.ones((128, 64), np.float32)], "trn1", numeric=True)
+    assert {inst.line for inst in replayed.trace.instructions} == {10}
