@@ -155,7 +155,9 @@ def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs:
     positional, named = bind_arguments(func, list(args), kwargs)
     push(sim)
     try:
-        with collector_paused(), recording_lines_of(sim.trace.kernel_file):
+        # the file its code was compiled from (a sandboxed run loads the source under a name of its own)
+        home = getattr(getattr(func, "__code__", None), "co_filename", "")
+        with collector_paused(), recording_lines_of(home):
             tiles = [_as_input(sim, name, a) for name, a in positional]
             kw_tiles = {k: _as_input(sim, k, v) for k, v in named.items()}
             with nki_imports():  # kernels may import NKI inside their body
