@@ -181,6 +181,11 @@ def dma_copy(src: Tile | None = None, dst: Tile | None = None, *, mask: Mask | N
 DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 
 
+def nc_stream_shuffle(src: Tile, dst: Tile, shuffle_mask: Any, dtype: Any = None, mask: Mask | None = None,
+                      **_: Any) -> None:
+    ops.nc_stream_shuffle(src, dst, shuffle_mask, mask=mask)
+
+
 def dma_transpose(src: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
     axes = DMA_TRANSPOSE_AXES.get(src.ndim)
     if axes is None:

@@ -278,7 +278,7 @@ def _result(shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> Tile:
 # Engines that work partition by partition: element i of an operand meets element i of the output in
 # the same lane
 _LANE_WISE = frozenset({Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD})
-_ACROSS_PARTITIONS = frozenset({Op.NC_TRANSPOSE, Op.TENSOR_PARTITION_REDUCE})  # their own data paths
+_ACROSS_PARTITIONS = frozenset({Op.NC_TRANSPOSE, Op.TENSOR_PARTITION_REDUCE, Op.NC_STREAM_SHUFFLE})  # their own data paths
 
 
 def _check_lanes(srcs: tuple[Tile, ...], dst: Tile, size: int) -> None:
@@ -1255,6 +1255,51 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
             product = product + out.read_accumulator().reshape(m, n)
         _store(out, product.reshape(out.shape), _mask_values(mask, out.shape))
     return out
+
+
+QUADRANT = 32  # partitions one Vector-engine shuffle moves data within (nki.isa.nc_stream_shuffle)
+_UNMODIFIED = 255  # a shuffle_mask entry that leaves its output partition as it was
+
+
+@instruction
+def nc_stream_shuffle(src: Tile, dst: Tile, shuffle_mask: Any, *, mask: Mask | None = None) -> None:
+    """Vector engine: in every quadrant of 32 partitions, output partition i copies input partition
+    shuffle_mask[i] of the same quadrant (255: left as it was). dst may be src (in place)."""
+    _on_chip(src, "nc_stream_shuffle")
+    _on_chip(dst, "nc_stream_shuffle")
+    try:
+        sources = [int(m) for m in shuffle_mask]
+    except (TypeError, ValueError):
+        raise UnsupportedApiError("nc_stream_shuffle with a shuffle_mask that is not a list of integers (affine "
+                                  "expressions) is not simulated") from None
+    if len(sources) != QUADRANT or any(not (0 <= m < QUADRANT or m == _UNMODIFIED) for m in sources):
+        raise KernelUsageError(f"nc_stream_shuffle: shuffle_mask must list {QUADRANT} partitions of a quadrant "
+                               f"(0-31, or 255 to leave one unmodified), got {shuffle_mask!r}")
+    if src.dtype != dst.dtype:
+        raise HardwareRuleError(f"nc_stream_shuffle copies bits: dst {dst.dtype} must have src's type {src.dtype}")
+    partitions, free = dst.shape[0], dst.size // dst.shape[0]
+    if src.size // src.shape[0] != free:
+        raise HardwareRuleError(f"nc_stream_shuffle: src {src.shape} and dst {dst.shape} must hold as many "
+                                "elements per partition")
+    # output partition base + i reads input partition base + shuffle_mask[i], quadrant by quadrant (one
+    # input partition broadcasts to a quadrant with a mask of zeros)
+    pairs = [(base + i, base + m) for base in range(0, partitions, QUADRANT) for i, m in enumerate(sources)
+             if m != _UNMODIFIED and base + i < partitions]
+    beyond = [s for _, s in pairs if s >= src.shape[0]]
+    if beyond:
+        raise KernelUsageError(f"nc_stream_shuffle: shuffle_mask reads input partition {beyond[0]}; src {src.shape} "
+                               f"has {src.shape[0]}")
+    _record(Engine.VECTOR, Op.NC_STREAM_SHUFFLE, (src,), dst, mask=mask, work_shape=dst.shape)
+    if current().numeric:
+        values = src.read().reshape(src.shape[0], free)
+        moved = np.zeros((partitions, free), dtype=values.dtype)
+        keep = np.zeros((partitions, free), dtype=bool)
+        for out_p, in_p in pairs:
+            moved[out_p] = values[in_p]
+            keep[out_p] = True
+        active = _mask_values(mask, dst.shape)
+        where = keep.reshape(dst.shape) if active is None else keep.reshape(dst.shape) & active
+        _store(dst, moved.reshape(dst.shape), where)
 
 
 def _double_rows(stationary: Tile, moving: Tile, perf_mode: str | None, limits: Limits) -> int:

@@ -75,6 +75,7 @@ class Op(enum.StrEnum):
     BN_AGGR = "bn_aggr"
     DROPOUT = "dropout"
     RANDOM_SEED = "random_seed"
+    NC_STREAM_SHUFFLE = "nc_stream_shuffle"
 
 
 class Alu(enum.StrEnum):

@@ -549,3 +549,30 @@ def kernel(a, b):
     b = rng.standard_normal((128, 512)).astype(np.float32)
     both = run(source, a, b)
     assert [i.dtype for i in both.numeric.trace.instructions if i.op == "nc_matmul"] == ["float32"]
+
+
+def test_nc_stream_shuffle_moves_partitions_within_each_quadrant(run, rng):
+    """Output partition i of every 32-partition quadrant copies input partition mask[i] of the same
+    quadrant; 255 leaves it; one input partition broadcasts with a mask of zeros (the ISA docs' examples)."""
+    source = HEADER + """
+@nki.jit
+def kernel(x, row):
+    out = nl.ndarray((64, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    spread = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    b = nl.zeros((64, 16), dtype=x.dtype)
+    nisa.nc_stream_shuffle(src=a, dst=b, shuffle_mask=[31 - i for i in range(31)] + [255])
+    nl.store(out, value=b)
+    c = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.nc_stream_shuffle(src=nl.load(row), dst=c, shuffle_mask=[0] * 32)
+    nl.store(spread, value=c)
+    return out, spread
+"""
+    x = rng.standard_normal((64, 16)).astype(np.float32)
+    row = rng.standard_normal((1, 16)).astype(np.float32)
+    both = run(source, x, row)
+    expected = np.zeros_like(x)
+    for base in (0, 32):
+        expected[base:base + 31] = x[base + 31 - np.arange(31)]
+    np.testing.assert_array_equal(both.numeric.outputs[0], expected)
+    np.testing.assert_array_equal(both.numeric.outputs[1], np.repeat(row, 32, axis=0))

@@ -127,6 +127,10 @@ def dropout(dst: Tile, data: Tile, prob: Any, **_: Any) -> None:
     ops.dropout(data, prob, dst=dst)
 
 
+def nc_stream_shuffle(dst: Tile, src: Tile, shuffle_mask: Any, **_: Any) -> None:
+    ops.nc_stream_shuffle(src, dst, shuffle_mask)
+
+
 def dma_transpose(dst: Tile, src: Tile, axes: tuple[int, ...] | None = None, **_: Any) -> None:
     """DMA `src` into `dst` with its dimensions permuted (`axes`, by default the reversal of 2-D)."""
     order = tuple(axes) if axes is not None else _legacy.DMA_TRANSPOSE_AXES.get(src.ndim)
