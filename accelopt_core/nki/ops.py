@@ -278,7 +278,8 @@ def _result(shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> Tile:
 # Engines that work partition by partition: element i of an operand meets element i of the output in
 # the same lane
 _LANE_WISE = frozenset({Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD})
-_ACROSS_PARTITIONS = frozenset({Op.NC_TRANSPOSE, Op.TENSOR_PARTITION_REDUCE, Op.NC_STREAM_SHUFFLE})  # their own data paths
+# instructions with their own data paths across partitions
+_ACROSS_PARTITIONS = frozenset({Op.NC_TRANSPOSE, Op.TENSOR_PARTITION_REDUCE, Op.NC_STREAM_SHUFFLE})
 
 
 def _check_lanes(srcs: tuple[Tile, ...], dst: Tile, size: int) -> None:
