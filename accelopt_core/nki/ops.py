@@ -658,10 +658,8 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
         ops.append(name1)
         srcs += [x for x in (operand1,) if isinstance(x, Tile)]
     eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
-    if eng == Engine.SCALAR and not current().limits.scalar_tensor_scalar:
-        raise HardwareRuleError(f"tensor_scalar cannot run on the Scalar engine of {current().limits.name} (only from "
-                                "NeuronCore-v3, trn2); use the Vector or GpSimd engine, or nisa.activation with "
-                                "scale and bias")
+    # the Scalar engine takes the affine forms on every generation (nki.isa.tensor_scalar of SDK 2.21, for
+    # Inf2/Trn1/Trn2: "Vector or Scalar Engine"; the compiler itself places them there on trn1)
     if eng == Engine.SCALAR and tuple(ops) not in SCALAR_ENGINE_TENSOR_SCALAR:
         raise HardwareRuleError(f"tensor_scalar with ops {' then '.join(ops)} cannot run on the Scalar engine; "
                                 "it supports only multiply then add, multiply, or add")

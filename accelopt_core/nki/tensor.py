@@ -68,11 +68,6 @@ class Limits:
     stationary_fmax: int
     moving_fmax: int
 
-    @property
-    def scalar_tensor_scalar(self) -> bool:
-        """The Scalar engine runs tensor_scalar from NC-v3 on (nki-facts B.7)."""
-        return self.neuron_core_version >= 3
-
     @staticmethod
     def for_hardware(name: str) -> Limits:
         try:

@@ -60,7 +60,7 @@ def test_the_service_schema_offers_it(third_generation: str) -> None:
 
 def test_the_simulator_takes_its_limits_from_the_file(third_generation: str) -> None:
     limits = Limits.for_hardware(third_generation)
-    assert limits.neuron_core_version == 4 and limits.scalar_tensor_scalar
+    assert limits.neuron_core_version == 4
     assert limits.sbuf_partition_bytes == load_hardware(third_generation).memory.sbuf_bytes_per_partition
 
 

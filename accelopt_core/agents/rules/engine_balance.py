@@ -20,7 +20,6 @@ from typing import Any
 import libcst as cst
 
 from accelopt_core.hardware import load_hardware
-from accelopt_core.nki.tensor import Limits
 
 from .base import Plan, RuleError
 from .cst_util import (
@@ -354,10 +353,8 @@ def _op_name(call: cst.Call) -> str:
 
 
 def _scalar_engine_tensor_scalar(call: cst.Call, hardware: str) -> bool:
-    """The Scalar engine runs tensor_scalar from NC-v3 on, and only multiply-then-add, multiply, or
-    add (nki-facts A.5, B.7)."""
-    if not Limits.for_hardware(hardware).scalar_tensor_scalar:
-        return False
+    """The Scalar engine runs tensor_scalar's multiply-then-add, multiply, or add (nki-facts A.5, and
+    nki.isa.tensor_scalar: Vector or Scalar Engine on every generation)."""
     positional = [a for a in call.args if a.keyword is None]
     op0 = keyword(call, "op0") or (positional[1] if len(positional) > 1 else None)
     op1 = keyword(call, "op1")
