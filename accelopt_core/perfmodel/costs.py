@@ -138,7 +138,11 @@ class CostModel:
             fast = _any_in(inst.reads, "psum") or (
                 _all_sixteen_bit(inst) and _all_in(inst.reads, "sbuf")
                 and attrs.get("op") in _FAST_TT_OPS and _contiguous(inst))
-            return max(ii, n if fast else spec.tensor_tensor_cycles_per_element * n)
+            cycles = n if fast else spec.tensor_tensor_cycles_per_element * n
+            if _all_sixteen_bit(inst) and _all_in(inst.reads, "sbuf"):
+                # trn2 performance mode: 2x over NeuronCore-v2 (trainium2_arch: VectorE performance mode)
+                cycles /= spec.perf_mode_other_speedup
+            return max(ii, cycles)
         if op == Op.MEMSET:
             value = attrs.get("value", None)
             if value == 0 and _all_sixteen_bit(inst):

@@ -154,3 +154,12 @@ def test_scalar_tensor_tensor_fast_form(ops: tuple[str, str], dtype: str, expect
     out = b.tensor("o", "sbuf", (128, 512), dtype=dtype)
     inst = b.compute("vector", "scalar_tensor_tensor", [data, other, scalar], [out], attrs={"ops": ops}, dtype=dtype)
     assert cycles(TRN1, inst) == pytest.approx(expected)
+
+
+def test_trn2_performance_mode_doubles_a_sixteen_bit_tensor_tensor() -> None:
+    """trainium2_arch, VectorE performance mode: tensor_tensor with both inputs in SBUF and every tile in
+    BF16/FP16 runs at twice NeuronCore-v2's rate."""
+    b = TraceBuilder()
+    first, second, out = (b.tensor(name, "sbuf", (128, 2048), dtype="bfloat16") for name in ("a", "b", "o"))
+    inst = b.compute("vector", "tensor_tensor", [first, second], [out], attrs={"op": "add"}, dtype="bfloat16")
+    assert cycles(TRN2, inst) == pytest.approx(cycles(TRN1, inst) / 2)
