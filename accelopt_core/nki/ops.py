@@ -1346,6 +1346,9 @@ def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mas
         raise HardwareRuleError("Tensor-engine transpose reads its input from SBUF")
     # The result keeps the input's dtype; the docs describe dtype= as an extra cast instruction.
     out, fresh = _output(dst, (f, p), data.dtype, PSUM)
+    if out.buffer != PSUM:
+        raise HardwareRuleError("the Tensor engine writes its results to PSUM only; a Tensor-engine transpose "
+                                "goes to PSUM (or use engine=vector for up to 32x32)")
     _record(Engine.TENSOR, Op.NC_TRANSPOSE, (data,), out, mask=mask, fresh=fresh, flops=2 * p * p * f,
             attrs={"stationary_free": f, "moving_free": p, "contraction": p, "accumulate": False,
                    "is_transpose": True}, dtype=data.storage.dtype_name)

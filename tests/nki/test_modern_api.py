@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from accelopt_core.nki import HardwareRuleError
+
 HEADER = """
 import numpy as np
+
+from accelopt_core.nki import HardwareRuleError
 import nki
 import nki.language as nl
 import nki.isa as nisa
@@ -322,3 +326,16 @@ def kernel(a, b):
     expected = a[:128].T @ b[:128]
     expected[:, :256] += a[128:].T @ b[128:, :256]
     np.testing.assert_allclose(both.out, expected, rtol=1e-4, atol=1e-3)
+
+
+def test_a_tensor_engine_transpose_into_sbuf_is_a_hardware_rule(fails):
+    err = fails(HEADER + """
+@nki.jit
+def kernel(x):
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    r = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.nc_transpose(dst=r, data=t)  # ERR
+    return x
+""", np.ones((128, 64), np.float32), error=HardwareRuleError)
+    assert "writes its results to PSUM only" in err.message
