@@ -67,7 +67,9 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
                        f"({(p.get('transpose_flops') or 0) / 1e9:.3g} GFLOP of it transposes), "
                        "as neuron-profile counts them (an FP32 matmul twice)")
     if result.lines:
-        out.append("top lines")
+        # a line's time is its instructions' busy time on every engine added up (engines overlap, so it can
+        # exceed the latency); the share is of all lines' busy time
+        out.append("top lines (engine busy time, all engines added; share of all lines' busy time)")
         total = sum(line["time_ms"] for line in result.lines) or 1.0
         for line in result.lines[:top]:
             text = linecache.getline(kernel_path, line["line"]).strip() if kernel_path else ""
