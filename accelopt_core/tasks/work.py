@@ -96,7 +96,8 @@ class Counted(np.ndarray):
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         tally = _tally_of((*inputs, *kwargs.get("out", ())))
         if tally.shapes_only:
-            return _ufunc_by_shape(tally, ufunc, method, inputs, kwargs)
+            with np.errstate(all="ignore"):  # its probes compute on zeros (0 / 0) only for the result's type
+                return _ufunc_by_shape(tally, ufunc, method, inputs, kwargs)
         out = kwargs.get("out")
         kwargs = {k: tuple(_plain(o) for o in v) if k == "out" else _plain(v) for k, v in kwargs.items()}
         with _warnings_at_the_reference(ufunc):

@@ -3,6 +3,7 @@ the work reaching "% of peak" for a reference that declares none."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -223,3 +224,14 @@ def test_floating_point_warnings_point_at_the_reference_and_raising_stays_raisin
     assert caught[0].filename == __file__
     with np.errstate(over="raise"), pytest.raises(FloatingPointError):
         count(lambda p: np.exp(p), big)
+
+
+def test_counting_by_shapes_raises_no_warning_of_its_own() -> None:
+    """The shape-only probes compute on zeros: 0 / 0 must not warn as if the reference had."""
+    def normalise(wrap):
+        x = wrap(np.ones((128, 64), np.float32))
+        return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        count_work(normalise, shapes_only=True)
