@@ -79,7 +79,8 @@ def nc_matmul(stationary: Tile, moving: Tile, is_stationary_onezero: bool = Fals
               perf_mode: Any = None, **_: Any) -> Tile:
     stationary, moving = _staged(stationary), _staged(moving)
     return ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask,
-                         onezero=is_stationary_onezero or is_moving_onezero, perf_mode=perf_mode)
+                         stationary_onezero=is_stationary_onezero,
+                         moving_onezero=is_moving_onezero, perf_mode=perf_mode)
 
 
 def _staged(operand: Tile) -> Tile:

@@ -1201,8 +1201,8 @@ def _output_mask(mask: Mask | None, stationary: Tile, moving: Tile) -> None:
 
 @instruction
 def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mask: Mask | None = None,
-              dst: Tile | None = None, accumulate: bool = False, onezero: bool = False,
-              perf_mode: str | None = None) -> Tile:
+              dst: Tile | None = None, accumulate: bool = False, stationary_onezero: bool = False,
+              moving_onezero: bool = False, perf_mode: str | None = None) -> Tile:
     """stationary[K, M].T @ moving[K, N] -> PSUM [M, N] float32 (shared/nki-facts.md B.5).
 
     perf_mode "double_row" (FP8 on NeuronCore-v3): stationary [K, 2, M] and moving [K, 2, N] contract
@@ -1239,7 +1239,7 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
     # rows and columns with an element left are the stationary and moving columns that run
     m_run, n_run = _masked_extent(mask, m, n)
     attrs = {"stationary_free": m_run, "moving_free": n_run, "contraction": k * rows, "accumulate": accumulate,
-             "is_transpose": is_transpose, "onezero": onezero}
+             "is_transpose": is_transpose, "onezero": stationary_onezero or moving_onezero}
     if rows > 1:
         attrs["perf_mode"] = "double_row"
     # the wider operand sets the pace (an FP32 moving tile streams at the FP32 rate under a BF16 stationary)
@@ -1249,11 +1249,26 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
     if current().numeric:
         a = _f32(stationary).reshape(k * rows, m)  # [K, 2, M] -> rows (k, r) of the contraction
         b = _f32(moving).reshape(k * rows, n)
+        _check_hints(a, b, stationary_onezero, moving_onezero, is_transpose)
         product = a.T @ b
         if accumulate:
             product = product + out.read_accumulator().reshape(m, n)
         _store(out, product.reshape(out.shape), _mask_values(mask, out.shape))
     return out
+
+
+def _check_hints(stationary: np.ndarray, moving: np.ndarray, stationary_onezero: bool, moving_onezero: bool,
+                 is_transpose: bool) -> None:
+    """The hints a matmul gives the Tensor engine are promises about its data: the hardware takes them
+    on trust and computes something else when they are false, so a simulated product would pass a
+    kernel that fails on Trainium."""
+    for values, promised, role in ((stationary, stationary_onezero, "stationary"), (moving, moving_onezero, "moving")):
+        if promised and not np.isin(values, (0.0, 1.0)).all():
+            raise KernelUsageError(f"nc_matmul(is_{role}_onezero=True), but the {role} operand holds values other "
+                                   "than 0 and 1; the Tensor engine's fast path would compute a wrong product")
+    if is_transpose and not np.array_equal(moving, np.eye(*moving.shape, dtype=moving.dtype)):
+        raise KernelUsageError("nc_matmul(is_transpose=True) transposes its stationary operand: the moving operand "
+                               "must be an identity matrix (nki.isa.nc_transpose)")
 
 
 QUADRANT = 32  # partitions one Vector-engine shuffle moves data within (nki.isa.nc_stream_shuffle)

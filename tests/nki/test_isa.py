@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accelopt_core.nki import HardwareRuleError
+from accelopt_core.nki import HardwareRuleError, KernelUsageError
+from accelopt_core.nki.runner import run_kernel
 
 HEADER = """
 import numpy as np
@@ -577,3 +578,28 @@ def kernel(x, row):
         expected[base:base + 31] = x[base + 31 - np.arange(31)]
     np.testing.assert_array_equal(both.numeric.outputs[0], expected)
     np.testing.assert_array_equal(both.numeric.outputs[1], np.repeat(row, 32, axis=0))
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ("nisa.nc_matmul(a, ident, is_transpose=True)", None),
+    ("nisa.nc_matmul(a, a, is_transpose=True)", "must be an identity"),
+    ("nisa.nc_matmul(a, ident, is_stationary_onezero=True)", "is_stationary_onezero"),
+    ("nisa.nc_matmul(a, ident, is_moving_onezero=True)", None),
+])
+def test_nc_matmul_hints_are_checked_against_the_data(load, rng, call, message):
+    """A hint the data breaks makes Trainium compute a wrong product; the exact simulated one would pass."""
+    _, kernel, _ = load(HEADER + f"""
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    ident = nl.load(nl.shared_identity_matrix(128, dtype=nl.float32))
+    nl.store(out, value={call})
+    return out
+""")
+    x = [rng.standard_normal((128, 128)).astype(np.float32)]
+    if message is None:
+        run_kernel(kernel, x, {}, numeric=True)
+    else:
+        with pytest.raises(KernelUsageError, match=message):
+            run_kernel(kernel, x, {}, numeric=True)

@@ -37,7 +37,8 @@ def nc_matmul(dst: Tile, stationary: Tile, moving: Tile, is_stationary_onezero: 
     if accumulate is None:
         accumulate = inside
     ops.nc_matmul(stationary, moving, is_transpose=is_transpose, dst=dst, accumulate=accumulate,
-                  onezero=is_stationary_onezero or is_moving_onezero, perf_mode=perf_mode)
+                  stationary_onezero=is_stationary_onezero,
+                         moving_onezero=is_moving_onezero, perf_mode=perf_mode)
     if storage.mm_open is None:
         storage.mm_open = [region]
     elif not inside:
