@@ -19,7 +19,7 @@ import numpy as np
 from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, pin_location, trace_line
 from .indexing import IndexExpr, Mask, as_mask
-from .tensor import HBM, PSUM, SBUF, Limits, Tile, allocate, close_accumulation, current, declare, running
+from .tensor import HBM, PSUM, SBUF, Limits, MaskedTile, Tile, allocate, close_accumulation, current, declare, running
 from .trace import Alu, Called, Engine, Instruction, Op
 
 # --------------------------------------------------------------------------------------------
@@ -170,6 +170,34 @@ def _activation_fn(op: Any) -> tuple[str, Callable[[np.ndarray], np.ndarray]]:
 # Recording: the kernel's calls, replayable (trace.py)
 # --------------------------------------------------------------------------------------------
 
+def _fold_operand_masks(op: str, takes_mask: bool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The call with every `tile[...][mask]` operand as a plain tile and its predicate in the `mask=`
+    argument (the compiler's reading of an operand mask); a matmul operand's predicate over [K, free]
+    picks the output rows (stationary) or columns (moving) that run."""
+    if not takes_mask:
+        raise UnsupportedApiError(f"{op}: an operand indexed with a mask (tile[...][mask]) is not simulated for "
+                                  "an instruction without mask=")
+    masks = [as_mask(arguments.get("mask"))]
+    for name, value in arguments.items():
+        if isinstance(value, MaskedTile):
+            arguments[name] = Tile(value.storage, value.sub)
+            masks.append(_matmul_operand_mask(name, value) if op == "nc_matmul" else value.access_mask)
+    arguments["mask"] = functools.reduce(lambda a, b: b if a is None else a & b, masks)
+    return arguments
+
+
+def _matmul_operand_mask(role: str, operand: MaskedTile) -> Mask:
+    try:
+        values = np.broadcast_to(operand.access_mask.values, operand.shape).reshape(operand.shape[0], -1)
+    except ValueError:
+        raise KernelUsageError(f"mask of shape {operand.access_mask.values.shape} does not fit the matmul {role} "
+                               f"operand of shape {operand.shape}") from None
+    if not (values == values[:1]).all():
+        raise UnsupportedApiError(f"a matmul {role} operand mask that varies along the contraction (partition) "
+                                  "axis is not simulated")
+    return Mask(values[0][:, None] if role == "stationary" else values[0][None, :])
+
+
 REPLAYABLE: dict[str, Callable[..., Any]] = {}  # every instruction a trace may ask for, by name
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -181,10 +209,13 @@ def instruction(fn: F) -> F:
     the kernel's line is found once per call of the kernel's own, not once per tensor and instruction."""
     code = fn.__code__
     names = code.co_varnames[:code.co_argcount]
+    takes_mask = "mask" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
     op = fn.__name__
 
     @functools.wraps(fn)
     def recorded(*args: Any, **kwargs: Any) -> Any:
+        if any(isinstance(a, MaskedTile) for a in (*args, *kwargs.values())):
+            args, kwargs = (), _fold_operand_masks(op, takes_mask, dict(zip(names, args, strict=False)) | kwargs)
         sim = running()
         if sim is None or sim.depth:
             return fn(*args, **kwargs)

@@ -38,6 +38,24 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
+class KernelExpression:
+    """A kernel parameter's value written as Python and evaluated in the kernel's own module when the
+    kernel is called: values of types the kernel file defines or imports (a config dataclass, an enum)
+    that a reference, which never imports the kernel, cannot build itself."""
+
+    text: str
+
+    def evaluate(self, func: Callable[..., Any], parameter: str) -> Any:
+        # evaluated where the kernel's own code runs (the sandbox), with the kernel's trust
+        namespace = getattr(func, "__globals__", {})
+        try:
+            return eval(compile(self.text, f"<{parameter}>", "eval"), namespace)
+        except Exception as exc:  # any failure is the reference's to fix
+            raise KernelUsageError(f"the value of kernel parameter {parameter!r}, {self.text!r}, failed in the "
+                                   f"kernel's module: {type(exc).__name__}: {exc}", "<inputs>", 0) from None
+
+
+@dataclass(frozen=True)
 class Launch:
     """How a kernel is called beyond its array inputs: Python values for named parameters (shapes,
     pool sizes, epsilons) and the SPMD launch grid (None: launched without one)."""
@@ -172,7 +190,10 @@ def bind_arguments(func: Callable[..., Any], arrays: list[Any], kwargs: dict[str
                    ) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
     """Positional (name, value) pairs and keyword arguments for calling `func`: the arrays fill, in
     order, the positional parameters `kwargs` leaves free; once a parameter is taken by `kwargs`, the
-    arrays after it are passed by name. Too many arrays for the signature is an error."""
+    arrays after it are passed by name. Too many arrays for the signature is an error. A
+    KernelExpression value is evaluated in the kernel's module here."""
+    kwargs = {name: value.evaluate(func, name) if isinstance(value, KernelExpression) else value
+              for name, value in kwargs.items()}
     try:
         parameters = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):

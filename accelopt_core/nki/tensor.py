@@ -22,7 +22,7 @@ from . import dtypes
 from .allocation import Placement, Slots, place
 from .blocks import LiveBlocks
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, trace_line
-from .indexing import Subscript, compose, full_subscript, normalize
+from .indexing import Mask, Subscript, compose, full_subscript, normalize
 from .trace import Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
 
 HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
@@ -408,6 +408,8 @@ class Tile:
 
     # --- indexing ----------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Tile:
+        if isinstance(key, Mask):
+            return MaskedTile(self, key)
         storage = self.storage
         if (storage.buffer != HBM and self.ndim == 1 and isinstance(key, tuple) and len(key) == 2
                 and isinstance(key[1], int) and key[1] in (0, -1)):
@@ -417,6 +419,9 @@ class Tile:
         return Tile(storage, compose(self.sub, key, storage.name))
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(key, Mask):
+            raise UnsupportedApiError("assigning to tile[...][mask] is not simulated; pass mask= to the instruction "
+                                      "that computes the value")
         target = self[key]
         if isinstance(value, Tile) and value._inplace:
             value._inplace = False
@@ -621,6 +626,18 @@ class Tile:
 
     def __itruediv__(self, other: Any) -> Tile:
         return self._inplace_op(other, "divide")
+
+
+class MaskedTile(Tile):
+    """`tile[...][mask]`: an operand read under a predicate, the same as passing `mask=` to the
+    instruction that reads it (ops.instruction folds it into that argument)."""
+
+    __slots__ = ("access_mask",)
+
+    def __init__(self, tile: Tile, mask: Mask):
+        super().__init__(tile.storage, tile.sub)
+        self.access_mask = mask
+
 
 
 def overlaps(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:

@@ -14,7 +14,9 @@ of the reference itself, counted while it runs (work.py) — any NumPy reference
 Either form may say how the kernel is launched beyond its array inputs: `KERNEL_ARGS`, the kernel
 parameters that take Python values (`{"pool_size": 2, "eps": 1e-6}`), and `GRID`, the SPMD launch
 grid (`(2, 2)`). Each is a constant or, in the native form, a function of the size variant's sizes
-(`def KERNEL_ARGS(**sizes)`), so a value can follow the variant.
+(`def KERNEL_ARGS(**sizes)`), so a value can follow the variant. `KERNEL_ARG_EXPRESSIONS` gives
+parameters whose values the kernel's own file defines (`{"cfg": "Config(eps=1e-6)"}`): Python
+evaluated in the kernel's module when the kernel is called, since a reference never imports the kernel.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..nki.runner import Launch
+from ..nki.runner import KernelExpression, Launch
 from .declared import default_task_name
 from .shapes import random_without_data, without_data
 from .work import PeakWork, ShapeOnlyError, Tally, count_work
@@ -273,12 +275,25 @@ def _sized(module: types.ModuleType, attribute: str, sizes: dict[str, Any]) -> A
 
 
 def kernel_arguments(module: types.ModuleType, path: str, sizes: dict[str, Any]) -> dict[str, Any]:
-    """The reference's KERNEL_ARGS: kernel parameter names with their Python values."""
-    values = _sized(module, "KERNEL_ARGS", sizes)
+    """The reference's KERNEL_ARGS (kernel parameter names with their Python values) and
+    KERNEL_ARG_EXPRESSIONS (names with Python expressions evaluated in the kernel's module)."""
+    values = _parameter_map(module, path, "KERNEL_ARGS", sizes)
+    expressions = _parameter_map(module, path, "KERNEL_ARG_EXPRESSIONS", sizes)
+    if not all(isinstance(text, str) for text in expressions.values()):
+        raise TaskError(f"{path}: KERNEL_ARG_EXPRESSIONS values must be Python expressions as text, "
+                        f"got {expressions!r}")
+    both = sorted(set(values) & set(expressions))
+    if both:
+        raise TaskError(f"{path}: {', '.join(both)} given in both KERNEL_ARGS and KERNEL_ARG_EXPRESSIONS")
+    return values | {name: KernelExpression(text) for name, text in expressions.items()}
+
+
+def _parameter_map(module: types.ModuleType, path: str, attribute: str, sizes: dict[str, Any]) -> dict[str, Any]:
+    values = _sized(module, attribute, sizes)
     if values is None:
         return {}
     if not isinstance(values, dict) or not all(isinstance(k, str) and k.isidentifier() for k in values):
-        raise TaskError(f"{path}: KERNEL_ARGS must map kernel parameter names to values, got {values!r}")
+        raise TaskError(f"{path}: {attribute} must map kernel parameter names to values, got {values!r}")
     return dict(values)
 
 

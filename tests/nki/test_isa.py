@@ -603,3 +603,32 @@ def kernel(x):
     else:
         with pytest.raises(KernelUsageError, match=message):
             run_kernel(kernel, x, {}, numeric=True)
+
+
+def test_an_operand_indexed_with_a_mask_masks_the_instruction_that_reads_it(run, rng):
+    """`tile[...][mask]` (the rmsnorm_quant reference kernel): the same as mask= on the instruction; a
+    matmul's moving-operand mask keeps the output columns whose moving columns it keeps."""
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((2, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    i_k = nl.arange(128)[:, None]
+    i_n = nl.arange(512)[None, :]
+    moving = nl.load(b)
+    r = nisa.nc_matmul(nl.load(a), moving[i_k, i_n][i_n < 192])
+    t = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    t[...] = nl.copy(r[i_k, i_n][i_n < 192])
+    e = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    e[i_k, i_n] = nl.exp(moving[i_k, i_n][i_n >= 256])
+    nl.store(out[0], value=t)
+    nl.store(out[1], value=e)
+    return out
+""", a, b)
+    matmul = next(i for i in both.instructions if i.op == "nc_matmul")
+    assert matmul.attrs["moving_free"] == 192
+    np.testing.assert_allclose(both.out[0, :, :192], a.T @ b[:, :192], rtol=1e-4, atol=1e-4)
+    assert not both.out[0, :, 192:].any()
+    np.testing.assert_allclose(both.out[1, :, 256:], np.exp(b[:, 256:]), rtol=1e-6)
+    assert not both.out[1, :, :256].any()

@@ -116,6 +116,9 @@ def test_nkibench_form_takes_kernel_args_and_grid(tmp_path: Path):
 
 @pytest.mark.parametrize("text, message", [("KERNEL_ARGS = [1, 2]", "KERNEL_ARGS must map"),
                                            ("KERNEL_ARGS = {'not a name': 1}", "KERNEL_ARGS must map"),
+                                           ("KERNEL_ARG_EXPRESSIONS = {'cfg': 2}", "Python expressions as text"),
+                                           ("KERNEL_ARGS = {'cfg': 1}; KERNEL_ARG_EXPRESSIONS = {'cfg': 'Scale(2)'}",
+                                            "cfg given in both"),
                                            ("GRID = (2, 0)", "GRID must be positive integers"),
                                            ("GRID = 'wide'", "GRID must be positive integers")])
 def test_bad_launch_settings_are_task_errors(tmp_path: Path, text: str, message: str):
@@ -134,6 +137,69 @@ def test_bad_launch_settings_are_task_errors(tmp_path: Path, text: str, message:
     ''')
     with pytest.raises(TaskError, match=message):
         load_reference(str(reference))
+
+
+# a kernel whose parameter is a config object its own file defines, as library kernels take them
+CONFIG_KERNEL = '''
+from dataclasses import dataclass
+
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@dataclass(frozen=True)
+class Scale:
+    factor: float
+    offset: float = 0.0
+
+
+@nki.jit
+def kernel(x, cfg: Scale):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.add(nl.multiply(nl.load(x), cfg.factor), cfg.offset))
+    return out
+'''
+
+
+def test_a_kernel_parameter_of_the_kernels_own_type_is_built_in_its_module(tmp_path: Path):
+    kernel = write(tmp_path, "scaled.py", CONFIG_KERNEL)
+    reference = write(tmp_path, "scaled_ref.py", '''
+        import numpy as np
+
+        KERNEL_ARG_EXPRESSIONS = {"cfg": "Scale(3.0, offset=1.0)"}
+
+
+        def make_inputs(rng):
+            return [rng.standard_normal((128, 64)).astype(np.float32)]
+
+
+        def reference(x):
+            return 3.0 * x + 1.0
+    ''')
+    result = SimulatorProfiler(seeds=2).profile(kernel.read_text(), TaskRef(reference=str(reference)),
+                                                kernel_label=str(kernel))
+    assert result.error is None and result.correct is True, (result.error, result.check_message)
+
+
+def test_an_expression_the_kernels_module_cannot_evaluate_is_a_clear_error(tmp_path: Path):
+    kernel = write(tmp_path, "scaled.py", CONFIG_KERNEL)
+    reference = write(tmp_path, "scaled_ref.py", '''
+        import numpy as np
+
+        KERNEL_ARG_EXPRESSIONS = {"cfg": "Scael(3.0)"}
+
+
+        def make_inputs(rng):
+            return [rng.standard_normal((128, 64)).astype(np.float32)]
+
+
+        def reference(x):
+            return 3.0 * x
+    ''')
+    result = SimulatorProfiler(seeds=1).profile(kernel.read_text(), TaskRef(reference=str(reference)),
+                                                kernel_label=str(kernel))
+    assert result.correct is not True
+    assert "kernel parameter 'cfg', 'Scael(3.0)', failed in the kernel's module: NameError" in result.error
 
 
 def test_grid_spellings():
