@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.abc
+import importlib.util
 import os
 import sys
 import threading
@@ -72,9 +75,41 @@ def load_module(source: str, filename: str, name: str | None = None, folder: str
     # Python's range inside a kernel is a recorded loop (legacy: sequential_range; new API: unrolled).
     module.range = lambda *args: legacy_language.KernelRange(kind, *args)  # type: ignore[attr-defined]
     module.__accelopt_generation__ = generation  # type: ignore[attr-defined]
-    with nki_imports(), host_package_placeholders(filename), _importable(module, root):
-        exec(code, module.__dict__)  # kernels run in sandboxed workers, never in the server
+    with nki_imports(), host_package_placeholders(filename), _importable(module, root, registered=not package):
+        if package:
+            _import_in_package(module, code)
+        else:
+            exec(code, module.__dict__)  # kernels run in sandboxed workers, never in the server
     return module
+
+
+class _KernelModuleLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports one module name as the prepared kernel module, running its code."""
+
+    def __init__(self, module: types.ModuleType, code: types.CodeType):
+        self.module, self.code = module, code
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.module.__name__:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, origin=self.module.__file__)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return self.module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        exec(self.code, module.__dict__)
+
+
+def _import_in_package(module: types.ModuleType, code: types.CodeType) -> None:
+    """Import a package's kernel module as Python imports a submodule: its packages first, so a package
+    whose __init__ imports the kernel module (a library's usual re-export) finds it whole, not half run."""
+    loader = _KernelModuleLoader(module, code)
+    sys.meta_path.insert(0, loader)
+    try:
+        importlib.import_module(module.__name__)
+    finally:
+        sys.meta_path.remove(loader)
 
 
 def import_root(source: str, filename: str, folder: str | None = None) -> str | None:
@@ -107,11 +142,13 @@ def _import_identity(tree: ast.Module, filename: str, folder: str | None, name: 
 
 
 @contextmanager
-def _importable(module: types.ModuleType, root: str | None) -> Iterator[None]:
-    """The module in sys.modules and `root` first on sys.path while the file executes; afterwards
-    they are gone again, with every module imported from below `root` (its helpers)."""
+def _importable(module: types.ModuleType, root: str | None, registered: bool = True) -> Iterator[None]:
+    """The module in sys.modules (put there here when `registered`, else by its import) and `root` first
+    on sys.path while the file executes; afterwards they are gone again, with every module imported
+    from below `root` (its helpers)."""
     before = set(sys.modules)
-    sys.modules[module.__name__] = module
+    if registered:
+        sys.modules[module.__name__] = module
     if root is not None:
         sys.path.insert(0, root)
     try:

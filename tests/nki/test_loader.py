@@ -128,6 +128,28 @@ def test_package_relative_imports_resolve_from_the_folders(tmp_path):
     assert not any(name.startswith("samples.") or name == "samples" for name in sys.modules)
 
 
+def test_a_package_that_re_exports_its_kernel_module_loads_it_whole(tmp_path):
+    """A library's __init__ imports the kernel module it holds; the kernel's own relative import runs
+    that __init__, which must find the kernel module complete (Python imports the package first)."""
+    root = tmp_path / "lib"
+    write(root / "ops" / "__init__.py", "from .scaled import kernel\n")
+    write(root / "ops" / "consts.py", "FACTOR = 3.0\n")
+    path = write(root / "ops" / "scaled.py", with_body("""
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+        from .consts import FACTOR
+
+
+        @nki.jit
+        def kernel(x):
+    """, "FACTOR"))
+    kernel = load_kernel(str(path))
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_array_equal(run_kernel(kernel, [x]).outputs[0], 3 * x)
+    assert not any(name == "ops" or name.startswith("ops.") for name in sys.modules)
+
+
 def test_a_copy_of_the_source_finds_its_helpers_through_the_folder_it_names(tmp_path):
     write(tmp_path / "scales.py", "FACTOR = 5.0\n")
     source = with_body("""
