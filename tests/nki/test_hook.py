@@ -217,6 +217,8 @@ def kernel(a):
 def test_library_modules_of_the_new_package(run):
     """nki-library code subclasses nl.NKIObject and sizes buffers with nki.language.constants."""
     both = run("""
+from dataclasses import dataclass
+
 import nki
 import nki.language as nl
 from nki.language import NKIObject
@@ -228,11 +230,18 @@ class Tiling(NKIObject):
         self.rows = rows
 
 
+@dataclass
+class Section(NKIObject):  # fields without annotations, built by keyword (nki-library attention_cte)
+    width = None
+    table = []  # unhashable: stays a class attribute
+
+
 @nki.jit
 def kernel(a):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     tiling = Tiling(a.shape[0])
-    t = nl.ndarray((tiling.rows, sizeinbytes(a.dtype)), dtype=a.dtype, buffer=nl.sbuf)
+    section = Section(width=sizeinbytes(a.dtype))
+    t = nl.ndarray((tiling.rows, section.width), dtype=a.dtype, buffer=nl.sbuf)
     nki.isa.dma_copy(dst=t, src=a)
     nki.isa.dma_copy(dst=out, src=t)
     return out

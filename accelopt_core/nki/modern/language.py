@@ -4,6 +4,7 @@ time (the range helpers are aliases of Python's `range`), so loops are recorded 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,7 +41,21 @@ def shared_identity_matrix(n: int, dtype: Any = _legacy.uint8, **_: Any) -> Tile
 
 class NKIObject:
     """The base class of the plain Python objects library code passes into kernels (configurations,
-    tiled ranges): the compiler traces through them, so here they are ordinary objects."""
+    tiled ranges): the compiler traces through them, so here they are ordinary objects.
+
+    A subclass's unannotated class attributes (`section_idx = None`) are fields too: nki-library
+    declares `@dataclass` NKIObjects that way and builds them by keyword, which a plain dataclass,
+    seeing no annotation, would refuse."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        annotations = dict(inspect.get_annotations(cls))
+        for name, value in vars(cls).items():
+            if (name.startswith("_") or name in annotations or callable(value) or type(value).__hash__ is None
+                    or isinstance(value, (property, classmethod, staticmethod))):
+                continue
+            annotations[name] = Any
+        cls.__annotations__ = annotations
 
 
 def __getattr__(name: str) -> Any:
