@@ -415,7 +415,7 @@ class Tile:
                 and isinstance(key[1], int) and key[1] in (0, -1)):
             key = key[0]  # a [P] on-chip tile is [P, 1] in memory: t[:, 0] is t[:]
         if self.sub is full_subscript(storage.shape):
-            return Tile(storage, normalize(key, storage.shape, storage.name))
+            return Tile(storage, normalize(_one_partition(storage, key), storage.shape, storage.name))
         return Tile(storage, compose(self.sub, key, storage.name))
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -626,6 +626,18 @@ class Tile:
 
     def __itruediv__(self, other: Any) -> Tile:
         return self._inplace_op(other, "divide")
+
+
+def _one_partition(storage: Storage, key: Any) -> Any:
+    """`sb[0, :]` of an on-chip tensor is one partition's free elements: the partition axis stays, of
+    size 1 ([1, T], not T partitions), so rules and costs see the one lane the data occupies."""
+    axis = storage.partition_axis
+    if (storage.buffer == HBM or not isinstance(key, tuple) or len(key) <= axis + 1
+            or not all(isinstance(k, (int, np.integer, slice)) for k in key)
+            or not isinstance(key[axis], (int, np.integer)) or not any(isinstance(k, slice) for k in key[axis + 1:])):
+        return key
+    index = int(key[axis])
+    return (*key[:axis], slice(index, index + 1 if index != -1 else None), *key[axis + 1:])
 
 
 class MaskedTile(Tile):

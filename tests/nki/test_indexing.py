@@ -264,3 +264,26 @@ def kernel(a):
     return a
 """, np.zeros((128, 64), np.float32), error=KernelUsageError)
     assert "cannot mix slices" in err.message
+
+
+def test_an_integer_partition_index_on_chip_is_one_partition(run, rng):
+    """sb[0, :] of a [128, T] SBUF tensor is T elements on partition 0, not T partitions (nki-library
+    find_nonzero_indices: a DMA into sb[0, :] with T = 256 stopped on the partition limit)."""
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    both = run("""
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def kernel(x):
+    sb = nl.ndarray((4, nl.par_dim(128), 256), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(src=x, dst=sb[2, 0, :])
+    out = nl.ndarray((1, 256), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(src=sb[2, 0, :], dst=out[0, :])
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out, x)
+    load = next(i for i in both.instructions if i.op == "dma_copy")
+    assert (load.partitions, load.free_elements) == (1, 256)
