@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -519,6 +519,44 @@ def full_subscript(shape: tuple[int, ...]) -> Subscript:
 
 _SLICED: dict[tuple, Subscript] = {}  # subscripts of ints and slices only, by their numbers and the shape
 _SLICED_LIMIT = 1 << 16
+
+
+def access_pattern(pattern: Sequence[Sequence[int]], offset: int, dims: tuple[int, ...]) -> tuple[IndexExpr, ...]:
+    """`tensor.ap(pattern, offset)` (newer NKI) as one index per tensor dimension over the pattern's grid:
+    the element at grid point g is the flattened tensor's `offset + sum(g[k] * step[k])`. Each step
+    that is a whole number of one dimension's rows stays affine in that dimension (the usual case);
+    any other pattern becomes the gather of its flat indices."""
+    try:
+        steps = [int(step) for step, _ in pattern]
+        nums = tuple(int(num) for _, num in pattern)
+    except (TypeError, ValueError):
+        raise KernelUsageError(f"an access pattern is a list of [step, num] pairs, got {pattern!r}") from None
+    if not nums or min(nums) < 1:
+        raise KernelUsageError(f"an access pattern needs at least one [step, num] pair with num >= 1, got {pattern!r}")
+    strides = [math.prod(dims[d + 1:]) for d in range(len(dims))]
+    start = list(np.unravel_index(offset, dims)) if 0 <= offset < math.prod(dims) else None
+    terms: list[list[tuple[int, int]]] = [[] for _ in dims]
+    for axis, (step, num) in enumerate(zip(steps, nums, strict=True)):
+        if step == 0 or num == 1:
+            continue  # a repeat (broadcast) or a single element: no term
+        dim = next((d for d, stride in enumerate(strides) if abs(step) >= stride and step % stride == 0), None)
+        if dim is None:
+            break
+        terms[dim].append((axis, step // strides[dim]))
+    else:
+        if start is not None:
+            exprs = tuple(IndexExpr(nums, int(start[d]), tuple(terms[d])) for d in range(len(dims)))
+            if all(lo >= 0 and hi < size for (lo, hi), size in zip((e.bounds() for e in exprs), dims, strict=True)):
+                return exprs
+    flat = np.full(nums, offset, dtype=np.int64)
+    for axis, step in enumerate(steps):
+        grid = [1] * len(nums)
+        grid[axis] = nums[axis]
+        flat = flat + step * np.arange(nums[axis], dtype=np.int64).reshape(grid)
+    if flat.min() < 0 or flat.max() >= math.prod(dims):
+        raise HardwareRuleError(f"access pattern {pattern!r} at offset {offset} reaches elements "
+                                f"[{flat.min()}, {flat.max()}] of a tensor of {math.prod(dims)}")
+    return tuple(IndexExpr(nums, values=coords) for coords in np.unravel_index(flat, dims))
 
 
 def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:

@@ -22,7 +22,7 @@ from . import dtypes
 from .allocation import Placement, Slots, place
 from .blocks import LiveBlocks
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, trace_line
-from .indexing import Mask, Subscript, compose, full_subscript, normalize
+from .indexing import Mask, Subscript, access_pattern, compose, full_subscript, normalize
 from .trace import Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
 
 HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
@@ -37,6 +37,15 @@ class Buffer:
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"
+
+    def __eq__(self, other: object) -> bool:
+        """`t.buffer == nl.sbuf` (library kernels check where a tile lives): a tile's buffer is its kind."""
+        if isinstance(other, Buffer):
+            return self.kind == other.kind
+        return isinstance(other, str) and other == self.kind
+
+    def __hash__(self) -> int:
+        return hash(self.kind)
 
 
 class ParDim:
@@ -342,7 +351,7 @@ class Storage:
 
 
 # the newer API's tensor views by access pattern (NKI 2.27 and later), not simulated
-_ACCESS_PATTERN_VIEWS = frozenset({"ap", "permute", "rearrange", "get_pattern", "strides", "slice"})
+_ACCESS_PATTERN_VIEWS = frozenset({"permute", "rearrange", "get_pattern", "strides", "slice"})
 
 
 class Tile:
@@ -455,6 +464,34 @@ class Tile:
         sim.trace.tensors[alias.id].alias_of = self.storage.id
         sim.declared(alias, "view", self.storage.id)
         return Tile(alias, full_subscript(shape))
+
+    def ap(self, *pairs: Any, pattern: Any = None, offset: int | None = None, scalar_offset: Any = None,
+           vector_offset: Any = None, indirect_dim: int = 0, dtype: Any = None) -> Tile:
+        """Newer NKI's hardware access pattern: `pattern` lists [step, num] per dimension of the result
+        (for SBUF and PSUM the first is the partitions), `offset` counts elements from the tensor's start
+        (None: where this view starts). Also spelled `t.ap([[s, n], ...], offset)` and `t.ap([s, n], ...)`."""
+        if pattern is None and pairs:
+            if isinstance(pairs[0], (list, tuple)) and pairs[0] and isinstance(pairs[0][0], (list, tuple)):
+                pattern, rest = pairs[0], pairs[1:]
+                if rest and offset is None:
+                    offset = rest[0]
+            else:
+                pattern = pairs
+        if pattern is None:
+            raise KernelUsageError("tensor.ap(...) needs a pattern: a list of [step, num] pairs")
+        if scalar_offset is not None or vector_offset is not None:
+            raise UnsupportedApiError("tensor.ap with a runtime (scalar_offset / vector_offset) start is not simulated")
+        if dtype is not None and dtypes.as_dtype(dtype) != self.storage.dtype:
+            if not self.is_whole:
+                raise UnsupportedApiError("tensor.ap reading part of a tensor as another dtype is not simulated")
+            # steps and offset count elements of `dtype` (the whole tensor's bytes read as it)
+            return self.view(dtype).ap(pattern=pattern, offset=offset)
+        storage = self.storage
+        if offset is None:
+            lows = tuple(lo for lo, _ in self.sub.region)
+            offset = int(np.ravel_multi_index(lows, storage.shape)) if self.size else 0
+        items = access_pattern(pattern, int(offset), storage.shape)
+        return Tile(storage, normalize(items, storage.shape, storage.name))
 
     def expand_dims(self, axis: int) -> Tile:
         """The same tile with a dimension of 1 inserted at `axis` (`m.expand_dims(1)`: a [P] row statistic

@@ -240,10 +240,10 @@ import nki.language as nl
 @nki.jit
 def kernel(a):
     t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
-    v = t.ap([[64, 128], [2, 32]])  # ERR
+    v = t.permute((1, 0))  # ERR
     return a
 """, A, error=UnsupportedApiError)
-    assert "tensor.ap" in err.message
+    assert "tensor.permute" in err.message
 
 
 @pytest.mark.parametrize("line", [

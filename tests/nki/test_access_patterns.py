@@ -1,0 +1,60 @@
+"""`tensor.ap(pattern, offset)` (newer NKI): element g of the view is the flattened tensor's
+`offset + sum(g[k] * step[k])`; nki-library reads and writes most tiles this way."""
+
+from __future__ import annotations
+
+import numpy as np
+
+HEADER = """
+import nki
+import nki.isa as nisa
+import nki.language as nl
+"""
+
+
+def test_a_strided_pattern_reads_every_other_column(run, rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    sb = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sb, src=x)
+    even = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=even, src=sb.ap(pattern=[[64, 128], [2, 16]], offset=1))
+    nisa.dma_copy(dst=out.ap([[16, 128], [1, 16]]), src=even)
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out, x[:, 1:33:2])
+    copy = next(i for i in both.instructions if i.op == "tensor_copy")
+    assert (copy.partitions, copy.free_elements) == (128, 16)
+
+
+def test_a_view_starts_where_it_starts_and_a_zero_step_repeats(run, rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 4, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    sb = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sb, src=x)
+    rep = nl.ndarray((128, 4, 16), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=rep, src=sb[:, 8:24].ap([[64, 128], [0, 4], [1, 16]]))
+    nisa.dma_copy(dst=out, src=rep)
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out, np.repeat(x[:, None, 8:24], 4, axis=1))
+
+
+def test_a_pattern_across_rows_gathers_and_a_dtype_reads_the_bytes(run, rng):
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    flat = nl.ndarray((1, 128), dtype=nl.int32, buffer=nl.shared_hbm)
+    sb = nl.ndarray((1, 128), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sb, src=x.ap([[128, 1], [1, 128]], 0))
+    nisa.dma_copy(dst=flat, src=sb.ap([[128, 1], [1, 128]], dtype=nl.int32))
+    return flat
+""", x)
+    np.testing.assert_array_equal(both.out, x.reshape(1, 128).view(np.int32))
