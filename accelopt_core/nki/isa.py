@@ -61,6 +61,13 @@ class oob_mode(Enum):  # noqa: N801  (NKI's own name)
     skip = 1
 
 
+class dma_engine(Enum):  # noqa: N801  (NKI's own name)
+    """Which DMA engine a collective transfer uses (`sendrecv(dma_engine=...)`): a name kernels import."""
+
+    dma = 1
+    gpsimd_dma = 2
+
+
 class nc_version(IntEnum):  # noqa: N801  (NKI's own name)
     """NeuronCore generations: gen2 is trn1 (and inf2), gen3 is trn2, gen4 is trn3 (nki.isa.nc_version)."""
 

@@ -221,6 +221,8 @@ from dataclasses import dataclass
 
 import nki
 import nki.language as nl
+from nki.isa import dma_engine
+from nki.isa.constants import matmul_perf_mode, oob_mode
 from nki.language import NKIObject
 from nki.language.constants import sizeinbytes
 
@@ -233,6 +235,7 @@ class Tiling(NKIObject):
 @dataclass
 class Section(NKIObject):  # fields without annotations, built by keyword (nki-library attention_cte)
     width = None
+    data_type: nki.dtype = nl.float32
     table = []  # unhashable: stays a class attribute
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import compiler, typing
 from ..errors import missing_api
 from ..runner import Kernel, jit_decorator, run_kernel
@@ -31,6 +33,7 @@ def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 tensor = typing.tensor  # `def kernel(x: nki.tensor)`: an annotation only
+dtype = np.dtype  # `data_type: nki.dtype` (library dataclass fields); the simulator's dtypes are NumPy's
 
 __getattr__ = missing_api("nki")
 
@@ -39,6 +42,7 @@ __all__ = [
     "baremetal",
     "benchmark",
     "compiler",
+    "dtype",
     "isa",
     "jit",
     "language",
