@@ -194,6 +194,19 @@ def nc_stream_shuffle(src: Tile, dst: Tile, shuffle_mask: Any, dtype: Any = None
     ops.nc_stream_shuffle(src, dst, shuffle_mask, mask=mask)
 
 
+def max8(src: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.max8(src, dtype=dtype, mask=mask)
+
+
+def nc_find_index8(data: Tile, vals: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
+    return ops.nc_find_index8(data, vals, dtype=dtype, mask=mask)
+
+
+def nc_match_replace8(data: Tile, vals: Tile, imm: Any, dst_idx: Tile | None = None, mask: Mask | None = None,
+                      dtype: Any = None, **_: Any) -> Tile:
+    return ops.nc_match_replace8(data, vals, imm, dst_idx=dst_idx, dtype=dtype, mask=mask)
+
+
 def dma_transpose(src: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
     axes = DMA_TRANSPOSE_AXES.get(src.ndim)
     if axes is None:

@@ -1302,6 +1302,104 @@ def _check_hints(stationary: np.ndarray, moving: np.ndarray, stationary_onezero:
                                "must be an identity matrix (nki.isa.nc_transpose)")
 
 
+EIGHT = 8  # values per partition the Vector engine's top-8 instructions find, locate or replace
+_EIGHT_MAX_FREE = 16384  # elements per partition they read at most (nki.isa.max8)
+
+
+def _eight_shape(data: Tile, what: str, mask: Mask | None) -> tuple[int, int]:
+    """Partitions and elements per partition of a top-8 instruction's data tile."""
+    _on_chip(data, what)
+    if mask is not None:
+        raise UnsupportedApiError(f"{what} with mask= is not simulated")
+    partitions = data.shape[0]
+    free = data.size // partitions
+    if not EIGHT <= free <= _EIGHT_MAX_FREE:
+        raise HardwareRuleError(f"{what} reads {EIGHT} to {_EIGHT_MAX_FREE} elements per partition, got {free} "
+                                f"(tile {data.shape})")
+    return partitions, free
+
+
+def _eight_values(vals: Tile, partitions: int, what: str) -> np.ndarray:
+    if vals.shape[0] != partitions or vals.size // vals.shape[0] != EIGHT:
+        raise KernelUsageError(f"{what}: vals must hold {EIGHT} values on each of the data's {partitions} "
+                               f"partitions, got shape {vals.shape}")
+    return _f32(vals).reshape(partitions, EIGHT) if current().numeric else np.empty(0)
+
+
+def _index_type(dtype: Any, what: str) -> np.dtype:
+    index = dtypes.as_dtype(dtype) if dtype is not None else dtypes.uint32
+    if index not in (dtypes.uint16, dtypes.uint32):
+        raise HardwareRuleError(f"{what} writes uint16 or uint32 indices, not {index.name}")
+    return index
+
+
+@instruction
+def max8(src: Tile, *, dst: Tile | None = None, dtype: Any = None, mask: Mask | None = None) -> Tile:
+    """Vector engine: the 8 largest values of each partition, in descending order, as [P, 8]."""
+    partitions, free = _eight_shape(src, "max8", mask)
+    out, fresh = _output(dst, (partitions, EIGHT), dtype if dtype is not None else src.dtype)
+    _record(Engine.VECTOR, Op.MAX8, (src,), out, fresh=fresh, work_shape=src.shape)
+    if current().numeric:
+        values = _f32(src).reshape(partitions, free)
+        _store(out, -np.sort(-values, axis=1)[:, :EIGHT].reshape(out.shape), None)
+    return out
+
+
+@instruction
+def nc_find_index8(data: Tile, vals: Tile, *, dst: Tile | None = None, dtype: Any = None,
+                   mask: Mask | None = None) -> Tile:
+    """Vector engine: where in each partition of `data` its 8 `vals` occur, as [P, 8] indices; a value
+    repeated in `vals` takes its next occurrence, a value absent the all-ones index."""
+    partitions, free = _eight_shape(data, "nc_find_index8", mask)
+    wanted = _eight_values(vals, partitions, "nc_find_index8")
+    index = _index_type(dtype if dtype is not None or dst is None else dst.dtype, "nc_find_index8")
+    out, fresh = _output(dst, (partitions, EIGHT), index)
+    _record(Engine.VECTOR, Op.NC_FIND_INDEX8, (data, vals), out, fresh=fresh, work_shape=data.shape)
+    if current().numeric:
+        found = np.full((partitions, EIGHT), np.iinfo(index).max, dtype=np.int64)
+        values = _f32(data).reshape(partitions, free)
+        for p in range(partitions):
+            for slot in range(EIGHT):
+                where = np.flatnonzero(values[p] == wanted[p, slot])
+                earlier = int(np.count_nonzero(wanted[p, :slot] == wanted[p, slot]))
+                if earlier < where.size:
+                    found[p, slot] = where[earlier]
+        _store(out, found.reshape(out.shape), None)
+    return out
+
+
+@instruction
+def nc_match_replace8(data: Tile, vals: Tile, imm: Any, *, dst: Tile | None = None, dst_idx: Tile | None = None,
+                      dtype: Any = None, mask: Mask | None = None) -> Tile:
+    """Vector engine: `data` with the first occurrence of each of its partition's 8 `vals` replaced by
+    `imm` (vals taken from the last: a repeated value replaces successive occurrences, the first
+    going to the highest slot), their positions in `dst_idx` when given."""
+    partitions, free = _eight_shape(data, "nc_match_replace8", mask)
+    wanted = _eight_values(vals, partitions, "nc_match_replace8")
+    out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
+    _record(Engine.VECTOR, Op.NC_MATCH_REPLACE8, (data, vals), out, fresh=fresh, work_shape=data.shape)
+    index = None
+    if dst_idx is not None:
+        index = _index_type(dst_idx.dtype, "nc_match_replace8")
+        _output(dst_idx, (partitions, EIGHT), index)
+        _record(Engine.VECTOR, Op.NC_MATCH_REPLACE8, (data, vals), dst_idx, work_shape=(partitions, EIGHT))
+    if current().numeric:
+        values = _f32(data).reshape(partitions, free).copy()
+        found = np.full((partitions, EIGHT), np.iinfo(index or dtypes.uint32).max, dtype=np.int64)
+        replaced = np.zeros((partitions, free), dtype=bool)
+        for p in range(partitions):
+            for slot in reversed(range(EIGHT)):
+                where = np.flatnonzero((values[p] == wanted[p, slot]) & ~replaced[p])
+                if where.size:
+                    found[p, slot] = where[0]
+                    replaced[p, where[0]] = True
+        values[replaced] = float(imm)
+        _store(out, values.reshape(out.shape), None)
+        if dst_idx is not None:
+            _store(dst_idx, found.reshape(dst_idx.shape), None)
+    return out
+
+
 QUADRANT = 32  # partitions one Vector-engine shuffle moves data within (nki.isa.nc_stream_shuffle)
 _UNMODIFIED = 255  # a shuffle_mask entry that leaves its output partition as it was
 

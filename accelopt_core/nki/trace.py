@@ -76,6 +76,9 @@ class Op(enum.StrEnum):
     DROPOUT = "dropout"
     RANDOM_SEED = "random_seed"
     NC_STREAM_SHUFFLE = "nc_stream_shuffle"
+    MAX8 = "max8"
+    NC_FIND_INDEX8 = "nc_find_index8"
+    NC_MATCH_REPLACE8 = "nc_match_replace8"
 
 
 class Alu(enum.StrEnum):

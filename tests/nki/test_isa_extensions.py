@@ -385,3 +385,62 @@ def kernel(a):
 """, a)
     np.testing.assert_allclose(both.out[0], a.max(axis=0), rtol=1e-6)
     np.testing.assert_allclose(both.out[1], np.maximum(a.max(axis=0), 0.0), rtol=1e-6)
+
+
+def test_the_top_8_instructions_find_locate_and_replace_the_largest_values(run, rng):
+    """max8 (descending), nc_find_index8 (a repeated value takes its next occurrence) and
+    nc_match_replace8 (repeats taken from the last slot), the newer API as nki-library's top-k calls them."""
+    x = rng.standard_normal((128, 300)).astype(np.float32)
+    x[:, 10] = x[:, 20] = x[:, 30] = 9.0  # a three-way tie for the largest value
+    both = run("""
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 8 + 8 + 8 + 300), dtype=nl.float32, buffer=nl.shared_hbm)
+    data = nl.ndarray((128, 300), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=data, src=x)
+    top = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.max8(dst=top, src=data)
+    where = nl.ndarray((128, 8), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.nc_find_index8(dst=where, data=data, vals=top)
+    replaced = nl.ndarray((128, 300), dtype=nl.float32, buffer=nl.sbuf)
+    taken = nl.ndarray((128, 8), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.nc_match_replace8(dst=replaced, data=data, vals=top, imm=-1e9, dst_idx=taken)
+    as_float = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=as_float[:, 0:8], src=where)
+    nisa.tensor_copy(dst=as_float[:, 8:16], src=taken)
+    nisa.dma_copy(dst=out[:, 0:8], src=top)
+    nisa.dma_copy(dst=out[:, 8:24], src=as_float)
+    nisa.dma_copy(dst=out[:, 24:324], src=replaced)
+    return out
+""", x)
+    order = np.argsort(-x, axis=1, kind="stable")[:, :8]
+    np.testing.assert_array_equal(both.out[:, 0:8], np.take_along_axis(x, order, axis=1))
+    np.testing.assert_array_equal(both.out[:, 8:16], order)  # ties located in ascending positions
+    np.testing.assert_array_equal(both.out[:, 8:11], np.tile([10, 20, 30], (128, 1)))
+    np.testing.assert_array_equal(both.out[:, 16:19], np.tile([30, 20, 10], (128, 1)))  # the first to the last slot
+    expected = x.copy()
+    np.put_along_axis(expected, order, -1e9, axis=1)
+    np.testing.assert_array_equal(both.out[:, 24:], expected)
+    priced(both, "trn2")
+
+
+def test_the_legacy_top_8_instructions_return_their_tiles(run, rng):
+    x = rng.standard_normal((64, 40)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((64, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+    data = nl.load(x)
+    top = nisa.max8(src=data)
+    where = nisa.nc_find_index8(data=data, vals=top, dtype=nl.uint16)
+    nl.store(out[:, 0:8], value=top)
+    nl.store(out[:, 8:16], value=nl.copy(where, dtype=nl.float32))
+    return out
+""", x)
+    order = np.argsort(-x, axis=1, kind="stable")[:, :8]
+    np.testing.assert_array_equal(both.out, np.concatenate([np.take_along_axis(x, order, 1), order], axis=1))

@@ -132,6 +132,18 @@ def nc_stream_shuffle(dst: Tile, src: Tile, shuffle_mask: Any, **_: Any) -> None
     ops.nc_stream_shuffle(src, dst, shuffle_mask)
 
 
+def max8(dst: Tile, src: Tile, **_: Any) -> None:
+    ops.max8(src, dst=dst)
+
+
+def nc_find_index8(dst: Tile, data: Tile, vals: Tile, **_: Any) -> None:
+    ops.nc_find_index8(data, vals, dst=dst)
+
+
+def nc_match_replace8(dst: Tile, data: Tile, vals: Tile, imm: Any, dst_idx: Tile | None = None, **_: Any) -> None:
+    ops.nc_match_replace8(data, vals, imm, dst=dst, dst_idx=dst_idx)
+
+
 def dma_transpose(dst: Tile, src: Tile, axes: tuple[int, ...] | None = None, **_: Any) -> None:
     """DMA `src` into `dst` with its dimensions permuted (`axes`, by default the reversal of 2-D)."""
     order = tuple(axes) if axes is not None else _legacy.DMA_TRANSPOSE_AXES.get(src.ndim)
