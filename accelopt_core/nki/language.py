@@ -17,7 +17,7 @@ import numpy as np
 
 from . import dtypes, ops
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, missing_api
-from .indexing import Mask, arange, ds, mgrid  # noqa: F401  (re-exported NKI names)
+from .indexing import Mask, arange, as_mask, ds, mgrid  # noqa: F401  (re-exported NKI names)
 from .tensor import HBM, PSUM, SBUF, Buffer, ParDim, Tile, allocate, current, host_fill, running
 from .trace import LoopKind
 
@@ -222,7 +222,21 @@ def store(dst: Tile, value: Any, mask: Mask | None = None, **_: Any) -> None:
 def load_transpose2d(src: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
     if src.ndim != 2:
         raise KernelUsageError(f"nl.load_transpose2d loads a 2-D tile, got shape {src.shape}")
-    return ops.dma_copy(src, mask=mask, dtype=dtype, axes=(1, 0))
+    return ops.dma_copy(src, mask=_over_the_result(mask, src.shape), dtype=dtype, axes=(1, 0))
+
+
+def _over_the_result(mask: Mask | None, source_shape: tuple[int, ...]) -> Mask | None:
+    """A load_transpose2d mask is written with the source access's indices (`i * 128 + i_r < n` for the
+    ragged last rows it reads), so it is transposed onto the result; one only the result's shape fits
+    is already over it."""
+    mask = as_mask(mask)
+    if mask is None:
+        return None
+    try:
+        values = np.broadcast_to(mask.values, source_shape)
+    except ValueError:
+        return mask
+    return Mask(values.T)
 
 
 def copy(x: Tile | None = None, dtype: Any = None, mask: Mask | None = None, *, src: Tile | None = None,

@@ -326,8 +326,10 @@ def _check_lanes(srcs: tuple[Tile, ...], dst: Tile, size: int) -> None:
 
 def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mask | None = None,
             flops: int = 0, attrs: dict[str, Any] | None = None, dtype: str | None = None,
-            fresh: bool = False, work_shape: tuple[int, ...] | None = None) -> Instruction:
-    """Append one instruction reading `srcs` and writing `dst` to the trace."""
+            fresh: bool = False, work_shape: tuple[int, ...] | None = None,
+            source_mask: Mask | None = None) -> Instruction:
+    """Append one instruction reading `srcs` and writing `dst` to the trace. `source_mask` is the mask
+    over the sources where their elements are not the work's (a DMA transpose)."""
     sim = current()
     if mask is not None:
         mask = as_mask(mask)
@@ -342,7 +344,7 @@ def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mas
         _check_lanes(srcs, dst, math.prod(shape))
     for t in srcs:
         if t.sub.overhang is not None:
-            _check_overhang(t, mask)
+            _check_overhang(t, source_mask if source_mask is not None else mask)
     if dst.sub.overhang is not None:
         _check_overhang(dst, out_mask)
     if mask is None:
@@ -437,7 +439,11 @@ def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype
         raise HardwareRuleError("DMA engines cannot access PSUM; copy the tile to SBUF first")
     direction = _DIRECTIONS[src.buffer == HBM, out.buffer == HBM]
     indices = src.sub.index_tiles() + out.sub.index_tiles()
+    source_mask = None
+    if axes is not None and as_mask(mask) is not None:
+        source_mask = Mask(np.transpose(_mask_values(mask, out.shape), np.argsort(axes)))
     inst = _record(Engine.DMA, Op.DMA_COPY, (src, *indices, *((out,) if rmw else ())), out, mask=mask,
+                   source_mask=source_mask,
                    fresh=fresh, attrs={"direction": direction, "transpose": axes is not None, "indirect": bool(indices),
                                        **({"rmw": rmw} if rmw else {})}, dtype=out.storage.dtype_name)
     if as_mask(mask) is None:

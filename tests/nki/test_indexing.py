@@ -287,3 +287,24 @@ def kernel(x):
     np.testing.assert_array_equal(both.out, x)
     load = next(i for i in both.instructions if i.op == "dma_copy")
     assert (load.partitions, load.free_elements) == (1, 256)
+
+
+@pytest.mark.parametrize("columns", [128, 64])
+def test_a_load_transpose2d_mask_is_written_over_the_source(run, rng, columns):
+    """`nl.load_transpose2d(x[i * 128 + i_r, i_c], mask=(i * 128 + i_r < n))`: the mask names the source
+    rows of the ragged last block, which become the result's columns."""
+    x = rng.standard_normal((200, columns)).astype(np.float32)
+    both = run(HEADER + f"""
+@nki.jit
+def kernel(x):
+    n, m = x.shape
+    out = nl.ndarray((m, n), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        i_r = nl.arange(128)[:, None]
+        i_c = nl.arange({columns})[None, :]
+        t = nl.load_transpose2d(x[i * 128 + i_r, i_c], mask=(i * 128 + i_r < n))
+        i_o = nl.arange(128)[None, :]
+        nl.store(out[nl.arange({columns})[:, None], i * 128 + i_o], value=t, mask=(i * 128 + i_o < n))
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out, x.T)
