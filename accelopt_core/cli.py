@@ -77,11 +77,15 @@ def _emit(result: ProfileResult, args: argparse.Namespace, kernel_path: str) -> 
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(render(result, kernel_path))
+    # the failure again on stderr, for scripts and logs; a person at a terminal just read it in the report
+    say = args.json or not sys.stdout.isatty()
     if result.error:
-        print(f"accelopt: {result.error}", file=sys.stderr)
+        if say:
+            print(f"accelopt: {result.error}", file=sys.stderr)
         return EXIT_KERNEL_FAILED
     if result.correct is False:
-        print(f"accelopt: wrong results: {result.check_message}", file=sys.stderr)
+        if say:
+            print(f"accelopt: wrong results: {result.check_message}", file=sys.stderr)
         return EXIT_WRONG_RESULTS
     return 0
 

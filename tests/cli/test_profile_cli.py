@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 import textwrap
@@ -250,3 +252,26 @@ def test_the_kernel_s_platform_target_picks_the_hardware(files: Path) -> None:
     chosen = accelopt("profile", str(files / "trn2.py"), "--reference", str(files / "add_ref.py"), "--json",
                       "--hardware", "trn1")
     assert json.loads(chosen.stdout)["hardware"] == "trn1"
+
+
+def test_a_failure_is_said_once_at_a_terminal_and_again_on_stderr_for_scripts(files: Path) -> None:
+    (files / "bad.py").write_text(ADD_KERNEL.replace("value=nl.add(a, b)", "value=nl.add(a, b[:, 0:7])"))
+    command = [sys.executable, "-m", "accelopt_core", "profile", str(files / "bad.py"),
+               "--reference", str(files / "add_ref.py")]
+    leader, follower = pty.openpty()
+    at_terminal = subprocess.run(command, stdout=follower, stderr=subprocess.PIPE, text=True, timeout=300)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    assert at_terminal.returncode == 1 and at_terminal.stderr == ""
+    assert b"error " in shown
+    piped = accelopt(*command[3:])
+    assert piped.returncode == 1 and _one_line(piped).startswith("accelopt: ")
