@@ -161,12 +161,13 @@ def kernel(x, cfg: Scale):
 '''
 
 
-def test_a_kernel_parameter_of_the_kernels_own_type_is_built_in_its_module(tmp_path: Path):
+def _profile_scaled(tmp_path: Path, expression: str, expected: str, seeds: int = 2):
+    """The config kernel profiled against x -> `expected`, its `cfg` given as `expression`."""
     kernel = write(tmp_path, "scaled.py", CONFIG_KERNEL)
-    reference = write(tmp_path, "scaled_ref.py", '''
+    reference = write(tmp_path, "scaled_ref.py", f'''
         import numpy as np
 
-        KERNEL_ARG_EXPRESSIONS = {"cfg": "Scale(3.0, offset=1.0)"}
+        KERNEL_ARG_EXPRESSIONS = {{"cfg": "{expression}"}}
 
 
         def make_inputs(rng):
@@ -174,30 +175,19 @@ def test_a_kernel_parameter_of_the_kernels_own_type_is_built_in_its_module(tmp_p
 
 
         def reference(x):
-            return 3.0 * x + 1.0
+            return {expected}
     ''')
-    result = SimulatorProfiler(seeds=2).profile(kernel.read_text(), TaskRef(reference=str(reference)),
-                                                kernel_label=str(kernel))
+    return SimulatorProfiler(seeds=seeds).profile(kernel.read_text(), TaskRef(reference=str(reference)),
+                                                  kernel_label=str(kernel))
+
+
+def test_a_kernel_parameter_of_the_kernels_own_type_is_built_in_its_module(tmp_path: Path):
+    result = _profile_scaled(tmp_path, "Scale(3.0, offset=1.0)", "3.0 * x + 1.0")
     assert result.error is None and result.correct is True, (result.error, result.check_message)
 
 
 def test_an_expression_the_kernels_module_cannot_evaluate_is_a_clear_error(tmp_path: Path):
-    kernel = write(tmp_path, "scaled.py", CONFIG_KERNEL)
-    reference = write(tmp_path, "scaled_ref.py", '''
-        import numpy as np
-
-        KERNEL_ARG_EXPRESSIONS = {"cfg": "Scael(3.0)"}
-
-
-        def make_inputs(rng):
-            return [rng.standard_normal((128, 64)).astype(np.float32)]
-
-
-        def reference(x):
-            return 3.0 * x
-    ''')
-    result = SimulatorProfiler(seeds=1).profile(kernel.read_text(), TaskRef(reference=str(reference)),
-                                                kernel_label=str(kernel))
+    result = _profile_scaled(tmp_path, "Scael(3.0)", "3.0 * x", seeds=1)
     assert result.correct is not True
     assert "kernel parameter 'cfg', 'Scael(3.0)', failed in the kernel's module: NameError" in result.error
 
