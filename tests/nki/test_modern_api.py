@@ -328,6 +328,33 @@ def kernel(a, b):
     np.testing.assert_allclose(both.out, expected, rtol=1e-4, atol=1e-3)
 
 
+def test_matmul_accumulate_none_keeps_several_column_groups_of_one_tile_open(run, rng):
+    """k outside, columns inside (nki-library attention_bwd's dq): each column range's group stays open
+    while the others are written; the third contribution was dropped."""
+    a = rng.standard_normal((384, 128)).astype(np.float32)
+    b = rng.standard_normal((384, 256)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, b):
+    a_sb = nl.ndarray((128, 3, 128), dtype=a.dtype, buffer=nl.sbuf)
+    b_sb = nl.ndarray((128, 3, 256), dtype=b.dtype, buffer=nl.sbuf)
+    for kt in range(3):
+        nisa.dma_copy(dst=a_sb[:, kt, :], src=a[kt * 128:(kt + 1) * 128, :])
+        nisa.dma_copy(dst=b_sb[:, kt, :], src=b[kt * 128:(kt + 1) * 128, :])
+    ps = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+    for kt in range(3):
+        for j in range(2):
+            nisa.nc_matmul(dst=ps[:, j * 128:(j + 1) * 128], stationary=a_sb[:, kt, :],
+                           moving=b_sb[:, kt, j * 128:(j + 1) * 128])
+    res = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=ps)
+    out = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+""", a, b)
+    np.testing.assert_allclose(both.out, a.T @ b, rtol=1e-4, atol=1e-3)
+
+
 def test_a_tensor_engine_transpose_into_sbuf_is_a_hardware_rule(fails):
     err = fails(HEADER + """
 @nki.jit

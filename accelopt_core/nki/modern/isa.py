@@ -12,7 +12,7 @@ from .. import isa as _legacy
 from .. import ops
 from ..errors import KernelUsageError
 from ..indexing import IndexExpr, Mask
-from ..tensor import PSUM, Tile
+from ..tensor import PSUM, Tile, overlaps
 from ..trace import Engine
 
 
@@ -36,13 +36,13 @@ def nc_matmul(dst: Tile, stationary: Tile, moving: Tile, is_stationary_onezero: 
     inside = any(_contains(open_region, region) for open_region in storage.mm_open or ())
     if accumulate is None:
         accumulate = inside
+    open_before = list(storage.mm_open or ())
     ops.nc_matmul(stationary, moving, is_transpose=is_transpose, dst=dst, accumulate=accumulate,
-                  stationary_onezero=is_stationary_onezero,
-                         moving_onezero=is_moving_onezero, perf_mode=perf_mode)
-    if storage.mm_open is None:
-        storage.mm_open = [region]
-    elif not inside:
-        storage.mm_open.append(region)
+                  stationary_onezero=is_stationary_onezero, moving_onezero=is_moving_onezero, perf_mode=perf_mode)
+    # recording the matmul closed the groups it touched, the one it continues among them: that one stays
+    # open (k-outer loops accumulate into several column ranges of one PSUM tile in turn)
+    kept = [r for r in open_before if _contains(r, region) or not overlaps(r, region)]
+    storage.mm_open = kept + ([] if inside else [region])
 
 
 def _contains(outer: tuple[tuple[int, int], ...], inner: tuple[tuple[int, int], ...]) -> bool:
