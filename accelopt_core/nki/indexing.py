@@ -384,7 +384,7 @@ class Subscript:
         NumPy's basic indexing, many times faster than the gather of `numpy_key`; None for any other
         subscript (gathers, repeated or mixed axes, overhangs), which `numpy_key` serves."""
         if not self.advanced:
-            return data[self.items]  # type: ignore[index]
+            return data[(*self.items, Ellipsis)]  # type: ignore[index]  (a 0-d view for t[0, 0], not a copy)
         if self._box is False:
             self._box = self._box_plan()
         if self._box is None:

@@ -447,7 +447,8 @@ def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype
                    fresh=fresh, attrs={"direction": direction, "transpose": axes is not None, "indirect": bool(indices),
                                        **({"rmw": rmw} if rmw else {})}, dtype=out.storage.dtype_name)
     if as_mask(mask) is None:
-        inst.partitions = out.shape[0] if out.buffer != HBM else src.shape[0]
+        on_chip = out if out.buffer != HBM else src
+        inst.partitions = on_chip.shape[0] if on_chip.shape else 1  # t[0, 0]: one element, one partition
     if current().numeric:
         active = _mask_values(mask, out.shape)
         for side in (src, out):

@@ -308,3 +308,25 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_array_equal(both.out, x.T)
+
+
+def test_a_dma_into_one_element_of_an_on_chip_tile(run):
+    """dma_copy(dst=sb[0, 0], src=s[1, 0]) (nki-library attention_cte's sink): an internal IndexError, then
+    a write into a copy of the element."""
+    s = np.array([[2.0], [7.0]], dtype=np.float32)
+    both = run("""
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def kernel(s):
+    sb = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=sb, value=0.0)
+    nisa.dma_copy(dst=sb[0, 0], src=s[1, 0])
+    out = nl.ndarray((2, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=sb[0:2, 0:1])
+    return out
+""", s)
+    np.testing.assert_array_equal(both.out, [[7.0], [0.0]])
