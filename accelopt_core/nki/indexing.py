@@ -534,29 +534,38 @@ def access_pattern(pattern: Sequence[Sequence[int]], offset: int, dims: tuple[in
     if not nums or min(nums) < 1:
         raise KernelUsageError(f"an access pattern needs at least one [step, num] pair with num >= 1, got {pattern!r}")
     strides = [math.prod(dims[d + 1:]) for d in range(len(dims))]
-    start = list(np.unravel_index(offset, dims)) if 0 <= offset < math.prod(dims) else None
+    affine = _affine_pattern(steps, nums, offset, dims, strides)
+    if affine is not None and all(lo >= 0 and hi < n for (lo, hi), n in zip((e.bounds() for e in affine), dims,
+                                                                          strict=True)):
+        return affine
+    flat = np.full(nums, offset, dtype=np.int64)
+    for axis, step in enumerate(steps):
+        grid = [1] * len(nums)
+        grid[axis] = nums[axis]
+        flat = flat + step * np.arange(nums[axis], dtype=np.int64).reshape(grid)
+    if flat.min() >= 0 and flat.max() < math.prod(dims):  # rows wrap into the next: the gather of them
+        return tuple(IndexExpr(nums, values=coords) for coords in np.unravel_index(flat, dims))
+    if affine is not None:  # past the tensor's end: an overhang, an error only where the view is used unmasked
+        return affine
+    raise HardwareRuleError(f"access pattern {pattern!r} at offset {offset} reaches elements "
+                            f"[{flat.min()}, {flat.max()}] of a tensor of {math.prod(dims)}")
+
+
+def _affine_pattern(steps: list[int], nums: tuple[int, ...], offset: int, dims: tuple[int, ...],
+                    strides: list[int]) -> tuple[IndexExpr, ...] | None:
+    """One affine index per dimension when every step is a whole number of some dimension's rows."""
+    if not 0 <= offset < math.prod(dims):
+        return None
+    start = np.unravel_index(offset, dims)
     terms: list[list[tuple[int, int]]] = [[] for _ in dims]
     for axis, (step, num) in enumerate(zip(steps, nums, strict=True)):
         if step == 0 or num == 1:
             continue  # a repeat (broadcast) or a single element: no term
         dim = next((d for d, stride in enumerate(strides) if abs(step) >= stride and step % stride == 0), None)
         if dim is None:
-            break
+            return None
         terms[dim].append((axis, step // strides[dim]))
-    else:
-        if start is not None:
-            exprs = tuple(IndexExpr(nums, int(start[d]), tuple(terms[d])) for d in range(len(dims)))
-            if all(lo >= 0 and hi < size for (lo, hi), size in zip((e.bounds() for e in exprs), dims, strict=True)):
-                return exprs
-    flat = np.full(nums, offset, dtype=np.int64)
-    for axis, step in enumerate(steps):
-        grid = [1] * len(nums)
-        grid[axis] = nums[axis]
-        flat = flat + step * np.arange(nums[axis], dtype=np.int64).reshape(grid)
-    if flat.min() < 0 or flat.max() >= math.prod(dims):
-        raise HardwareRuleError(f"access pattern {pattern!r} at offset {offset} reaches elements "
-                                f"[{flat.min()}, {flat.max()}] of a tensor of {math.prod(dims)}")
-    return tuple(IndexExpr(nums, values=coords) for coords in np.unravel_index(flat, dims))
+    return tuple(IndexExpr(nums, int(start[d]), tuple(terms[d])) for d in range(len(dims)))
 
 
 def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:

@@ -58,3 +58,22 @@ def kernel(x):
     return flat
 """, x)
     np.testing.assert_array_equal(both.out, x.reshape(1, 128).view(np.int32))
+
+
+def test_a_pattern_past_the_end_is_an_error_only_where_it_is_used(run, fails, rng):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    kernel = HEADER + """
+@nki.jit
+def kernel(x):
+    sb = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sb, src=x)
+    late = sb.ap(pattern=[[64, 128], [2, 32]], offset=2)  # its last column is one past the row
+    tmp = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=tmp, src=USED)  # ERR
+    out = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tmp)
+    return out
+"""
+    both = run(kernel.replace("USED", "sb.ap(pattern=[[64, 128], [2, 32]], offset=1)"), x)
+    np.testing.assert_array_equal(both.out, x[:, 1::2])
+    fails(kernel.replace("USED", "late"), x)
