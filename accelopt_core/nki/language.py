@@ -18,7 +18,7 @@ import numpy as np
 from . import dtypes, ops
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, missing_api
 from .indexing import Mask, arange, as_mask, ds, mgrid  # noqa: F401  (re-exported NKI names)
-from .tensor import HBM, PSUM, SBUF, Buffer, ParDim, Tile, allocate, current, host_fill, running
+from .tensor import HBM, PSUM, SBUF, Buffer, Limits, ParDim, Tile, allocate, current, host_fill, running
 from .trace import LoopKind
 
 # --- data types --------------------------------------------------------------------------------
@@ -55,8 +55,30 @@ private_hbm = Buffer("private_hbm", HBM)
 par_dim = ParDim
 
 
-class tile_size:  # noqa: N801  (NKI's own name)
-    """Hardware tile limits as kernels read them (shared/nki-facts.md A.3)."""
+class _SbufSizes(type):
+    """The SBUF sizes of `nl.tile_size` follow the generation being simulated (fact sheet A.4: 176 KiB
+    usable per partition on trn1, 212,984 B on trn2); library kernels budget their buffers with them."""
+
+    @property
+    def total_available_sbuf_size(cls) -> int:
+        sim = running()
+        return (sim.limits if sim is not None else Limits.for_hardware("trn1")).sbuf_usable_bytes
+
+    @property
+    def sbuf_fmax_bytes(cls) -> int:
+        return cls.total_available_sbuf_size
+
+    @property
+    def sbuf_fmax(cls) -> int:
+        return cls.total_available_sbuf_size // 4  # FP32 elements
+
+    @property
+    def sbuf_size_bytes(cls) -> int:
+        return cls.pmax * cls.total_available_sbuf_size  # all partitions
+
+
+class tile_size(metaclass=_SbufSizes):  # noqa: N801  (NKI's own name)
+    """Hardware tile limits as kernels read them (shared/nki-facts.md A.3, A.4)."""
 
     pmax = 128
     psum_fmax = 512  # deprecated name of psum_bank_fmax (NKI 0.4.0)
@@ -70,10 +92,6 @@ class tile_size:  # noqa: N801  (NKI's own name)
     psum_partition_bytes = 16384
     psum_min_align = 4
     sbuf_min_align = 1
-    total_available_sbuf_size = 192 * 1024  # per partition (deprecated name of sbuf_fmax_bytes)
-    sbuf_fmax_bytes = total_available_sbuf_size
-    sbuf_fmax = total_available_sbuf_size // 4  # FP32 elements
-    sbuf_size_bytes = pmax * total_available_sbuf_size  # all partitions
 
 
 # --- allocation --------------------------------------------------------------------------------

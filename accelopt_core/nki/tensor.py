@@ -73,6 +73,7 @@ class Limits:
     neuron_core_version: int
     pmax: int
     sbuf_partition_bytes: int
+    sbuf_usable_bytes: int  # per partition, what kernels may allocate (KLR total_available_sbuf_size)
     psum_bank_bytes: int
     stationary_fmax: int
     moving_fmax: int
@@ -86,6 +87,7 @@ class Limits:
         return Limits(name=profile.name, neuron_core_version=profile.neuron_core_version,
                       pmax=profile.memory.sbuf_partitions,
                       sbuf_partition_bytes=profile.memory.sbuf_bytes_per_partition,
+                      sbuf_usable_bytes=profile.memory.sbuf_usable_bytes_per_partition,
                       psum_bank_bytes=profile.memory.psum_bank_bytes,
                       stationary_fmax=profile.tensor.stationary_free_max, moving_fmax=profile.tensor.moving_free_max)
 

@@ -80,7 +80,7 @@ class PerfReport:
 
 
 def peak_percent(report: PerfReport | float, mm_flops: float, vec_flops: float,
-                 hbm_bytes: float, hardware: HardwareProfile) -> float:
+                 hbm_bytes: float, hardware: HardwareProfile, mm_dtype: str = "float32") -> float:
     """NKIBench "% of peak": the best possible latency over the achieved one, in percent.
 
     The best latency is the largest of matmul time, vector time and memory time at the hardware's
@@ -89,7 +89,14 @@ def peak_percent(report: PerfReport | float, mm_flops: float, vec_flops: float,
     latency = report.latency if isinstance(report, PerfReport) else float(report)
     if latency <= 0:
         raise ValueError("peak_percent needs a positive latency")
+    return 100.0 * max(peak_times(mm_flops, vec_flops, hbm_bytes, hardware, mm_dtype).values()) / latency
+
+
+def peak_times(mm_flops: float, vec_flops: float, hbm_bytes: float, hardware: HardwareProfile,
+               mm_dtype: str = "float32") -> dict[str, float]:
+    """Seconds of matmul, vector and memory work at peak. NKIBench's matmul peak is FP32's; a task whose
+    inputs are narrower (bfloat16) may multiply at their rate, that many times faster (fact sheet A.3)."""
     peak = hardware.peak
-    best = max(mm_flops / peak.matmul_flops, vec_flops / peak.vector_flops,
-               hbm_bytes / peak.hbm_bandwidth)
-    return 100.0 * best / latency
+    matmul_rate = peak.matmul_flops * hardware.tensor.factor("float32") / hardware.tensor.factor(mm_dtype)
+    return {"matmul": mm_flops / matmul_rate, "vector": vec_flops / peak.vector_flops,
+            "memory": hbm_bytes / peak.hbm_bandwidth}

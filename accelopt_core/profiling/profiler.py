@@ -28,7 +28,7 @@ from ..hardware import load_hardware
 from ..nki import NkiError, RunResult, TensorSpec
 from ..nki.replay import ReplayLimitError
 from ..nki.trace import TapeError, assemble, collector_paused
-from ..perfmodel import peak_percent
+from ..perfmodel import peak_percent, peak_times
 from ..tasks import Case, PeakWork, Task, load_reference
 from ..tasks.check import compare, fresh_seeds
 from ..tasks.registry import find_task, task_files
@@ -197,9 +197,9 @@ def fill_peak(result: ProfileResult, work: PeakWork | None, hardware: str) -> No
     if work is None or not result.latency_ms:
         return
     hw = load_hardware(hardware)
-    result.peak_percent = peak_percent(result.latency_ms / 1000.0, work.mm_flops, work.vec_flops, work.hbm_bytes, hw)
-    times = {"matmul": work.mm_flops / hw.peak.matmul_flops, "vector": work.vec_flops / hw.peak.vector_flops,
-             "memory": work.hbm_bytes / hw.peak.hbm_bandwidth}
+    result.peak_percent = peak_percent(result.latency_ms / 1000.0, work.mm_flops, work.vec_flops, work.hbm_bytes, hw,
+                                       work.mm_dtype)
+    times = peak_times(work.mm_flops, work.vec_flops, work.hbm_bytes, hw, work.mm_dtype)
     result.bound = max(times, key=lambda k: times[k])
     result.peak_work = asdict(work)
 

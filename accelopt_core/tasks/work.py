@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from ..nki import dtypes
+
 
 @dataclass(frozen=True)
 class PeakWork:
@@ -51,6 +53,7 @@ class PeakWork:
     vec_flops: float
     hbm_bytes: float
     counted: bool = False
+    mm_dtype: str = "float32"  # the precision the matmuls may run at: the narrowest float input (counted)
 
 
 class ShapeOnlyError(Exception):
@@ -191,14 +194,18 @@ def count_work(call: Callable[[Callable[[Any], Any]], Any], shapes_only: bool = 
     if not inputs:
         return result, None
     outputs = [np.asarray(v) for v in (result if isinstance(result, (tuple, list)) else [result])]
-    return result, PeakWork(tally.mm_flops, tally.vec_flops, _bytes(inputs, outputs), counted=True)
+    floats = [a.dtype for a in inputs if dtypes.is_float(a.dtype)]
+    narrowest = min(floats, key=lambda d: d.itemsize).name if floats else "float32"
+    return result, PeakWork(tally.mm_flops, tally.vec_flops, _bytes(inputs, outputs), counted=True,
+                            mm_dtype=narrowest)
 
 
 def _bytes(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> int:
-    widest = max((a.itemsize for a in inputs if np.issubdtype(a.dtype, np.floating)), default=None)
+    # bfloat16 and the fp8 types are floats too, though not NumPy's np.floating
+    widest = max((a.itemsize for a in inputs if dtypes.is_float(a.dtype)), default=None)
 
     def written(array: np.ndarray) -> int:
-        if widest is not None and np.issubdtype(array.dtype, np.floating) and array.itemsize > widest:
+        if widest is not None and dtypes.is_float(array.dtype) and array.itemsize > widest:
             return array.size * widest
         return array.nbytes
 

@@ -95,7 +95,7 @@ def test_profile_json_follows_the_contract(files: Path) -> None:
     assert data["hbm_read_bytes"] == 2 * 256 * 512 * 4 and data["hbm_write_bytes"] == 256 * 512 * 4
     # no peak_work in the reference: its own NumPy work is counted (one add per element; 2 inputs, 1 output)
     assert data["peak_work"] == {"mm_flops": 0, "vec_flops": 256 * 512, "hbm_bytes": 3 * 4 * 256 * 512,
-                                 "counted": True}
+                                 "counted": True, "mm_dtype": "float32"}
     assert data["bound"] == "memory" and 0 < data["peak_percent"] <= 100
     assert {line["line"] for line in data["lines"]} == {10, 11, 12}
 

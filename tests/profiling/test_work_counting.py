@@ -3,6 +3,7 @@ the work reaching "% of peak" for a reference that declares none."""
 
 from __future__ import annotations
 
+import textwrap
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from accelopt_core.hardware import load_hardware
 from accelopt_core.nki import TensorSpec
+from accelopt_core.perfmodel import peak_times
 from accelopt_core.profiling import SimulatorProfiler, TaskRef
 from accelopt_core.profiling.guards import guard_violation
 from accelopt_core.profiling.profiler import task_work
@@ -203,7 +206,7 @@ def test_either_reference_form_gets_a_peak_from_its_counted_work(tmp_path: Path,
     result = SimulatorProfiler().profile(KERNEL, TaskRef(reference=str(path)))
     assert result.correct, result.check_message or result.error
     assert result.peak_work == {"mm_flops": 0, "vec_flops": 2 * 256 * 512, "hbm_bytes": 3 * 4 * 256 * 512,
-                                "counted": True}
+                                "counted": True, "mm_dtype": "float32"}
     assert result.bound == "memory" and result.peak_percent is not None and 0 < result.peak_percent <= 100
     assert "counted from the reference" in result.bound_text()
 
@@ -235,3 +238,29 @@ def test_counting_by_shapes_raises_no_warning_of_its_own() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         count_work(normalise, shapes_only=True)
+
+
+def test_a_bfloat16_task_peaks_at_the_bfloat16_matmul_rate(tmp_path: Path) -> None:
+    """A reference that widens bfloat16 inputs to multiply them: the kernel may multiply at bfloat16's rate
+    (4x FP32's on trn1) and write the result at the inputs' width; NKIBench's float32 peak put a
+    bfloat16 kernel at 222 % of it."""
+    path = tmp_path / "ref.py"
+    path.write_text(textwrap.dedent('''
+        import ml_dtypes
+        import numpy as np
+
+
+        def make_inputs(rng):
+            return [rng.standard_normal((256, 128)).astype(ml_dtypes.bfloat16),
+                    rng.standard_normal((128, 512)).astype(ml_dtypes.bfloat16)]
+
+
+        def reference(a, b):
+            return a.astype(np.float32) @ b.astype(np.float32)
+    '''))
+    work = load_reference(str(path)).counted_work()
+    assert work.mm_dtype == "bfloat16" and work.mm_flops == 2 * 256 * 128 * 512
+    assert work.hbm_bytes == 2 * (256 * 128 + 128 * 512 + 256 * 512)  # the output at the inputs' width
+    trn1 = load_hardware("trn1")
+    fp32 = peak_times(work.mm_flops, 0, 0, trn1)["matmul"]
+    assert peak_times(work.mm_flops, 0, 0, trn1, work.mm_dtype)["matmul"] == pytest.approx(fp32 / 4)
