@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from enum import Enum, IntEnum
 from typing import Any
 
@@ -238,4 +239,10 @@ def affine_select(pred: Mask, on_true_tile: Tile, on_false_value: Any, mask: Mas
     return ops.select(pred, on_true_tile, on_false_value, dtype=dtype, mask=mask, engine=Engine.GPSIMD)
 
 
-__getattr__ = missing_api("nki.isa")
+_missing = missing_api("nki.isa")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "constants":  # `from nki.isa import constants`: the submodule
+        return importlib.import_module("accelopt_core.nki.isa_constants")
+    return _missing(name)

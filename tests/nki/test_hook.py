@@ -221,8 +221,9 @@ from dataclasses import dataclass
 
 import nki
 import nki.language as nl
-from nki.isa import dma_engine
+from nki.isa import constants, dma_engine
 from nki.isa.constants import matmul_perf_mode, oob_mode
+from neuronxcc.nki.language import constants as legacy_constants
 from nki.language import NKIObject
 from nki.language.constants import sizeinbytes
 
@@ -243,7 +244,8 @@ class Section(NKIObject):  # fields without annotations, built by keyword (nki-l
 def kernel(a):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     tiling = Tiling(a.shape[0])
-    section = Section(width=sizeinbytes(a.dtype))
+    section = Section(width=legacy_constants.sizeinbytes(a.dtype))
+    assert section.width == sizeinbytes(a.dtype) and constants.oob_mode is oob_mode
     t = nl.ndarray((tiling.rows, section.width), dtype=a.dtype, buffer=nl.sbuf)
     nki.isa.dma_copy(dst=t, src=a)
     nki.isa.dma_copy(dst=out, src=t)
