@@ -195,6 +195,20 @@ def nc_stream_shuffle(src: Tile, dst: Tile, shuffle_mask: Any, dtype: Any = None
     ops.nc_stream_shuffle(src, dst, shuffle_mask, mask=mask)
 
 
+def tensor_copy_predicated(src: Any, dst: Tile, predicate: Tile, mask: Mask | None = None, dtype: Any = None,
+                           reverse_pred: bool = False, **_: Any) -> None:
+    ops.tensor_copy_predicated(src, dst, predicate, reverse_pred=reverse_pred, mask=mask)
+
+
+def range_select(on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile, bound1: Tile,
+                 reduce_cmd: Any = "reset_reduce", reduce_res: Tile | None = None, reduce_op: Any = "maximum",
+                 range_start: int = 0, on_false_value: float = ops.FP32_MIN, mask: Mask | None = None,
+                 dtype: Any = None, **_: Any) -> Tile:
+    return ops.range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd,
+                            reduce_res=reduce_res, reduce_op=reduce_op, range_start=range_start,
+                            on_false_value=on_false_value, dtype=dtype, mask=mask)
+
+
 def max8(src: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
     return ops.max8(src, dtype=dtype, mask=mask)
 

@@ -1195,6 +1195,81 @@ def select(predicate: Any, on_true: Any, on_false: Any, *, dtype: Any = None, ma
     return out
 
 
+@instruction
+def tensor_copy_predicated(src: Any, dst: Tile, predicate: Tile, *, reverse_pred: bool = False,
+                           mask: Mask | None = None) -> None:
+    """Vector engine: `src` (a tile or a number) into `dst` where `predicate` is nonzero (zero with
+    `reverse_pred`); the other elements of `dst` keep their values."""
+    for t, role in ((dst, "dst"), (predicate, "predicate"), *(((src, "src"),) if isinstance(src, Tile) else ())):
+        _on_chip(t, "tensor_copy_predicated")
+        if t.size != dst.size or t.shape[0] != dst.shape[0]:
+            raise KernelUsageError(f"tensor_copy_predicated: {role} {t.shape} must cover the partitions and "
+                                   f"elements of dst {dst.shape}")
+    if isinstance(src, Tile) and src.buffer == PSUM and predicate.buffer == PSUM:
+        raise HardwareRuleError("tensor_copy_predicated: src and predicate cannot both be in PSUM")
+    srcs = (*((src,) if isinstance(src, Tile) else ()), predicate, dst)  # unselected elements stay: dst is read
+    _record(Engine.VECTOR, Op.SELECT, srcs, dst, mask=mask)
+    if current().numeric:
+        chosen = _f32(predicate).reshape(dst.shape) != 0
+        if reverse_pred:
+            chosen = ~chosen
+        active = _mask_values(mask, dst.shape)
+        values = _f32(src).reshape(dst.shape) if isinstance(src, Tile) else np.float32(src)
+        dst.write(np.broadcast_to(values, dst.shape), chosen if active is None else chosen & active)
+
+
+_RANGE_COMPARISONS: dict[str, Callable[..., np.ndarray]] = {
+    "equal": np.equal, "less": np.less, "less_equal": np.less_equal, "greater": np.greater,
+    "greater_equal": np.greater_equal}
+FP32_MIN = float(np.finfo(np.float32).min)  # range_select's only fill value (nki.isa.range_select)
+
+
+@instruction
+def range_select(on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile, bound1: Tile, *,
+                 reduce_cmd: Any = "reset_reduce", reduce_res: Tile | None = None, reduce_op: Any = "maximum",
+                 range_start: int = 0, on_false_value: float = FP32_MIN, dtype: Any = None,
+                 mask: Mask | None = None, dst: Tile | None = None) -> Tile:
+    """Vector engine (NeuronCore-v3+): each element whose free index + range_start passes both comparisons
+    with its partition's bounds, else on_false_value; the rows' maximum goes through the reduce registers
+    as `reduce_cmd` says, and into reduce_res when given (the causal / sliding-window mask of attention)."""
+    limits = current().limits
+    if limits.neuron_core_version < 3:
+        raise HardwareRuleError(f"range_select runs on NeuronCore-v3 and later, not v{limits.neuron_core_version} "
+                                f"({limits.name})")
+    _on_chip(on_true_tile, "range_select")
+    _check_partitions(on_true_tile.shape, "range_select")
+    partitions = on_true_tile.shape[0]
+    comparisons = []
+    for op in (comp_op0, comp_op1):
+        name = op_name(op)
+        if name not in _RANGE_COMPARISONS:
+            raise HardwareRuleError(f"range_select compares with {', '.join(_RANGE_COMPARISONS)}, not {name!r}")
+        comparisons.append(_RANGE_COMPARISONS[name])
+    for bound in (bound0, bound1):
+        _column(bound, partitions, "range_select bound")
+    reduce_name, reducer = _reducer(reduce_op, "range_select")
+    command = _reduce_command(reduce_cmd, "range_select")
+    if reduce_res is not None:
+        _column(reduce_res, partitions, "range_select")
+    out, fresh = _output(dst, on_true_tile.shape, dtype if dtype is not None else on_true_tile.dtype)
+    inst = _record(Engine.VECTOR, Op.RANGE_SELECT, (on_true_tile, bound0, bound1), out, mask=mask, fresh=fresh,
+                   attrs={"reduce_op": reduce_name, "reduce": True})
+    if reduce_res is not None:
+        inst.writes = (*inst.writes, reduce_res.access())
+    if current().numeric:
+        values = _f32(on_true_tile).reshape(partitions, -1)
+        index = np.float32(range_start) + np.arange(values.shape[1], dtype=np.float32)[None, :]
+        low, high = (_f32(b).reshape(partitions, 1) for b in (bound0, bound1))
+        chosen = np.where(comparisons[0](index, low) & comparisons[1](index, high), values, np.float32(on_false_value))
+        active = _mask_values(mask, out.shape)
+        _store(out, chosen.reshape(out.shape), active)
+        partial = _row_reduction(chosen, reduce_name, reducer, active) if command not in (None, "idle") else None
+        held = _registers(Engine.VECTOR, command or "reset_reduce", partial, reducer)
+        if reduce_res is not None:
+            reduce_res.write(held[:partitions].reshape(reduce_res.shape))
+    return out
+
+
 def _choice_values(x: Any, shape: tuple[int, ...]) -> Any:
     if not isinstance(x, Tile):
         return np.float32(x)

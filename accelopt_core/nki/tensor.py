@@ -423,8 +423,8 @@ class Tile:
             return MaskedTile(self, key)
         storage = self.storage
         if (storage.buffer != HBM and self.ndim == 1 and isinstance(key, tuple) and len(key) == 2
-                and isinstance(key[1], int) and key[1] in (0, -1)):
-            key = key[0]  # a [P] on-chip tile is [P, 1] in memory: t[:, 0] is t[:]
+                and _one_column(key[1])):
+            key = key[0]  # a [P] on-chip tile is [P, 1] in memory: t[:, 0] and t[:, :1] are t[:]
         if self.sub is full_subscript(storage.shape):
             return Tile(storage, normalize(_one_partition(storage, key), storage.shape, storage.name))
         return Tile(storage, compose(self.sub, key, storage.name))
@@ -665,6 +665,13 @@ class Tile:
 
     def __itruediv__(self, other: Any) -> Tile:
         return self._inplace_op(other, "divide")
+
+
+def _one_column(index: Any) -> bool:
+    """Whether `index` picks the one column of a [P, 1] layout (0, -1, :1, 0:1, :)."""
+    if isinstance(index, slice):
+        return len(range(*index.indices(1))) == 1
+    return isinstance(index, (int, np.integer)) and int(index) in (0, -1)
 
 
 def _one_partition(storage: Storage, key: Any) -> Any:

@@ -79,6 +79,7 @@ class Op(enum.StrEnum):
     MAX8 = "max8"
     NC_FIND_INDEX8 = "nc_find_index8"
     NC_MATCH_REPLACE8 = "nc_match_replace8"
+    RANGE_SELECT = "range_select"
 
 
 class Alu(enum.StrEnum):

@@ -28,7 +28,7 @@ _SIXTEEN_BIT = frozenset({"bfloat16", "float16"})
 _VECTOR_STREAMING = frozenset({Op.TENSOR_SCALAR, Op.TENSOR_COPY, Op.TENSOR_SCALAR_REDUCE})
 # Vector engine: documented as max(MIN_II, N) (fact sheet B.8); any other instruction there is noted
 _VECTOR_ONE_PASS = frozenset({Op.NC_TRANSPOSE, Op.BN_STATS, Op.DROPOUT, Op.RANDOM_SEED, Op.NC_STREAM_SHUFFLE,
-                              Op.MAX8, Op.NC_FIND_INDEX8, Op.NC_MATCH_REPLACE8})
+                              Op.MAX8, Op.NC_FIND_INDEX8, Op.NC_MATCH_REPLACE8, Op.RANGE_SELECT})
 _SCALAR_PRICED = frozenset({Op.ACTIVATION, Op.TENSOR_SCALAR, Op.TENSOR_COPY})  # max(MIN_II, N); others noted
 # GpSimd: the instructions priced by the iota/affine_select shape (see _gpsimd_cycles); others noted
 _GPSIMD_PRICED = frozenset({Op.IOTA, Op.MEMSET, Op.TENSOR_TENSOR, Op.TENSOR_SCALAR, Op.TENSOR_COPY,

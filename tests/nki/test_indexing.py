@@ -330,3 +330,25 @@ def kernel(s):
     return out
 """, s)
     np.testing.assert_array_equal(both.out, [[7.0], [0.0]])
+
+
+def test_a_column_taken_with_an_integer_is_indexed_again_as_its_one_column_layout(run, rng):
+    """b[:, 3] of an SBUF tensor is a [P] tile laid out [P, 1]; nki-library's attention then takes
+    bound[:num_p, :1] of it."""
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    both = run("""
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def kernel(x):
+    sb = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sb, src=x)
+    column = sb[:, 3]
+    out = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=column[:64, :1])
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out, x[:64, 3:4])

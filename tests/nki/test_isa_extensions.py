@@ -444,3 +444,63 @@ def kernel(x):
 """, x)
     order = np.argsort(-x, axis=1, kind="stable")[:, :8]
     np.testing.assert_array_equal(both.out, np.concatenate([np.take_along_axis(x, order, 1), order], axis=1))
+
+
+def test_range_select_keeps_a_window_of_columns_and_reduces_it(run, rng):
+    """Row p keeps columns j with low[p] <= j + 8 < high[p] (attention's sliding window), fills the rest
+    with FP32's minimum, and its maximum reaches reduce_res; tensor_copy_predicated then copies where a
+    predicate is set."""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    bounds = np.stack([np.arange(128) % 40, np.arange(128) % 40 + 20], axis=1).astype(np.float32)
+    predicate = (rng.random((128, 64)) < 0.5).astype(np.uint8)
+    both = run("""
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def kernel(x, bounds, predicate):
+    sb = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sb, src=x)
+    b = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=bounds)
+    p = nl.ndarray((128, 64), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.dma_copy(dst=p, src=predicate)
+    kept = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    top = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.range_select(dst=kept, on_true_tile=sb, comp_op0=nl.greater_equal, comp_op1=nl.less,
+                      bound0=b[:, 0:1], bound1=b[:, 1:2], reduce_res=top, range_start=8)
+    picked = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=picked, value=-1.0)
+    nisa.tensor_copy_predicated(dst=picked, src=sb, predicate=p)
+    out = nl.ndarray((128, 129), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, 0:64], src=kept)
+    nisa.dma_copy(dst=out[:, 64:65], src=top)
+    nisa.dma_copy(dst=out[:, 65:129], src=picked)
+    return out
+""", x, bounds, predicate, hardware="trn2")
+    column = np.arange(64)[None, :] + 8
+    window = (column >= bounds[:, :1]) & (column < bounds[:, 1:])
+    kept = np.where(window, x, np.finfo(np.float32).min)
+    np.testing.assert_array_equal(both.out[:, :64], kept)
+    np.testing.assert_array_equal(both.out[:, 64], kept.max(axis=1))
+    np.testing.assert_array_equal(both.out[:, 65:], np.where(predicate != 0, x, -1.0))
+    priced(both, "trn2")
+
+
+def test_range_select_is_a_neuroncore_v3_instruction(fails):
+    fails("""
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def kernel(x):
+    sb = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    b = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    kept = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.range_select(dst=kept, on_true_tile=sb, comp_op0=nl.less, comp_op1=nl.less, bound0=b, bound1=b)  # ERR
+    return x
+""", np.zeros((1, 1), np.float32), error=HardwareRuleError, hardware="trn1")

@@ -132,6 +132,17 @@ def nc_stream_shuffle(dst: Tile, src: Tile, shuffle_mask: Any, **_: Any) -> None
     ops.nc_stream_shuffle(src, dst, shuffle_mask)
 
 
+def tensor_copy_predicated(dst: Tile, src: Any, predicate: Tile, reverse_pred: bool = False, **_: Any) -> None:
+    ops.tensor_copy_predicated(src, dst, predicate, reverse_pred=reverse_pred)
+
+
+def range_select(dst: Tile, on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile, bound1: Tile,
+                 reduce_cmd: Any = "reset_reduce", reduce_res: Tile | None = None, reduce_op: Any = "maximum",
+                 range_start: int = 0, on_false_value: float = ops.FP32_MIN, **_: Any) -> None:
+    ops.range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd, reduce_res=reduce_res,
+                     reduce_op=reduce_op, range_start=range_start, on_false_value=on_false_value, dst=dst)
+
+
 def max8(dst: Tile, src: Tile, **_: Any) -> None:
     ops.max8(src, dst=dst)
 
