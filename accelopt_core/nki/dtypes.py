@@ -7,7 +7,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .errors import KernelUsageError
+from .errors import KernelUsageError, UnsupportedApiError
 from .trace import DTYPE_SIZES
 
 float32 = np.dtype(np.float32)
@@ -57,11 +57,27 @@ def facts_of(dtype: np.dtype) -> tuple[str, int]:
     return facts
 
 
+class PackedMxType:
+    """Trainium3's packed microscaling types (`nl.float4_e2m1fn_x4`, `float8_e4m3fn_x4`, `float8_e5m2_x4`):
+    names library code lists and compares at import; a tensor or a cast to one is not simulated."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+PACKED_MX = {name: PackedMxType(name) for name in ("float4_e2m1fn_x4", "float8_e4m3fn_x4", "float8_e5m2_x4")}
+
+
 def as_dtype(value: Any) -> np.dtype:
     """Accept what kernels pass as a dtype: nl.float32, np.float32, 'float32', a tensor's .dtype; only the
     dtypes NKI has (NAMED), so no object or void arrays are ever made."""
     if isinstance(value, np.dtype) and value in _ALLOWED:
         return value
+    if isinstance(value, PackedMxType):
+        raise UnsupportedApiError(f"nki.language.{value.name}: Trainium3's packed MX types are not simulated")
     if isinstance(value, str) and value in NAMED:
         return NAMED[value]
     try:

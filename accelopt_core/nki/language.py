@@ -33,6 +33,7 @@ float8_e5m2 = dtypes.float8_e5m2
 int8, int16, int32 = dtypes.int8, dtypes.int16, dtypes.int32
 uint8, uint16, uint32 = dtypes.uint8, dtypes.uint16, dtypes.uint32
 bool_ = dtypes.bool_
+float4_e2m1fn_x4, float8_e4m3fn_x4, float8_e5m2_x4 = dtypes.PACKED_MX.values()
 
 
 class fp32:  # noqa: N801  (NKI's own name)
