@@ -43,13 +43,16 @@ class NKIObject:
     """The base class of the plain Python objects library code passes into kernels (configurations,
     tiled ranges): the compiler traces through them, so here they are ordinary objects.
 
-    A subclass's unannotated class attributes (`section_idx = None`) are fields too: nki-library
-    declares `@dataclass` NKIObjects that way and builds them by keyword, which a plain dataclass,
-    seeing no annotation, would refuse."""
+    As `@dataclass` NKIObjects are written in nki-library: unannotated class attributes (`section_idx =
+    None`) are fields too, and a field the constructor is not given is None (its MLP constants leave
+    one out); a plain dataclass refuses both."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         annotations = dict(inspect.get_annotations(cls))
+        for name in annotations:
+            if name not in vars(cls):
+                setattr(cls, name, None)
         for name, value in vars(cls).items():
             if (name.startswith("_") or name in annotations or callable(value) or type(value).__hash__ is None
                     or isinstance(value, (property, classmethod, staticmethod))):
