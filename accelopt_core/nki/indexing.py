@@ -707,12 +707,11 @@ def _in_bounds_indices(key: tuple[Any, ...], dims: tuple[int, ...]) -> Subscript
     return Subscript(key, shape, tuple(region), True) if advanced else None
 
 
-def compose(outer: Subscript, key: Any, name: str) -> Subscript:
+def compose(outer: Subscript, key: Any, name: str, dims: tuple[int, ...] = ()) -> Subscript:
     """Index a view again: map a subscript on the view's shape back onto the tensor's dimensions."""
-    if outer.advanced:
-        raise KernelUsageError(f"{name}: indexing a tile that was itself taken with index expressions "
-                               "is not supported; index the tensor once")
     inner = normalize(key, outer.shape, name)
+    if outer.advanced:
+        return _compose_advanced(outer, inner, name, dims)
     if inner.overhang is not None:
         raise HardwareRuleError(inner.overhang.split(";")[0])
     items: list[IndexItem] = []
@@ -744,3 +743,44 @@ def compose(outer: Subscript, key: Any, name: str) -> Subscript:
             region.append((mlo, mhi + 1))
         view_dim += 1
     return Subscript(tuple(items), inner.shape, tuple(region), inner.advanced)
+
+
+def _compose_advanced(outer: Subscript, inner: Subscript, name: str, dims: tuple[int, ...]) -> Subscript:
+    """A view taken with index expressions (an access pattern, `x[i_p, i_f]`) indexed again with ints and
+    slices: each expression restricted to the part of its grid the new key keeps (`out[0:T, ds(o, n)]`
+    of an `.ap()` view, nki-library's MLP)."""
+    if inner.advanced or not dims or any(type(item) is DynamicIndex for item in outer.items):
+        raise KernelUsageError(f"{name}: indexing a tile taken with index expressions again with index "
+                               "expressions is not supported; index the tensor once")
+    grid = outer.shape
+    keys = list(inner.items)
+    items = tuple(item if isinstance(item, int) else _restricted(item, grid, keys) for item in outer.items)
+    return normalize(items, dims, name)
+
+
+def _restricted(expr: IndexExpr, grid: tuple[int, ...], keys: list[Any]) -> IndexExpr:
+    """`expr` (over the trailing axes of `grid`) on the sub-grid `keys` (an int or a slice per grid axis)
+    selects; ints drop their axis."""
+    lead = len(grid) - len(expr.shape)
+    if not expr.affine:
+        values = np.broadcast_to(expr.values, expr.shape)
+        own = tuple(k if expr.shape[a] == grid[a + lead] else (0 if isinstance(k, int) else slice(None))
+                    for a, k in enumerate(keys[lead:]))
+        values = values[own]
+        return IndexExpr(values.shape, values=np.ascontiguousarray(values))
+    offset, terms, shape, kept = expr.offset, [], [], {}
+    for axis, size in enumerate(expr.shape):
+        key = keys[axis + lead]
+        if isinstance(key, int):
+            continue
+        kept[axis] = len(shape)
+        shape.append(len(range(key.start, key.stop, key.step)) if size == grid[axis + lead] else 1)
+    for axis, coef in expr.terms:
+        key = keys[axis + lead]
+        if expr.shape[axis] != grid[axis + lead]:
+            continue  # broadcast along this grid axis: every position reads index 0 of it
+        start = key if isinstance(key, int) else key.start
+        offset += coef * start
+        if not isinstance(key, int):
+            terms.append((kept[axis], coef * key.step))
+    return IndexExpr(tuple(shape), offset, tuple(terms))

@@ -427,7 +427,7 @@ class Tile:
             key = key[0]  # a [P] on-chip tile is [P, 1] in memory: t[:, 0] and t[:, :1] are t[:]
         if self.sub is full_subscript(storage.shape):
             return Tile(storage, normalize(_one_partition(storage, key), storage.shape, storage.name))
-        return Tile(storage, compose(self.sub, key, storage.name))
+        return Tile(storage, compose(self.sub, key, storage.name, storage.shape))
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(key, Mask):

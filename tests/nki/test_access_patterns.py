@@ -77,3 +77,22 @@ def kernel(x):
     both = run(kernel.replace("USED", "sb.ap(pattern=[[64, 128], [2, 32]], offset=1)"), x)
     np.testing.assert_array_equal(both.out, x[:, 1::2])
     fails(kernel.replace("USED", "late"), x)
+
+
+def test_a_view_taken_with_a_pattern_or_index_grids_is_sliced_again(run, rng):
+    """nki-library's MLP writes `out_tile[0:T, ds(o, n)]` of a tile its allocator made with `.ap()`."""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(x):
+    sb = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sb, src=x)
+    odd = sb.ap([[64, 128], [2, 32]], offset=1)[0:64, 4:20]
+    grid = sb[nl.arange(128)[:, None], nl.arange(64)[None, :]][32:96, 3]
+    out = nl.ndarray((64, 17), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, 0:16], src=odd)
+    nisa.dma_copy(dst=out[:, 16], src=grid)
+    return out
+""", x)
+    np.testing.assert_array_equal(both.out[:, :16], x[0:64, 9:41:2])
+    np.testing.assert_array_equal(both.out[:, 16], x[32:96, 3])
