@@ -209,6 +209,10 @@ def range_select(on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile,
                             on_false_value=on_false_value, dtype=dtype, mask=mask)
 
 
+def dma_compute(dst: Tile, srcs: Any, reduce_op: Any, scales: Any = None, **_: Any) -> None:
+    ops.dma_compute(dst, srcs, reduce_op, scales=scales)
+
+
 def max8(src: Tile, mask: Mask | None = None, dtype: Any = None, **_: Any) -> Tile:
     return ops.max8(src, dtype=dtype, mask=mask)
 

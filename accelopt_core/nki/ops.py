@@ -461,6 +461,33 @@ def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype
     return out
 
 
+@instruction
+def dma_compute(dst: Tile, srcs: Any, reduce_op: Any, *, scales: Any = None) -> None:
+    """DMA engines computing on the way: dst = the sum of `srcs`, in float32, cast once to dst's type
+    (nki.isa.dma_compute; add is its one operator and 1.0 its one scale)."""
+    sources = list(srcs) if isinstance(srcs, (list, tuple)) else [srcs]
+    if op_name(reduce_op) != Alu.ADD:
+        raise UnsupportedApiError(f"dma_compute reduce_op {op_name(reduce_op)!r}: the DMA engines add only")
+    if scales is not None and any(float(scale) != 1.0 for scale in scales):
+        raise KernelUsageError(f"dma_compute scales must all be 1.0, got {list(scales)}")
+    if not sources or not all(isinstance(t, Tile) for t in sources):
+        raise KernelUsageError("dma_compute needs a list of source tensors")
+    for t in (*sources, dst):
+        if t.size != dst.size:
+            raise KernelUsageError(f"dma_compute: source {t.shape} and dst {dst.shape} must hold as many elements")
+        if t.buffer == PSUM:
+            raise HardwareRuleError("DMA engines cannot access PSUM; copy the tile to SBUF first")
+    if dst.buffer != HBM:
+        _check_partitions(dst.shape, "DMA into " + dst.buffer.upper())
+    direction = _DIRECTIONS[any(t.buffer == HBM for t in sources), dst.buffer == HBM]
+    _record(Engine.DMA, Op.DMA_COPY, tuple(sources), dst, attrs={"direction": direction, "transpose": False,
+                                                                "indirect": False, "compute": Alu.ADD},
+            dtype=dst.storage.dtype_name)
+    if current().numeric:
+        total = sum(_f32(t).reshape(dst.shape) for t in sources)
+        dst.write(np.asarray(total, dtype=np.float32).astype(dst.dtype))
+
+
 # Where each engine can write: an instruction is retargeted into `dst` only if its engine can
 # write there; otherwise `dst[...] = value` is a separate copy (e.g. a matmul result into SBUF).
 _WRITABLE = {Engine.DMA: (HBM, SBUF), Engine.TENSOR: (PSUM,), Engine.GPSIMD: (SBUF,),

@@ -222,6 +222,8 @@ class CostModel:
             sides = [a for a in (src, dst) if a is not None]
             payload = max((a.nbytes for a in sides), default=0)
             contiguous = min((a.contiguous_bytes for a in sides), default=0)
+        if attrs.get("compute"):  # dma_compute: the engines read every source and write the sum
+            payload = sum(a.nbytes for a in (*inst.reads, *inst.writes))
         partitions = max(1, inst.partitions)
         # element width: the HBM side's (a casting load moves as many elements as it reads)
         width_side = hbm_side if hbm_side is not None else src

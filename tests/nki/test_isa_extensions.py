@@ -504,3 +504,27 @@ def kernel(x):
     nisa.range_select(dst=kept, on_true_tile=sb, comp_op0=nl.less, comp_op1=nl.less, bound0=b, bound1=b)  # ERR
     return x
 """, np.zeros((1, 1), np.float32), error=HardwareRuleError, hardware="trn1")
+
+
+def test_dma_compute_adds_its_sources_on_the_way(run, rng):
+    """nki-library's fused residual add: dst = x + residual + attention, summed in float32, cast once."""
+    arrays = [rng.standard_normal((128, 256)).astype(ml_dtypes.bfloat16) for _ in range(3)]
+    both = run("""
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def kernel(x, residual, attention):
+    total = nl.ndarray((128, 256), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.dma_compute(dst=total, srcs=[x, residual, attention], reduce_op=nl.add)
+    out = nl.ndarray((128, 256), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=total)
+    return out
+""", *arrays, hardware="trn2")
+    expected = sum(a.astype(np.float32) for a in arrays).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(both.out, expected)
+    costs = priced(both, "trn2")
+    compute = next(i for i in both.traced.trace.instructions if (i.attrs or {}).get("compute"))
+    assert costs.dma(compute).payload == 4 * 128 * 256 * 2  # three sources read, the sum written
