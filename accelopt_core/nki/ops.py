@@ -1112,9 +1112,12 @@ def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None
 
 @instruction
 def iota(expr: Any, dtype: Any, *, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
-    """GpSimd: materialise an index expression as a tile."""
+    """GpSimd: materialise an index expression as a tile; a number known at trace time (`nl.program_id(1)`,
+    vLLM's paged attention) as a [1, 1] tile."""
+    if isinstance(expr, (int, np.integer)) and not isinstance(expr, bool):
+        expr = IndexExpr((1, 1), int(expr))
     if not isinstance(expr, IndexExpr):
-        raise KernelUsageError("iota needs an index expression built from nl.arange or nl.mgrid")
+        raise KernelUsageError("iota needs an index expression built from nl.arange or nl.mgrid, or an integer")
     shape = expr.shape if len(expr.shape) > 1 else (expr.shape[0], 1)
     out, fresh = _output(dst, shape, dtype)
     _record(Engine.GPSIMD, Op.IOTA, (), out, mask=mask, fresh=fresh)

@@ -394,6 +394,22 @@ class Tile:
         return len(self.sub.shape)
 
     @property
+    def itemsize(self) -> int:
+        return self.storage.itemsize
+
+    def assert_shape(self, shape: Any) -> Tile:
+        """The tile itself when it has `shape` (legacy nki.tensor), else a usage error."""
+        if tuple(int(n) for n in shape) != self.shape:
+            raise KernelUsageError(f"{self.name} has shape {self.shape}, not {tuple(shape)}")
+        return self
+
+    def astype(self, dtype: Any) -> Tile:
+        """A copy of the tile in `dtype` (legacy nki.tensor): a copy on the Vector engine, or a DMA for HBM."""
+        if self.buffer == HBM:
+            return ops.dma_copy(self, dtype=dtype)
+        return ops.tensor_copy(self, dtype=dtype)
+
+    @property
     def size(self) -> int:
         return self.sub.count
 

@@ -671,3 +671,28 @@ def kernel(a, b):
     a = rng.standard_normal((128, 128)).astype(np.float32)
     b = rng.standard_normal((128, 64)).astype(np.float32)
     np.testing.assert_array_equal(run(source, a, b).out, np.zeros((128, 64), np.float32))
+
+
+def test_the_legacy_tensor_members_and_an_iota_of_a_program_id(run, rng):
+    """nki.tensor's itemsize, assert_shape and astype (nki-autotune's allocated kernels size buffers with
+    itemsize), and nisa.iota of a number known when tracing, nl.program_id (vLLM's paged attention)."""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    both = run("""
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    t = nl.load(x).assert_shape((128, 64))
+    assert t.itemsize == x.itemsize == 4
+    nl.store(out, value=t.astype(nl.bfloat16))
+    head = nisa.iota(nl.program_id(0) + 5, dtype=nl.int32).reshape((1, 1))
+    nl.store(out[0:1, 0:1], value=nl.copy(head, dtype=nl.bfloat16))
+    return out
+""", x)
+    expected = x.astype(ml_dtypes.bfloat16)
+    expected[0, 0] = 5
+    np.testing.assert_array_equal(both.out, expected)
