@@ -214,9 +214,11 @@ def instruction(fn: F) -> F:
 
     @functools.wraps(fn)
     def recorded(*args: Any, **kwargs: Any) -> Any:
-        if any(isinstance(a, MaskedTile) for a in (*args, *kwargs.values())):
-            args, kwargs = (), _fold_operand_masks(op, takes_mask, dict(zip(names, args, strict=False)) | kwargs)
         sim = running()
+        # looked for only once a kernel has indexed a tile with a mask: most never do, and this is per call
+        if sim is not None and sim.operand_masks and any(isinstance(a, MaskedTile)
+                                                           for a in (*args, *kwargs.values())):
+            args, kwargs = (), _fold_operand_masks(op, takes_mask, dict(zip(names, args, strict=False)) | kwargs)
         if sim is None or sim.depth:
             return fn(*args, **kwargs)
         location = kernel_location()

@@ -112,6 +112,7 @@ class Simulation:
         self.random = np.random.default_rng(0)  # what dropout draws from; nl.random_seed reseeds it
         # the per-partition reduce registers of the Scalar and Vector engines (nisa.reduce_cmd), numeric runs
         self.reduce_registers: dict[str, np.ndarray] = {}
+        self.operand_masks = False  # whether the kernel has taken a tile[...][mask] (ops.instruction folds it)
         self._placements: dict[tuple[Any, ...], Slots] = {}  # direct allocations by site (see placed)
         self.fitting: set[tuple[Any, ...]] = set()  # (buffer, dims, partition axis, dtype) the rules allow
         self.constants: dict[tuple[Any, ...], Any] = {}  # tiles the compiler makes once per kernel (language.py)
@@ -436,6 +437,7 @@ class Tile:
     # --- indexing ----------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Tile:
         if isinstance(key, Mask):
+            current().operand_masks = True
             return MaskedTile(self, key)
         storage = self.storage
         if (storage.buffer != HBM and self.ndim == 1 and isinstance(key, tuple) and len(key) == 2
