@@ -22,7 +22,7 @@ from . import dtypes
 from .allocation import Placement, Slots, place
 from .blocks import LiveBlocks
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, trace_line
-from .indexing import Mask, Subscript, access_pattern, compose, full_subscript, normalize
+from .indexing import DynamicIndex, Mask, Subscript, access_pattern, compose, full_subscript, normalize
 from .trace import Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
 
 HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
@@ -499,8 +499,8 @@ class Tile:
                 pattern = pairs
         if pattern is None:
             raise KernelUsageError("tensor.ap(...) needs a pattern: a list of [step, num] pairs")
-        if scalar_offset is not None or vector_offset is not None:
-            raise UnsupportedApiError("tensor.ap with a runtime (scalar_offset / vector_offset) start is not simulated")
+        if scalar_offset is not None and vector_offset is not None:
+            raise KernelUsageError("tensor.ap takes at most one of scalar_offset and vector_offset")
         if dtype is not None and dtypes.as_dtype(dtype) != self.storage.dtype:
             if not self.is_whole:
                 raise UnsupportedApiError("tensor.ap reading part of a tensor as another dtype is not simulated")
@@ -510,7 +510,12 @@ class Tile:
         if offset is None:
             lows = tuple(lo for lo, _ in self.sub.region)
             offset = int(np.ravel_multi_index(lows, storage.shape)) if self.size else 0
+        runtime = scalar_offset if scalar_offset is not None else vector_offset
+        if runtime is not None and vector_offset is not None:
+            pattern = [[0, pattern[0][1]], *pattern[1:]]  # the rows come from the vector, one per partition
         items = access_pattern(pattern, int(offset), storage.shape)
+        if runtime is not None:
+            items = _offset_at_run_time(items, runtime, int(indirect_dim), storage, vector=vector_offset is not None)
         return Tile(storage, normalize(items, storage.shape, storage.name))
 
     def expand_dims(self, axis: int) -> Tile:
@@ -683,6 +688,30 @@ class Tile:
 
     def __itruediv__(self, other: Any) -> Tile:
         return self._inplace_op(other, "divide")
+
+
+def _offset_at_run_time(items: tuple[Any, ...], source: Any, dim: int, storage: Storage, vector: bool
+                        ) -> tuple[Any, ...]:
+    """`.ap(scalar_offset=t / vector_offset=t, indirect_dim=d)`: dimension d of the base tensor starts where
+    the pattern put it plus the index t holds at run time (one for the whole access, or one per
+    partition of the access), read by the instruction that uses the view."""
+    if not isinstance(source, Tile) or source.buffer != SBUF:
+        raise UnsupportedApiError("tensor.ap with a runtime offset held in a register (VirtualRegister) is not "
+                                  "simulated; only an SBUF tile of indices")
+    if not 0 <= dim < len(storage.shape) or (vector and dim != 0):
+        raise KernelUsageError(f"tensor.ap: indirect_dim {dim} is not a dimension of {storage.name} "
+                               f"{storage.shape}" + (" (vector_offset takes indirect_dim 0)" if vector else ""))
+    static = items[dim]
+    grid = items[0].shape
+    if vector and (source.ndim != 2 or len(grid) != 2 or source.shape[0] != grid[0]):
+        raise KernelUsageError(f"tensor.ap: a vector_offset holds one index per partition of the access, shape "
+                               f"[{grid[0]}, 1]; got {source.shape}")
+    if not static.affine or static.terms or (not vector and source.size != 1):
+        raise UnsupportedApiError("tensor.ap with a runtime offset is simulated for a scalar_offset on a "
+                                  "dimension the pattern does not walk, and a vector_offset on a 2-D pattern")
+    start = static.offset
+    dynamic = DynamicIndex(source, storage.shape[dim] - start, 1, start)
+    return (*items[:dim], dynamic, *items[dim + 1:])
 
 
 def _one_column(index: Any) -> bool:

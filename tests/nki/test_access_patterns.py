@@ -96,3 +96,32 @@ def kernel(x):
 """, x)
     np.testing.assert_array_equal(both.out[:, :16], x[0:64, 9:41:2])
     np.testing.assert_array_equal(both.out[:, 16], x[32:96, 3])
+
+
+def test_a_pattern_starts_where_an_sbuf_index_says_at_run_time(run, rng):
+    """scalar_offset on a dimension the pattern does not walk (nki-library cross_entropy picks each row's
+    target logit) and vector_offset, one row per partition (a gather)."""
+    logits = rng.standard_normal((4, 32)).astype(np.float32)
+    targets = np.array([[3], [31], [0], [17]], dtype=np.int32)
+    rows = np.array([[2], [0], [3]], dtype=np.int32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(logits, targets, rows):
+    t = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=targets)
+    r = nl.ndarray((3, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=r, src=rows)
+    picked = nl.ndarray((4, 1), dtype=nl.float32, buffer=nl.sbuf)
+    for p in range(4):
+        nisa.dma_copy(dst=picked[p:p + 1, :],
+                      src=logits.ap(pattern=[[32, 1], [1, 1]], offset=p * 32,
+                                    scalar_offset=t.ap(pattern=[[1, 1], [1, 1]], offset=p), indirect_dim=1))
+    gathered = nl.ndarray((3, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=gathered, src=logits.ap([[32, 3], [1, 32]], 0, vector_offset=r, indirect_dim=0))
+    out = nl.ndarray((4, 33), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, 0:1], src=picked)
+    nisa.dma_copy(dst=out[0:3, 1:33], src=gathered)
+    return out
+""", logits, targets, rows)
+    np.testing.assert_array_equal(both.out[:, 0], logits[np.arange(4), targets[:, 0]])
+    np.testing.assert_array_equal(both.out[0:3, 1:], logits[rows[:, 0]])
