@@ -83,11 +83,14 @@ class Service:
 
     def wait_job(self, client: httpx.Client, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
+        state: dict[str, Any] = {}
         while time.monotonic() < deadline:
             state = client.get(f"/v1/jobs/{job_id}", params={"wait": 5}).json()
             if state["status"] in ("done", "failed", "cancelled"):
                 return state
-        raise AssertionError(f"job {job_id} did not finish within {timeout} s")
+        tail = "\n".join(self.log_text().splitlines()[-40:])  # what the service did, for an intermittent hang
+        raise AssertionError(f"job {job_id} did not finish within {timeout} s; last state {state}; "
+                             f"service log:\n{tail}")
 
     def log_text(self) -> str:
         return self.log.read_text() if self.log and self.log.exists() else ""
