@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import threading
@@ -123,13 +124,16 @@ class KernelUsageError(NkiError):
     kind = "invalid use"
 
 
-def missing_api(prefix: str) -> Callable[[str], Any]:
+def missing_api(prefix: str, submodules: dict[str, str] | None = None) -> Callable[[str], Any]:
     """A module `__getattr__` that names the unimplemented NKI API (and the kernel line) instead of
-    raising a bare AttributeError; dunder lookups by Python's machinery still get AttributeError."""
+    raising a bare AttributeError; dunder lookups by Python's machinery still get AttributeError.
+    `submodules` maps names to the modules `from PREFIX import NAME` gives (`from nki.isa import constants`)."""
 
     def module_getattr(name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        if submodules and name in submodules:
+            return importlib.import_module(submodules[name])
         raise UnsupportedApiError(f"{prefix}.{name} is not implemented by the AccelOpt simulator")
 
     return module_getattr

@@ -707,8 +707,8 @@ def _in_bounds_indices(key: tuple[Any, ...], dims: tuple[int, ...]) -> Subscript
     return Subscript(key, shape, tuple(region), True) if advanced else None
 
 
-def compose(outer: Subscript, key: Any, name: str, dims: tuple[int, ...] = ()) -> Subscript:
-    """Index a view again: map a subscript on the view's shape back onto the tensor's dimensions."""
+def compose(outer: Subscript, key: Any, name: str, dims: tuple[int, ...]) -> Subscript:
+    """Index a view again: map a subscript on the view's shape back onto the tensor's dimensions `dims`."""
     inner = normalize(key, outer.shape, name)
     if outer.advanced:
         return _compose_advanced(outer, inner, name, dims)
@@ -749,7 +749,7 @@ def _compose_advanced(outer: Subscript, inner: Subscript, name: str, dims: tuple
     """A view taken with index expressions (an access pattern, `x[i_p, i_f]`) indexed again with ints and
     slices: each expression restricted to the part of its grid the new key keeps (`out[0:T, ds(o, n)]`
     of an `.ap()` view, nki-library's MLP)."""
-    if inner.advanced or not dims or any(type(item) is DynamicIndex for item in outer.items):
+    if inner.advanced or any(type(item) is DynamicIndex for item in outer.items):
         raise KernelUsageError(f"{name}: indexing a tile taken with index expressions again with index "
                                "expressions is not supported; index the tensor once")
     grid = outer.shape

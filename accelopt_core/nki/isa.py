@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from enum import Enum, IntEnum
 from typing import Any
 
@@ -257,10 +256,4 @@ def affine_select(pred: Mask, on_true_tile: Tile, on_false_value: Any, mask: Mas
     return ops.select(pred, on_true_tile, on_false_value, dtype=dtype, mask=mask, engine=Engine.GPSIMD)
 
 
-_missing = missing_api("nki.isa")
-
-
-def __getattr__(name: str) -> Any:
-    if name == "constants":  # `from nki.isa import constants`: the submodule
-        return importlib.import_module("accelopt_core.nki.isa_constants")
-    return _missing(name)
+__getattr__ = missing_api("nki.isa", {"constants": "accelopt_core.nki.isa_constants"})

@@ -9,7 +9,6 @@ loads and stores on DMA queues, matmuls and transposes on the Tensor engine.
 from __future__ import annotations
 
 import builtins
-import importlib
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -531,11 +530,5 @@ def softmax(x: Tile, axis: Any = -1, dtype: Any = None, mask: Mask | None = None
                              mask=mask)
 
 
-_missing = missing_api("nki.language")
-
-
-def __getattr__(name: str) -> Any:
-    if name == "constants":  # `from nki.language import constants`: the submodule
-        return importlib.import_module("accelopt_core.nki.language_constants")
-    return _missing(name)
+__getattr__ = missing_api("nki.language", {"constants": "accelopt_core.nki.language_constants"})
 

@@ -1250,9 +1250,7 @@ def tensor_copy_predicated(src: Any, dst: Tile, predicate: Tile, *, reverse_pred
         dst.write(np.broadcast_to(values, dst.shape), chosen if active is None else chosen & active)
 
 
-_RANGE_COMPARISONS: dict[str, Callable[..., np.ndarray]] = {
-    "equal": np.equal, "less": np.less, "less_equal": np.less_equal, "greater": np.greater,
-    "greater_equal": np.greater_equal}
+_RANGE_COMPARISONS = (Alu.EQUAL, Alu.LESS, Alu.LESS_EQUAL, Alu.GREATER, Alu.GREATER_EQUAL)
 FP32_MIN = float(np.finfo(np.float32).min)  # range_select's only fill value (nki.isa.range_select)
 
 
@@ -1276,7 +1274,7 @@ def range_select(on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile,
         name = op_name(op)
         if name not in _RANGE_COMPARISONS:
             raise HardwareRuleError(f"range_select compares with {', '.join(_RANGE_COMPARISONS)}, not {name!r}")
-        comparisons.append(_RANGE_COMPARISONS[name])
+        comparisons.append(ALU[name])
     for bound in (bound0, bound1):
         _column(bound, partitions, "range_select bound")
     reduce_name, reducer = _reducer(reduce_op, "range_select")
@@ -1491,12 +1489,13 @@ def nc_match_replace8(data: Tile, vals: Tile, imm: Any, *, dst: Tile | None = No
     partitions, free = _eight_shape(data, "nc_match_replace8", mask)
     wanted = _eight_values(vals, partitions, "nc_match_replace8")
     out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
-    _record(Engine.VECTOR, Op.NC_MATCH_REPLACE8, (data, vals), out, fresh=fresh, work_shape=data.shape)
     index = None
     if dst_idx is not None:
         index = _index_type(dst_idx.dtype, "nc_match_replace8")
         _output(dst_idx, (partitions, EIGHT), index)
-        _record(Engine.VECTOR, Op.NC_MATCH_REPLACE8, (data, vals), dst_idx, work_shape=(partitions, EIGHT))
+    inst = _record(Engine.VECTOR, Op.NC_MATCH_REPLACE8, (data, vals), out, fresh=fresh, work_shape=data.shape)
+    if dst_idx is not None:
+        inst.writes = (*inst.writes, dst_idx.access())  # one instruction, two outputs
     if current().numeric:
         values = _f32(data).reshape(partitions, free).copy()
         found = np.full((partitions, EIGHT), np.iinfo(index or dtypes.uint32).max, dtype=np.int64)

@@ -744,7 +744,6 @@ class MaskedTile(Tile):
         self.access_mask = mask
 
 
-
 def overlaps(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
     """Do two half-open bounding boxes share an element?"""
     return all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b, strict=True))
