@@ -130,3 +130,53 @@ def test_integer_literal_tile_sizes(tmp_path):
 def test_literal_with_another_use_is_not_a_tile_size(tmp_path):
     source = LITERAL.replace("nl.multiply(x, 0.5)", "nl.multiply(x, 256)")
     assert RULE.plan(source, profile(source, LITERAL_SHAPES, tmp_path)) == []
+
+
+STEPPED = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+    TILE_S = 256  # columns per step
+
+
+    @nki.jit
+    def kernel(x):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            for s in range(0, cols, TILE_S):
+                t = nl.load(x[r * 128:(r + 1) * 128, nl.ds(s, TILE_S)])
+                nl.store(out[r * 128:(r + 1) * 128, nl.ds(s, TILE_S)], value=nl.exp(t))
+        return out
+''')
+
+
+@pytest.mark.parametrize("form", ["module constant", "literal step", "parameter default", "local constant"])
+def test_stepped_range_loops_are_tiled_by_their_step(tmp_path, form):
+    """`range(0, D, T)` tiles D by its step as `range(D // T)` does (public kernels write both), whether T
+    is a module constant, a literal, a kernel parameter's default or a local constant."""
+    source = {
+        "module constant": STEPPED,
+        "literal step": STEPPED.replace("TILE_S = 256  # columns per step\n", "").replace("TILE_S", "256"),
+        "parameter default": STEPPED.replace("TILE_S = 256  # columns per step\n", "").replace(
+            "def kernel(x):", "def kernel(x, TILE_S=256):"),
+        "local constant": STEPPED.replace("TILE_S = 256  # columns per step\n", "").replace(
+            "rows, cols = x.shape\n", "rows, cols = x.shape\n    TILE_S = 256\n"),
+    }[form]
+    prof = profile(source, [FULL], tmp_path, checked=[SMALL])
+    plans = RULE.plan(source, prof)
+    values = [p.params["new"] for p in plans]
+    assert values and values[0] == 1024
+    assert all(FULL[1] % v == 0 and SMALL[1] % v == 0 for v in values)
+    new = RULE.apply(source, plans[0])
+    assert "1024" in new and "256" not in new
+    rng = np.random.default_rng(3)
+    assert_same(source, new, [rng.standard_normal((256, 1024), dtype=np.float32)], tmp_path)
+    assert profile(new, [FULL], tmp_path).latency_ms < prof.latency_ms
+
+
+def test_a_stepped_loop_from_an_offset_tiles_what_is_left(tmp_path):
+    """`range(64, D, T)` covers D - 64 columns: a step must divide that, not D."""
+    source = STEPPED.replace("range(0, cols, TILE_S)", "range(128, cols, TILE_S)")
+    plans = RULE.plan(source, profile(source, [(1024, 2176)], tmp_path))
+    assert plans and all((2176 - 128) % p.params["new"] == 0 for p in plans)

@@ -37,7 +37,6 @@ from .cst_util import (
     call_name,
     code_of,
     dotted,
-    edit_statements,
     flat,
     fresh_name,
     input_shapes,
@@ -46,6 +45,8 @@ from .cst_util import (
     latency_ms,
     line_engine_times,
     line_of,
+    loop_args,
+    loop_kind,
     names_in,
     parents,
     parse,
@@ -79,14 +80,14 @@ class _Use:
 
 @dataclass
 class _Constant:
-    """A tile-size binding: `name = value`, where `literal` (the number in it) is what changes."""
+    """A tile-size binding: `name = value` or a kernel parameter's default `name=value`, where `literal`
+    (the number in it) is what changes."""
 
     name: str
-    stmt: cst.BaseStatement
+    binding: cst.CSTNode  # the assignment statement or the parameter
     value: cst.BaseExpression
     literal: cst.BaseExpression  # the Integer node, or the nl.tile_size attribute
     current: int
-    module_level: bool
     occurrences: tuple[cst.Integer, ...] = ()  # a literal tile size: its nodes in the kernel (name is a placeholder)
 
 
@@ -131,7 +132,7 @@ class RetuneTileSize:
             else:
                 continue
             dma_time = sum(line_engines.get(line, {}).get("dma", 0.0) for line in use.dma_lines)
-            line = line_of(const.occurrences[0] if const.occurrences else const.stmt, pos)
+            line = line_of(const.occurrences[0] if const.occurrences else const.binding, pos)
             label = (f"the {'partition' if use.partition else 'free'}-axis tile size {const.current} (a literal)"
                      if const.occurrences else const.name)
             params = {"literal": True} if const.occurrences else {"name": const.name}
@@ -194,17 +195,20 @@ class RetuneTileSize:
         found = [c for c in _constants(module, fn) if c.name == name and c.current == old]
         if len(found) != 1:
             raise RuleError(f"the tile size {name} = {old} is not in the kernel any more")
-        const = found[0]
-        new_stmt = replace_nodes(const.stmt, {id(const.literal): cst.Integer(str(int(new)))})
-        module = edit_statements(module, {id(const.stmt): [new_stmt]})
-        return module.code
+        return replace_nodes(module, {id(found[0].literal): cst.Integer(str(int(new)))}).code
 
 
 def _constants(module: cst.Module, fn: cst.FunctionDef) -> Iterator[_Constant]:
     """Tile-size bindings at module or function top level: a positive integer literal, possibly in
-    `min(expr, N)` / `max(...)`, or an `nl.tile_size.*` field."""
+    `min(expr, N)` / `max(...)`, or an `nl.tile_size.*` field; and kernel parameters whose default is
+    an integer literal (`def kernel(x, tile=512)`) the body never rebinds."""
     nl = alias_of(module, "neuronxcc.nki.language") or "nl"
-    for owner, stmts, module_level in ((module, module.body, True), (fn, block_statements(fn), False)):
+    for param in (*fn.params.params, *fn.params.kwonly_params):
+        default = param.default
+        if (isinstance(default, cst.Integer) and int(default.evaluated_value) >= 16
+                and binding_count(fn, param.name.value) == 1):
+            yield _Constant(param.name.value, param, default, default, int(default.evaluated_value))
+    for owner, stmts in ((module, module.body), (fn, block_statements(fn))):
         for stmt in stmts:
             node = small(stmt)
             if not isinstance(node, cst.Assign) or len(node.targets) != 1:
@@ -218,7 +222,7 @@ def _constants(module: cst.Module, fn: cst.FunctionDef) -> Iterator[_Constant]:
             current = (int(literal.value) if isinstance(literal, cst.Integer)
                        else TILE_SIZES[(dotted(literal) or "").rsplit(".", 1)[-1]])
             if current >= 16:
-                yield _Constant(target.value, stmt, node.value, literal, current, module_level)
+                yield _Constant(target.value, stmt, node.value, literal, current)
 
 
 def _literal_sizes(module: cst.Module, fn: cst.FunctionDef) -> Iterator[tuple[_Constant, cst.Module, cst.FunctionDef]]:
@@ -256,8 +260,11 @@ def _tile_context(node: cst.Integer, up: Mapping[cst.CSTNode, cst.CSTNode], nl: 
     outer = up.get(top) if top is not None else None
     if isinstance(top, cst.Arg) and isinstance(outer, cst.Call):
         loop = up.get(outer)
-        if (isinstance(child, cst.BinaryOperation) and isinstance(child.operator, cst.FloorDivide)
-                and child.right is node and isinstance(loop, cst.For) and loop.iter is outer):
+        in_loop = isinstance(loop, cst.For) and loop.iter is outer
+        if in_loop and (isinstance(child, cst.BinaryOperation) and isinstance(child.operator, cst.FloorDivide)
+                        and child.right is node):
+            return "loop"
+        if in_loop and child is node and len(outer.args) == 3 and outer.args[2] is top:  # range(0, D, V)
             return "loop"
         return "tile" if call_name(outer) == f"{nl}.arange" else None
     if isinstance(top, cst.Slice) and (child is top.lower or child is top.upper):
@@ -315,6 +322,9 @@ def _uses(module: cst.Module, fn: cst.FunctionDef, name: str, pos: Any) -> _Use:
     loaded_into: dict[str, set[str]] = {}
     for node in _walk(fn):
         if isinstance(node, cst.For) and isinstance(node.iter, cst.Call):
+            stepped = _stepped_extent(node, name)
+            if stepped is not None:
+                use.dims.append(stepped)
             for arg in node.iter.args:
                 value = arg.value
                 if (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.FloorDivide)
@@ -368,6 +378,20 @@ def _uses(module: cst.Module, fn: cst.FunctionDef, name: str, pos: Any) -> _Use:
                         else:
                             use.moving = True
     return use
+
+
+def _stepped_extent(loop: cst.For, name: str) -> cst.BaseExpression | None:
+    """The extent `stop - start` a loop `range(start, stop, name)` (any loop form) tiles by its step
+    `name`, or None when `name` is not its step: public kernels write `range(0, D, T)` for `range(D // T)`."""
+    args = loop_args(loop)
+    if loop_kind(loop) is None or len(args) != 3 or any(a.keyword is not None for a in args):
+        return None
+    start, stop, step = (a.value for a in args)
+    if not (isinstance(step, cst.Name) and step.value == name):
+        return None
+    if isinstance(start, cst.Integer) and int(start.evaluated_value) == 0:
+        return stop
+    return cst.BinaryOperation(left=stop, operator=cst.Subtract(), right=start)
 
 
 def _first_sliced(sub: cst.Subscript) -> int:
