@@ -149,6 +149,9 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
                        "seconds": result.seconds, "before": result.base.result.to_dict(),
                        "after": result.best.result.to_dict(),
                        "history": [vars(h) for h in result.history],
+                       "failed": [{"origin": c.origin, "plan": c.plan, "error": c.result.error,
+                                   "check_message": None if c.result.error else c.result.check_message}
+                                  for c in result.failures],
                        "llm": None if llm is None else {
                            "settings": settings.describe(), "usage": llm.usage().to_dict(), "stopped": llm.stop_reason,
                            "by_agent": {r: u.to_dict() for r, u in llm.usage_by_role().items()}}}, handle, indent=2)

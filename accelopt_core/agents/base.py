@@ -4,7 +4,7 @@ kernel, an executor writes the changed kernel. Rules and LLM agents implement bo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..memory.experiences import Experience, RuleStats
 from ..profiling import ProfileResult
@@ -75,4 +75,13 @@ class Agent(Protocol):
 
     def summarize(self, slow: Candidate, fast: Candidate, context: SearchContext) -> str:
         """A short, general lesson from a slow->fast pair, for the optimization memory."""
+        ...
+
+
+@runtime_checkable
+class Repairer(Protocol):
+    """An agent that can repair a kernel it wrote that failed when evaluated (AccelOpt's fixer): it gets
+    the failed candidate with its error and the parent it rewrote, and returns the repaired kernel."""
+
+    def repair(self, failed: Candidate, parent: Candidate) -> Draft:
         ...

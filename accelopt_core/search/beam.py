@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
-from ..agents.base import Agent, Candidate, Proposal, SearchContext
+from ..agents.base import Agent, Candidate, Proposal, Repairer, SearchContext
 from ..memory import POSITIVE_SPEEDUP, SearchMemory
 from ..profiling import Profiler, ProfileResult, TaskRef
 from ..profiling.profiler import kernel_hash
@@ -62,6 +62,7 @@ class SearchResult:
     cancelled: bool = False
     seconds: float = 0.0
     lineage: list[Candidate] = field(default_factory=list)  # base first, best last
+    failures: list[Candidate] = field(default_factory=list)  # candidates that failed to run or gave wrong results
 
     @property
     def speedup(self) -> float:
@@ -291,6 +292,37 @@ class BeamSearch:
             raise raised[0]
         return done
 
+    def _repair_all(self, children: Sequence[Candidate], task: TaskRef, hardware: str, iteration: int,
+                    search_id: int | None, best: Candidate, bar: Callable[[list[Candidate]], float]
+                    ) -> list[Candidate]:
+        """AccelOpt's fixer in the loop: each child that failed to run or failed its check goes back to the
+        agent that wrote it (one that can repair) with its error and the parent it rewrote; the repaired
+        kernels are evaluated like any other, within the budget. Returns them."""
+        failed = [c for c in children if (c.result.error or c.result.correct is False) and c.parent in self.evaluated]
+        repairs = [(c, agent) for c in failed if isinstance(agent := self._agent_of(c), Repairer)]
+        if not repairs or self.cancel.is_set() or self._out_of_time(not self._screens()):
+            return []
+
+        def repair(item: tuple[Candidate, Repairer]) -> tuple[Candidate, str | None]:
+            child, agent = item
+            return child, agent.repair(child, self.evaluated[child.parent or ""]).source
+
+        drafts: list[tuple[str, Candidate, Proposal]] = []
+        seen = set(self.evaluated)
+        with ThreadPoolExecutor(max_workers=max(1, self.config.workers)) as pool:
+            for child, source in pool.map(repair, repairs):
+                if source is None or kernel_hash(source) in seen:
+                    continue
+                seen.add(kernel_hash(source))
+                why = (child.result.error or child.result.check_message or "wrong results").splitlines()[0]
+                drafts.append((source, self.evaluated[child.parent or ""],
+                               Proposal(f"{child.plan} (repaired after: {why[:160]})", child.origin)))
+        return self._evaluate_all(drafts, task, hardware, iteration, search_id, best, bar) if drafts else []
+
+    def _agent_of(self, candidate: Candidate) -> Agent | None:
+        """The agent whose rewrite `candidate` is (its origin is `<agent name>:<detail>`)."""
+        return next((a for a in self.agents if candidate.origin.split(":", 1)[0] == a.name), None)
+
     def _enters_beam(self, beam: Sequence[Candidate]) -> Callable[[list[Candidate]], float]:
         """The bar of the main loop's screen: the latency to beat to be among the best B correct kernels
         of the beam and the candidates checked so far (none while fewer than B)."""
@@ -368,7 +400,7 @@ class BeamSearch:
             return
         if child.latency_ms < parent.latency_ms and (verdict is None or child.hash not in self._verified):
             return
-        agent = next((a for a in self.agents if child.origin.startswith(a.name)), self.agents[0])
+        agent = self._agent_of(child) or self.agents[0]
         speedup = parent.latency_ms / child.latency_ms
         self.memory.add_kernel(parent.source)
         self.memory.add_experience(task=context.task, task_family=context.task_family, hardware=context.hardware,
@@ -414,6 +446,7 @@ class BeamSearch:
                 self._emit("iteration", iteration, best, "no rewrite applies to any kernel in the beam")
                 break
             children = self._evaluate_all(drafts, task, hardware, iteration, search_id, best, self._enters_beam(beam))
+            children += self._repair_all(children, task, hardware, iteration, search_id, best, self._enters_beam(beam))
             beam = self._admit([*beam, *children], task, hardware, search_id) or beam
             children = [self.evaluated.get(c.hash, c) for c in children]
             for child in children:
@@ -436,8 +469,9 @@ class BeamSearch:
             self.memory.finish_search(search_id, "cancelled" if cancelled else "finished", best.hash)
         self._emit("cancelled" if cancelled else "finished", len(history), best)
         assert self._base is not None
+        failures = [c for c in self.evaluated.values() if c.result.error or c.result.correct is False]
         return SearchResult(search_id, self._base, best, beam, history, len(self.evaluated) - 1, cancelled,
-                            time.monotonic() - start_time, self._lineage(best))
+                            time.monotonic() - start_time, self._lineage(best), failures)
 
     def _replay(self, base: Candidate, context: SearchContext, task: TaskRef, hardware: str,
                 search_id: int | None) -> list[Candidate]:

@@ -141,12 +141,12 @@ def test_a_fixer_that_hands_back_the_working_version_is_not_a_new_kernel(fake_ll
     assert draft.source is None and draft.error == "fixer: returned the last working version unchanged"
 
 
-def test_fix_candidate_passes_the_checkers_message(fake_llm) -> None:
+def test_repair_passes_the_checkers_message(fake_llm) -> None:
     server = fake_llm(lambda r: fenced(fused(SILU)))
     failed = candidate(fused(SILU).replace("tile_p = nl.tile_size.pmax", "tile_p = 256"), 1.0, "bigger tiles")
     failed.result.error = "candidate.py:10: hardware rule: partition dimension 256 exceeds 128"
     with LLMAgent(server.settings()) as agent:
-        draft = agent.fix_candidate(failed, candidate(SILU, 1.2))
+        draft = agent.repair(failed, candidate(SILU, 1.2))
     assert draft.source == fused(SILU)
     assert "partition dimension 256 exceeds 128" in server.requests[0].user
     assert "bigger tiles" in server.requests[0].user

@@ -230,3 +230,32 @@ def _with_usage(reply: Reply | str) -> Reply:
     reply = Reply(reply) if isinstance(reply, str) else reply
     reply.tokens_in, reply.tokens_out = 300, 100
     return reply
+
+
+def test_a_candidate_that_fails_when_it_runs_goes_to_the_fixer_and_its_repair_is_evaluated(
+        fake_llm, tmp_path: Path) -> None:
+    """AccelOpt's fixer in the loop: the executor's kernel passes the cheap checks but breaks a hardware rule
+    when it runs; the fixer gets the error and the failing line, and the repaired kernel is evaluated and wins."""
+    def respond(request: Request) -> Reply | str:
+        if request.role == "planner":
+            return PLAN_WIDEN if "min(cols, 512)" in request.user else "Plan: stop here\nSteps:\n- nothing"
+        if request.role == "executor":
+            return fenced(widened(kernel_in(request.user)).replace("tile_p = nl.tile_size.pmax", "tile_p = 256"))
+        if request.role == "fixer":
+            assert "tile_p = 256" in request.user and "128" in request.user
+            return fenced(widened(SILU), "The partition dimension is at most 128.")
+        if request.role == "summarizer":
+            return WIDEN_LESSON
+        return Reply("unexpected", status=400)
+
+    server = fake_llm(respond)
+    with Memory(tmp_path / "m.db") as memory, LLMAgent(server.settings()) as agent:
+        result = run(agent, memory, config(iterations=1, plans_per_candidate=1))
+        assert result.best.result.correct and result.speedup > 1.04
+        assert result.best.source == widened(SILU)
+        assert result.best.plan.startswith("widen the free-axis tile from 512 to 1024 columns (repaired after: ")
+        assert len(server.by_role("fixer")) == 1
+        assert [c.origin for c in result.failures] == [f"llm:{MODEL}"]
+        assert "128" in (result.failures[0].result.error or "")
+        state = memory.search_state(result.search_id)
+        assert len(state.candidates) == 3  # the baseline, the failed kernel and its repair

@@ -55,6 +55,9 @@ def test_search_finds_the_scripted_wins(tmp_path: Path) -> None:
         state = memory.search_state(result.search_id)
         statuses = {c.plan: c.status for c in state.candidates}
         assert statuses["break the kernel (wrong results)"] == "incorrect"
+        failed = {c.plan: c.result for c in result.failures}  # what failed is reported, with why
+        assert "relative L2 error" in (failed["break the kernel (wrong results)"].check_message or "")
+        assert all(statuses[plan] == "incorrect" for plan in failed)
         assert all(memory.kernel_source(c.kernel_hash) for c in state.candidates)
         lessons = memory.top_experiences("elementwise", "trn1")
         assert lessons and all(e.speedup > 1.04 for e in lessons if e.positive)

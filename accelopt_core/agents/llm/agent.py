@@ -267,13 +267,13 @@ class LLMAgent:
             source, error, last = found.code, problem, problem
         return Draft(None, f"not repaired after {tries} fixer tries: {last}" if tries else last)
 
-    def fix_candidate(self, failed: Candidate, reference: Candidate) -> Draft:
+    def repair(self, failed: Candidate, parent: Candidate) -> Draft:
         """The fixer for a candidate the search evaluated: a hardware-rule or load error with its line,
-        or wrong results with the checker's message."""
+        or wrong results with the checker's message; `parent` is the working kernel it rewrote."""
         result = failed.result
         error = result.error or (f"wrong results: {result.check_message}" if result.check_message else
                                  "the kernel's results do not match the reference")
-        return self.fix(failed.source, error, reference.source, failed.plan, self._task or result.task or "")
+        return self.fix(failed.source, error, parent.source, failed.plan, self._task or result.task or "")
 
     def _last_reason(self, role: str, subject: str, default: str) -> str:
         if self.stop_reason:
