@@ -17,13 +17,14 @@ from .engine import (
     ProfilerSettings,
     SearchAgents,
     check_variant,
+    kernel_family_name,
     make_profiler,
     profile_cache,
     search_agents,
     task_family,
 )
 from .memory import Memory
-from .nki.loader import read_source
+from .nki.loader import check_source, read_source
 from .profiling import TaskRef, measured_on
 from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, SearchResult, preset
 
@@ -126,7 +127,8 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
     print(f"optimizing {os.path.relpath(args.kernel)} for {task.key} on {args.hardware} ({profiler.backend} backend) "
           f"with {who}", file=sys.stderr)
     try:
-        result = search.run(source, task, args.hardware, task_family(task), resume=args.resume,
+        family = task_family(task, kernel_family_name(check_source(source, args.kernel, args.kernel_name), args.kernel))
+        result = search.run(source, task, args.hardware, family, resume=args.resume,
                             kernel_name=args.kernel_name)
     except SearchError as exc:
         print(f"accelopt: {exc}", file=sys.stderr)

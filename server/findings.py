@@ -96,6 +96,12 @@ def structural(kernel: KernelFile, link: TaskLink | None) -> list[Finding]:
         out.append(Finding(directive.line if directive else 1, WARNING, "no-kernel",
                            kernel.problem + " (or add `kernel=NAME` to the `# accelopt:` directive)"))
         return out
+    if kernel.choosing and link is not None and link.ok:
+        names = ", ".join(k.name for k in kernel.kernels)
+        out.append(Finding(directive.line if directive else kernel.kernels[0].def_line, INFO, "several-kernels",
+                           f"{len(kernel.kernels)} kernels in this file ({names}): profile one with the lens over "
+                           "it, or name it with `kernel=NAME` in the `# accelopt:` directive"))
+        return out
     if link is None or link.origin == "none":
         out.append(Finding(kernel.def_line or 1, HINT, "no-task",
                            "No task linked, so this kernel is not profiled: add `# accelopt: task=NAME` or "

@@ -9,7 +9,7 @@ from typing import Any
 
 from pygls.uris import to_fs_path
 
-from accelopt_core.engine import QuickFix
+from accelopt_core.engine import QuickFix, kernel_family_name, task_family
 from accelopt_core.profiling import ProfileResult
 from accelopt_core.profiling.profiler import kernel_hash
 
@@ -74,6 +74,9 @@ class KernelDocument:
     rewrites: list[Rewrite] = field(default_factory=list)
     search: SearchRun | None = None
     last_search: dict[str, Any] | None = None
+    chosen_kernel: str | None = None  # picked with a lens in a file of several kernels
+    # each kernel's latest profile in a file of several: kernel name -> (the text profiled, the result)
+    kept: dict[str, tuple[str, ProfileResult]] = field(default_factory=dict)
     _digest: tuple[str, str] | None = None
     _line_map: tuple[str, dict[int, int]] | None = None
 
@@ -86,7 +89,7 @@ class KernelDocument:
 
     def reanalyze(self) -> None:
         """Re-read what the text is; cheap enough for every keystroke."""
-        self.info = analyze(self.source, os.path.basename(self.path or "kernel.py"))
+        self.info = analyze(self.source, os.path.basename(self.path or "kernel.py"), self.chosen_kernel)
         self.relink()
 
     def relink(self) -> bool:
@@ -106,6 +109,11 @@ class KernelDocument:
     def profilable(self) -> bool:
         return bool(self.info.is_kernel and self.info.function and not self.info.syntax_error
                     and self.link is not None and self.link.ok)
+
+    def family(self) -> str:
+        """The task family this kernel's searches learn in (engine.task_family); the file must be linked."""
+        assert self.link is not None and self.link.ref is not None
+        return task_family(self.link.ref, kernel_family_name(self.info.function, self.path))
 
     def hardware(self, default: str) -> str:
         return self.hardware_override or default
@@ -139,6 +147,24 @@ class KernelDocument:
         if mapping is None:
             return current
         return next((old for old, new in mapping.items() if new == current), None)
+
+    def choose_kernel(self, name: str) -> bool:
+        """Profile `name` among the file's kernels from now on; False when it is not one of them. What was
+        shown belongs to the kernel profiled before (kept in `kept`), so it goes."""
+        if name not in {k.name for k in self.info.kernels}:
+            return False
+        if name != self.info.function:
+            self.chosen_kernel = name
+            self.reanalyze()
+            self.trace = self.checked = None
+            self.profiled_source = self.task_error = self.failure = None
+            self.fixes, self.rewrites = [], []
+        return True
+
+    def keep(self, result: ProfileResult) -> None:
+        """Remember `result` as its kernel's latest profile, for the lens over that kernel."""
+        if self.info.function is not None:
+            self.kept[self.info.function] = (self.source, result)
 
     def current_rewrites(self) -> list[Rewrite]:
         return [r for r in self.rewrites if r.base_digest == self.digest]

@@ -24,7 +24,11 @@ def test_kernels_are_recognised_by_content() -> None:
     broken = analyze(SILU.replace("def kernel(x):", "def kernel(x:"))
     assert broken.is_kernel and broken.syntax_error and broken.syntax_error[0] == 8
     two = "import neuronxcc.nki as nki\n\n@nki.jit\ndef a(x):\n    pass\n\n@nki.jit\ndef b(x):\n    pass\n"
-    assert analyze(two).problem and "cannot tell which function" in (analyze(two).problem or "")
+    several = analyze(two)  # no problem: each kernel gets a lens that picks it (test_lsp_several_kernels)
+    assert several.choosing and not several.problem and [k.name for k in several.kernels] == ["a", "b"]
+    assert analyze(two, chosen="b").function == "b" and analyze(two, chosen="b").named == "b"
+    assert analyze("# accelopt: kernel=a\n" + two, chosen="b").function == "a"  # the directive wins
+    assert analyze(two, chosen="gone").choosing  # a pick whose function was deleted
     assert analyze("# accelopt: kernel=b\n" + two).function == "b"
     assert analyze("# accelopt: kernel=b\n" + two).named == "b" and analyze(SILU).named is None  # searches are told
 
