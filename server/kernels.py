@@ -9,7 +9,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from accelopt_core.nki.loader import KERNEL_NAMES, KernelLoadError, check_source, parse_source
+from accelopt_core.nki.loader import KERNEL_NAMES, KernelLoadError, check_source, is_kernel_decorator, parse_source
 from accelopt_core.profiling import TaskRef
 from accelopt_core.tasks.declared import split_reference
 from accelopt_core.tasks.registry import TaskFiles
@@ -117,13 +117,7 @@ def _imports_nki(tree: ast.Module) -> bool:
 
 
 def _jit_decorated(node: ast.AST) -> bool:
-    if not isinstance(node, ast.FunctionDef):
-        return False
-    for decorator in node.decorator_list:
-        target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if (target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")) == "jit":
-            return True
-    return False
+    return isinstance(node, ast.FunctionDef) and any(is_kernel_decorator(d) for d in node.decorator_list)
 
 
 def parse_directive(source: str) -> Directive | None:

@@ -267,7 +267,7 @@ def _uses_nki(tree: ast.Module) -> bool:
             return True
         if isinstance(node, ast.ImportFrom) and (node.level or _is_nki_module(node.module or "")):
             return True
-        if isinstance(node, ast.FunctionDef) and any(_is_jit(d) for d in node.decorator_list):
+        if isinstance(node, ast.FunctionDef) and any(is_kernel_decorator(d) for d in node.decorator_list):
             return True
         if isinstance(node, ast.Name) and node.id in NKI_NAMES:
             return True
@@ -289,7 +289,7 @@ def _chosen_kernel(functions: list[ast.FunctionDef], filename: str, name: str | 
     for known in KERNEL_NAMES:
         if known in names:
             return known
-    decorated = [f.name for f in functions if any(_is_jit(d) for d in f.decorator_list)]
+    decorated = [f.name for f in functions if any(is_kernel_decorator(d) for d in f.decorator_list)]
     if len(decorated) == 1:
         return decorated[0]
     found = ", ".join(decorated) or "none"
@@ -305,14 +305,15 @@ def declared_hardware(source: str, filename: str, name: str | None = None) -> st
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == kernel:
             for decorator in node.decorator_list:
-                if isinstance(decorator, ast.Call) and _is_jit(decorator):
+                if isinstance(decorator, ast.Call) and is_kernel_decorator(decorator):
                     for keyword in decorator.keywords:
                         if keyword.arg == "platform_target" and isinstance(keyword.value, ast.Constant):
                             return str(keyword.value.value)
     return None
 
 
-def _is_jit(decorator: ast.expr) -> bool:
+def is_kernel_decorator(decorator: ast.expr) -> bool:
+    """`@nki.jit`, `@nki.baremetal(...)` and the other decorators NKI launches a kernel with."""
     target = decorator.func if isinstance(decorator, ast.Call) else decorator
     name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
     return name in ("jit", "trace", "baremetal", "benchmark", "profile", "simulate")
