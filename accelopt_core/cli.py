@@ -253,7 +253,9 @@ def _add_optimize_parser(sub: Any) -> None:
     optimize.add_argument("--resume", type=int, metavar="SEARCH_ID", help="continue a killed search")
     optimize.add_argument("--db", help="optimization memory database (default: ACCELOPT_MEMORY_DB or the "
                           "user data directory)")
-    optimize.add_argument("--json", help="also write the search summary to this JSON file")
+    optimize.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                          help="print the search summary as one JSON object on stdout, as profile --json does (the "
+                          "report then goes to stderr); --json PATH writes it to PATH instead")
     optimize.set_defaults(func=cmd_optimize)
 
 

@@ -12,8 +12,10 @@ from pygls.uris import to_fs_path
 from accelopt_core.engine import QuickFix, kernel_family_name, task_family
 from accelopt_core.profiling import ProfileResult
 from accelopt_core.profiling.profiler import kernel_hash
+from accelopt_core.report import counted
 
 from .edits import line_map
+from .format import ms
 from .kernels import KernelFile, TaskLink, analyze, link_task
 
 
@@ -37,8 +39,8 @@ class Rewrite:
         if self.peak_percent is not None and self.base_peak_percent is not None:
             detail = f"{self.base_peak_percent:.0f}% -> {self.peak_percent:.0f}% of peak"
         else:
-            detail = f"{self.base_latency_ms:.3g} ms -> {self.latency_ms:.3g} ms"
-        return f"Apply rewrite: {self.speedup:.2f}x faster ({detail}, checked on {self.seeds} seeds)"
+            detail = f"{ms(self.base_latency_ms)} -> {ms(self.latency_ms)}"
+        return f"Apply rewrite: {self.speedup:.2f}x faster ({detail}, checked on {counted(self.seeds, 'seed')})"
 
 
 @dataclass

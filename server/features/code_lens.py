@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from accelopt_core.hardware import available_hardware
+from accelopt_core.report import counted
 
 from ..format import headline, short_error
 from ..state import KernelDocument
@@ -34,7 +35,7 @@ def headline_title(doc: KernelDocument) -> str | None:
         if doc.checked is not None and doc.checked.correct is False:
             text += " · ✗ wrong results"
         elif doc.checked is not None and doc.checked.correct:
-            text += f" · ✓ {len(doc.checked.seeds)} seeds"
+            text += f" · ✓ {counted(len(doc.checked.seeds), 'seed')}"
         elif doc.phase == "checking":
             text += " · checking…"
     if doc.outdated:

@@ -210,3 +210,24 @@ def test_the_spill_finding_follows_an_sbuf_overflow_not_the_kernels_own_scratch(
     (message,) = spill_findings(sbuf_peak_live_bytes_per_partition=300_000, **usable)
     assert message.startswith("SBUF overflows")
     assert len(spill_findings()) == 1  # a hardware profile has no peak: its spill counters speak
+
+
+def test_findings_say_only_what_the_profile_shows() -> None:
+    """Issue 41: the idle-Tensor finding names no engine it waits on when the Tensor engine is the busiest
+    itself, and a repeated load on a line with 0 % of the busy time is not worth a diagnostic."""
+    from accelopt_core.profiling import ProfileResult
+    from server.findings import bottlenecks
+
+    def findings(bottleneck: str, hot_line: int) -> dict[str, str]:
+        lines = [{"line": hot_line, "time_ms": 1.0, "engine": "tensor", "instructions": 4, "engines": {"tensor": 1.0}},
+                 {"line": 31 if hot_line != 31 else 30, "time_ms": 0.0, "engine": "dma", "instructions": 1,
+                  "engines": {"dma": 0.0}}]
+        result = ProfileResult("k.py", "matmul", "trn1", "simulator", latency_ms=1.0, bound="matmul",
+                               bottleneck=bottleneck, lines=lines,
+                               profile={"tensor_engine_active_time_percent": 0.4, "hardware_flops": 1})
+        return {f.code: f.message for f in bottlenecks(analyze(MATMUL), MATMUL, result)}
+
+    said = findings("tensor", 31)
+    assert "no other engine is busier" in said["idle-tensor-engine"] and "waits on the tensor" not in str(said)
+    assert "waits on the dma engine" in findings("dma", 31)["idle-tensor-engine"]
+    assert "repeated-load" in said and "repeated-load" not in findings("tensor", 29)  # line 31 at 0 %
