@@ -32,3 +32,12 @@ def test_the_model_s_notes_are_in_the_text_report_as_in_the_json() -> None:
     note = "live SBUF peaks at 300000 B/partition, above the usable 180224 B: loaded blocks ..."
     report = render(_result(correct=None, latency_ms=1.0, bottleneck="dma", profile={"notes": [note]}))
     assert f"note      {note}" in report.splitlines()
+
+
+def test_optimize_help_says_what_each_preset_is() -> None:
+    from accelopt_core.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    text = " ".join(commands["optimize"].format_help().split())
+    assert "quick (B=2 N=4 K=1 T=4, 300 s budget)" in text and "default (B=4 N=8 K=1 T=8, 540 s budget)" in text
+    assert "paper (B=6 N=12 K=2 T=16, no time budget)" in text
