@@ -75,8 +75,8 @@ class KernelDef:
 @dataclass(frozen=True)
 class KernelFile:
     """Everything the server knows about a file's text without running it. In a file of several kernels
-    (`kernels`), `function` is the one profiled: the one the directive names (`kernel=NAME`) or the one
-    picked in the editor (`chosen`); None until one is."""
+    (`kernels`), `function` is the one profiled: the one picked in the editor (`chosen`), else the one the
+    directive names (`kernel=NAME`); None until one is."""
 
     is_kernel: bool
     function: str | None = None
@@ -88,14 +88,14 @@ class KernelFile:
     problem: str | None = None  # e.g. no function named as the directive says
     loops: tuple[Loop, ...] = field(default_factory=tuple)
     kernels: tuple[KernelDef, ...] = ()  # every @nki.jit function, in file order
-    chosen: str | None = None  # the function picked in the editor, when the directive names none
+    chosen: str | None = None  # the function picked in the editor
 
     @property
     def named(self) -> str | None:
         """The kernel function named for this file (by `kernel=NAME` or picked in the editor; a file of
         several kernels); None when the only kernel is found by itself. What profiles and searches are told,
         as on the command line."""
-        return self.directive.kernel if self.directive is not None and self.directive.kernel else self.chosen
+        return self.chosen or (self.directive.kernel if self.directive is not None else None)
 
     @property
     def choosing(self) -> bool:
@@ -157,7 +157,7 @@ def _loops(function: ast.FunctionDef) -> tuple[Loop, ...]:
 
 def analyze(source: str, filename: str = "kernel.py", chosen: str | None = None) -> KernelFile:
     """Recognise a kernel by content: an import of `nki` / `neuronxcc.nki`, or an `@...jit` function.
-    `chosen`: the kernel picked in the editor among several (the directive's `kernel=` wins over it)."""
+    `chosen`: the kernel picked in the editor among several, the latest word (over the directive's `kernel=`)."""
     directive = parse_directive(source)
     try:
         tree = parse_source(source, filename)
@@ -172,11 +172,8 @@ def analyze(source: str, filename: str = "kernel.py", chosen: str | None = None)
         return KernelFile(False)
     kernels = tuple(KernelDef(f.name, f.lineno, _name_column(source, f)) for f in functions.values()
                     if _jit_decorated(f))
-    if directive is not None and directive.kernel:
-        wanted, chosen = directive.kernel, None
-    else:
-        chosen = chosen if chosen in functions else None
-        wanted = chosen
+    chosen = chosen if chosen in functions else None
+    wanted = chosen or (directive.kernel if directive is not None else None)
     if wanted is None and len(kernels) > 1 and not any(known in functions for known in KERNEL_NAMES):
         return KernelFile(True, directive=directive, kernels=kernels)  # which one: each kernel's lens picks
     try:

@@ -90,8 +90,14 @@ class KernelDocument:
         return doc
 
     def reanalyze(self) -> None:
-        """Re-read what the text is; cheap enough for every keystroke."""
+        """Re-read what the text is; cheap enough for every keystroke. An edit of the directive's `kernel=`
+        is the latest word on which kernel to profile: it ends a pick made with a lens."""
+        named_before = self.info.directive.kernel if self.info.directive is not None else None
         self.info = analyze(self.source, os.path.basename(self.path or "kernel.py"), self.chosen_kernel)
+        named = self.info.directive.kernel if self.info.directive is not None else None
+        if self.chosen_kernel is not None and named != named_before and self.info.is_kernel:
+            self.chosen_kernel = None
+            self.info = analyze(self.source, os.path.basename(self.path or "kernel.py"))
         self.relink()
 
     def relink(self) -> bool:

@@ -27,7 +27,7 @@ def test_kernels_are_recognised_by_content() -> None:
     several = analyze(two)  # no problem: each kernel gets a lens that picks it (test_lsp_several_kernels)
     assert several.choosing and not several.problem and [k.name for k in several.kernels] == ["a", "b"]
     assert analyze(two, chosen="b").function == "b" and analyze(two, chosen="b").named == "b"
-    assert analyze("# accelopt: kernel=a\n" + two, chosen="b").function == "a"  # the directive wins
+    assert analyze("# accelopt: kernel=a\n" + two, chosen="b").function == "b"  # a lens's pick is the latest word
     assert analyze(two, chosen="gone").choosing  # a pick whose function was deleted
     assert analyze("# accelopt: kernel=b\n" + two).function == "b"
     assert analyze("# accelopt: kernel=b\n" + two).named == "b" and analyze(SILU).named is None  # searches are told
@@ -231,3 +231,21 @@ def test_findings_say_only_what_the_profile_shows() -> None:
     assert "no other engine is busier" in said["idle-tensor-engine"] and "waits on the tensor" not in str(said)
     assert "waits on the dma engine" in findings("dma", 31)["idle-tensor-engine"]
     assert "repeated-load" in said and "repeated-load" not in findings("tensor", 29)  # line 31 at 0 %
+
+
+def test_a_kernel_picked_with_a_lens_holds_until_the_directive_names_another() -> None:
+    from accelopt_core.profiling import ProfileResult
+    from server.state import KernelDocument
+
+    two = "import neuronxcc.nki as nki\n\n@nki.jit\ndef a(x):\n    pass\n\n@nki.jit\ndef b(x):\n    pass\n"
+    doc = KernelDocument.create("file:///ws/two.py", "# accelopt: kernel=a\n" + two)
+    doc.trace = ProfileResult("two.py", "t", "trn1", "simulator", latency_ms=1.0)
+    doc.keep(doc.trace)
+    assert doc.choose_kernel("b") and doc.info.function == "b" and doc.trace is None and set(doc.kept) == {"a"}
+    assert not doc.choose_kernel("nope")
+    doc.source = "# accelopt: kernel=a\n" + two + "\n"  # an edit elsewhere keeps the pick
+    doc.reanalyze()
+    assert doc.info.function == "b"
+    doc.source = two  # the directive's kernel= removed: the pick ends with it
+    doc.reanalyze()
+    assert doc.chosen_kernel is None and doc.info.choosing
