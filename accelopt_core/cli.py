@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from .blas import single_threaded_blas
 from .engine import PLANNERS, REMOTE, ProfilerSettings, make_profiler
@@ -21,8 +21,10 @@ from .nki.loader import check_source, declared_hardware, read_source
 from .profiling import ProfileResult, SandboxLimits, TaskRef
 from .profiling.confine import INSTALL_HINT, isolation_problem, unconfined_allowed
 from .report import render
+from .search.config import PRESETS, describe_presets
 from .service.cli import add_serve_arguments, run_serve
 from .tasks import TaskError
+from .tasks.declared import split_reference
 from .tasks.registry import task_files
 from .tasks.task import parse_grid
 
@@ -33,6 +35,14 @@ EXIT_WRONG_RESULTS = 3
 
 class CliError(Exception):
     """Bad input: printed as one line, exit code 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line (what is wrong, and where the help is) instead of
+    the whole usage block above it; still exit code 2. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 @dataclass(frozen=True)
@@ -52,7 +62,11 @@ def _task_for(args: argparse.Namespace) -> TaskRef:
     except ValueError as exc:
         raise CliError(f"--grid {exc}") from None
     if args.reference:
-        ref = TaskRef(reference=args.reference, grid=grid)
+        path, variant = split_reference(args.reference)
+        if variant and args.backend == REMOTE:
+            raise CliError("a reference's size variant is not sent to a profiling service; profile it on the "
+                           "simulator, or name a task (--task NAME:VARIANT)")
+        ref = TaskRef(reference=path, grid=grid, variant=variant)
     elif args.task:
         ref = TaskRef(name=args.task, grid=grid)
     else:
@@ -77,8 +91,9 @@ def _emit(result: ProfileResult, args: argparse.Namespace, kernel_path: str) -> 
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(render(result, kernel_path))
-    # the failure again on stderr, for scripts and logs; a person at a terminal just read it in the report
-    say = args.json or not sys.stdout.isatty()
+    # the failure again on stderr, for scripts and logs; not for a person at a terminal, who just read it in
+    # the report, nor where stderr goes where the report went (`2>&1`), which would say it twice
+    say = args.json or not (sys.stdout.isatty() or same_destination(sys.stdout, sys.stderr))
     if result.error:
         if say:
             print(f"accelopt: {result.error}", file=sys.stderr)
@@ -88,6 +103,26 @@ def _emit(result: ProfileResult, args: argparse.Namespace, kernel_path: str) -> 
             print(f"accelopt: wrong results: {result.check_message}", file=sys.stderr)
         return EXIT_WRONG_RESULTS
     return 0
+
+
+def same_destination(first: Any, second: Any) -> bool:
+    """Whether two streams write to the same place: one terminal, file or pipe."""
+    try:
+        one, other = os.fstat(first.fileno()), os.fstat(second.fileno())
+    except (AttributeError, OSError, ValueError):  # a stream with no file behind it (a test's StringIO)
+        return False
+    return (one.st_dev, one.st_ino, one.st_rdev) == (other.st_dev, other.st_ino, other.st_rdev)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type for counts that must be at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def _profiler_settings(args: argparse.Namespace) -> ProfilerSettings:
@@ -150,7 +185,8 @@ def _add_task_arguments(parser: argparse.ArgumentParser) -> None:
     """The kernel file (and which of its functions), and what it is checked against."""
     parser.add_argument("kernel", help="kernel file (.py)")
     parser.add_argument("--kernel-name", help="the kernel function, when the file has several")
-    parser.add_argument("--reference", help="reference file (native or NKIBench form)")
+    parser.add_argument("--reference", help="reference file (native or NKIBench form); REF.py:VARIANT picks one "
+                        "of its size VARIANTS (default: the first)")
     parser.add_argument("--task", help="a named task instead of a reference file")
 
 
@@ -175,7 +211,7 @@ def _add_profile_parser(sub: Any) -> None:
     _add_launch_arguments(profile)
     _add_backend_arguments(profile, "where to profile: the built-in simulator or a profiling service (--service-url)")
     profile.add_argument("--no-check", action="store_true", help="skip the numeric check (trace-only mode)")
-    profile.add_argument("--seeds", type=int, help="number of random seeds to check (default 5)")
+    profile.add_argument("--seeds", type=positive_int, help="number of random seeds to check (default 5)")
     profile.add_argument("--seed", type=int, action="append", help="check this seed (repeatable)")
     profile.add_argument("--rtol", type=float, help="relative L2 tolerance (default: the task's, 2e-5)")
     profile.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -184,7 +220,9 @@ def _add_profile_parser(sub: Any) -> None:
 
 def _add_search_size_arguments(parser: argparse.ArgumentParser) -> None:
     """The preset and what may override it."""
-    parser.add_argument("--preset", default="default", help="search size: quick, default or paper (B=6 N=12 K=2 T=16)")
+    parser.add_argument("--preset", default="default", choices=tuple(PRESETS),
+                        help="search size: beam width B, plans per candidate N, samples per plan K, iterations T; "
+                        f"{describe_presets()} (default: default)")
     parser.add_argument("--iterations", type=int, help="override the preset's iterations (T)")
     parser.add_argument("--beam-width", type=int, help="override the preset's beam width (B)")
     parser.add_argument("--workers", type=int, help="parallel evaluations (default: one per core)")
@@ -215,7 +253,9 @@ def _add_optimize_parser(sub: Any) -> None:
     optimize.add_argument("--resume", type=int, metavar="SEARCH_ID", help="continue a killed search")
     optimize.add_argument("--db", help="optimization memory database (default: ACCELOPT_MEMORY_DB or the "
                           "user data directory)")
-    optimize.add_argument("--json", help="also write the search summary to this JSON file")
+    optimize.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                          help="print the search summary as one JSON object on stdout, as profile --json does (the "
+                          "report then goes to stderr); --json PATH writes it to PATH instead")
     optimize.set_defaults(func=cmd_optimize)
 
 
@@ -230,14 +270,14 @@ def _add_demo_parser(sub: Any) -> None:
     demo = sub.add_parser("demo", help="optimize a bundled NKIBench kernel offline and show before/after")
     demo.add_argument("--task", default="silu", help="which NKIBench baseline (default: silu)")
     demo.add_argument("--hardware", choices=available_hardware(), default="trn1")
-    demo.add_argument("--preset", default="quick", help="search size (default: quick)")
+    demo.add_argument("--preset", default="quick", choices=tuple(PRESETS), help="search size (default: quick)")
     demo.add_argument("--out-dir", default="accelopt-demo", help="where the kernel copy and results go")
     demo.add_argument("--db", help="optimization memory database (default: the user data directory)")
     demo.set_defaults(func=cmd_demo)
 
 
 def build_parser(front_ends: Sequence[FrontEnd] = ()) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="accelopt", description="Check, profile and optimize NKI kernels "
+    parser = ArgumentParser(prog="accelopt", description="Check, profile and optimize NKI kernels "
                                      "for AWS Trainium (on a built-in simulator by default).")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_profile_parser(sub)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -90,18 +91,38 @@ def cached_profile(cache: Cache, kernel_source: str, task: TaskRef, hardware: st
 def check_variant(task: TaskRef) -> str | None:
     """Check on the task's small size when it has one and is timed at another (seconds instead of minutes).
     Read from the reference's text: the editor decides this in a process that runs no reference."""
-    if (task.name or "").partition(":")[2] == "small":
+    if "small" in ((task.name or "").partition(":")[2], task.variant):
         return None
     return "small" if "small" in read_declared(task.reference_path).variants else None
 
 
-def task_family(task: TaskRef) -> str:
-    """The family whose lessons a search of this task reads and writes: the reference's `FAMILY`, else the
-    task's name (as `load_reference` gives it)."""
+# file and function names that say nothing about what a task computes: never a task family
+GENERIC_NAMES = frozenset({"", "ref", "refs", "reference", "references", "kernel", "kernels", "optimized_kernel",
+                           "main", "test", "task", "impl", "baseline", "golden", "nki"})
+
+
+def task_family(task: TaskRef, kernel: str | None = None) -> str:
+    """The family whose lessons a search of this task reads and writes: the reference's `FAMILY`, else a
+    named task's name, else the reference file's name when it says what the task is (`matmul_ref.py`), else
+    `kernel`, the kernel's own name (kernel_family_name): a `ref.py` beside every kernel must not file
+    mamba's and matmul's lessons together as family "ref"."""
     declared = read_declared(task.reference_path).family
     if declared:
         return declared
-    return task.name.partition(":")[0] if task.name else default_task_name(task.reference or "")
+    if task.name:
+        return task.name.partition(":")[0]
+    stem = default_task_name(task.reference or "")
+    return kernel if kernel and stem.lower() in GENERIC_NAMES else stem
+
+
+def kernel_family_name(function: str | None, path: str | None) -> str | None:
+    """A kernel's own name for its task family: its function's name (`flash_fwd`), else, for a function named
+    generically (`kernel`), its file's name without `.optimized` (`mamba.optimized.py`: mamba); None when
+    neither says anything."""
+    if function and function.lower() not in GENERIC_NAMES:
+        return function
+    stem = os.path.splitext(os.path.basename(path or ""))[0].removesuffix(".optimized")
+    return stem if stem.lower() not in GENERIC_NAMES else None
 
 
 # --- agents -------------------------------------------------------------------------------------------

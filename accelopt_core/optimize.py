@@ -17,14 +17,16 @@ from .engine import (
     ProfilerSettings,
     SearchAgents,
     check_variant,
+    kernel_family_name,
     make_profiler,
     profile_cache,
     search_agents,
     task_family,
 )
 from .memory import Memory
-from .nki.loader import read_source
+from .nki.loader import check_source, read_source
 from .profiling import TaskRef, measured_on
+from .report import counted
 from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, SearchResult, preset
 
 NO_ENDPOINT = "no LLM endpoint configured: using the rule-based optimizer"
@@ -63,6 +65,12 @@ def write_outputs(path: str, out: str | None, result: SearchResult) -> tuple[str
     return target, diff_path
 
 
+def improved(result: SearchResult) -> bool:
+    """Whether the search found a faster kernel than the one it started from (else nothing is written)."""
+    best, base = result.best, result.base
+    return best.hash != base.hash and best.latency_ms < base.latency_ms
+
+
 def summary_lines(result: SearchResult, hardware: str) -> list[str]:
     base, best = result.base.result, result.best.result
 
@@ -72,9 +80,10 @@ def summary_lines(result: SearchResult, hardware: str) -> list[str]:
     lines = [f"{'':<10}{'latency':>14}{'% of peak':>12}   ({measured_on(base)})",
              f"{'before':<10}{base.latency_ms:>11.4g} ms{peak(base.peak_percent):>12}",
              f"{'after':<10}{best.latency_ms:>11.4g} ms{peak(best.peak_percent):>12}",
-             f"speedup {result.speedup:.2f}x after {result.evaluated} evaluated candidates in {result.seconds:.0f} s"
+             f"speedup {result.speedup:.2f}x after {counted(result.evaluated, 'evaluated candidate')} in "
+             f"{result.seconds:.0f} s"
              + (" (cancelled)" if result.cancelled else "")]
-    steps = result.lineage[1:]
+    steps = result.lineage[1:] if improved(result) else []
     if steps:
         lines.append("rewrites in the best kernel:")
         lines.extend(f"  {step.latency_ms:9.4g} ms  {step.origin}: {step.plan}" for step in steps)
@@ -126,7 +135,8 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
     print(f"optimizing {os.path.relpath(args.kernel)} for {task.key} on {args.hardware} ({profiler.backend} backend) "
           f"with {who}", file=sys.stderr)
     try:
-        result = search.run(source, task, args.hardware, task_family(task), resume=args.resume,
+        family = task_family(task, kernel_family_name(check_source(source, args.kernel, args.kernel_name), args.kernel))
+        result = search.run(source, task, args.hardware, family, resume=args.resume,
                             kernel_name=args.kernel_name)
     except SearchError as exc:
         print(f"accelopt: {exc}", file=sys.stderr)
@@ -138,21 +148,34 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
     finally:
         memory.close()
         chosen.close()
-    target, diff_path = write_outputs(args.kernel, args.out, result)
-    print("\n".join(summary_lines(result, args.hardware)))
+    found = improved(result)
+    target, diff_path = write_outputs(args.kernel, args.out, result) if found else (None, None)
+    to_stdout = args.json == "-"  # `--json`: the JSON is stdout's, the words go to stderr
+    words = sys.stderr if to_stdout else sys.stdout
+    print("\n".join(summary_lines(result, args.hardware)), file=words)
     if llm is not None:
-        print(llm.usage_line())
-    print(f"best kernel: {target}\ndiff:        {diff_path}\nsearch id:   {result.search_id}")
+        print(llm.usage_line(), file=words)
+    if found:
+        print(f"best kernel: {target}\ndiff:        {diff_path}", file=words)
+    else:
+        print(f"no faster correct kernel found: nothing written ({os.path.relpath(args.kernel)} stays the best)",
+              file=words)
+    print(f"search id:   {result.search_id}", file=words)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"search_id": result.search_id, "speedup": result.speedup, "evaluated": result.evaluated,
-                       "seconds": result.seconds, "before": result.base.result.to_dict(),
-                       "after": result.best.result.to_dict(),
-                       "history": [vars(h) for h in result.history],
-                       "failed": [{"origin": c.origin, "plan": c.plan, "error": c.result.error,
-                                   "check_message": None if c.result.error else c.result.check_message}
-                                  for c in result.failures],
-                       "llm": None if llm is None else {
-                           "settings": settings.describe(), "usage": llm.usage().to_dict(), "stopped": llm.stop_reason,
-                           "by_agent": {r: u.to_dict() for r, u in llm.usage_by_role().items()}}}, handle, indent=2)
+        summary = {"search_id": result.search_id, "speedup": result.speedup, "evaluated": result.evaluated,
+                   "seconds": result.seconds, "before": result.base.result.to_dict(),
+                   "after": result.best.result.to_dict(),
+                   "written": {"kernel": target, "diff": diff_path} if found else None,
+                   "history": [vars(h) for h in result.history],
+                   "failed": [{"origin": c.origin, "plan": c.plan, "error": c.result.error,
+                               "check_message": None if c.result.error else c.result.check_message}
+                              for c in result.failures],
+                   "llm": None if llm is None else {
+                       "settings": settings.describe(), "usage": llm.usage().to_dict(), "stopped": llm.stop_reason,
+                       "by_agent": {r: u.to_dict() for r, u in llm.usage_by_role().items()}}}
+        if to_stdout:
+            print(json.dumps(summary, indent=2))
+        else:
+            with open(args.json, "w", encoding="utf-8") as handle:
+                json.dump(summary, handle, indent=2)
     return 0

@@ -11,6 +11,11 @@ ENGINES = (("tensor", "tensor_engine_active_time_percent"), ("vector", "vector_e
            ("dma", "dma_active_time_percent"))
 
 
+def counted(count: int, noun: str) -> str:
+    """`1 seed`, `5 seeds`: a count with its noun in the number it takes."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _bytes(n: float | None) -> str:
     if n is None:
         return "-"
@@ -37,7 +42,7 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
     if result.correct is None:
         out.append("check     skipped (--no-check)")
     elif result.correct:
-        out.append(f"check     correct on {len(result.seeds)} seeds (relative L2 error "
+        out.append(f"check     correct on {counted(len(result.seeds), 'seed')} (relative L2 error "
                    f"{result.rel_l2_error:.2e}, max abs error {result.max_abs_error:.2e})")
     else:
         out.append(f"check     WRONG RESULTS: {result.check_message}")
@@ -61,6 +66,8 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
         if spills:
             save, reload = _bytes(p.get("spill_save_bytes")), _bytes(p.get("spill_reload_bytes"))
             out.append(f"spills    save {save}, reload {reload}")
+        for note in p.get("notes") or []:  # the model's own caveats, e.g. live SBUF above the usable SBUF
+            out.append(f"note      {note}")
         flops = p.get("hardware_flops")
         if flops is not None:
             out.append(f"flops     {flops / 1e9:.3g} GFLOP on the Tensor engine "

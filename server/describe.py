@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from accelopt_core.profiling import ProfileResult, measured_on
+from accelopt_core.report import counted
 
 from .findings import line_share, trip_counts
 from .format import flops, fraction, ms, nbytes, percent
@@ -30,7 +31,7 @@ def check_text(doc: KernelDocument) -> str:
         return f"fails: {checked.error}"
     if checked.correct:
         detail = f", max abs error {checked.max_abs_error:.2g}" if checked.max_abs_error is not None else ""
-        return f"✓ correct on {len(checked.seeds)} seeds{detail}"
+        return f"✓ correct on {counted(len(checked.seeds), 'seed')}{detail}"
     return f"✗ wrong results: {checked.check_message or 'outputs differ'}"
 
 

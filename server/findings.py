@@ -96,6 +96,12 @@ def structural(kernel: KernelFile, link: TaskLink | None) -> list[Finding]:
         out.append(Finding(directive.line if directive else 1, WARNING, "no-kernel",
                            kernel.problem + " (or add `kernel=NAME` to the `# accelopt:` directive)"))
         return out
+    if kernel.choosing and link is not None and link.ok:
+        names = ", ".join(k.name for k in kernel.kernels)
+        out.append(Finding(directive.line if directive else kernel.kernels[0].def_line, INFO, "several-kernels",
+                           f"{len(kernel.kernels)} kernels in this file ({names}): profile one with the lens over "
+                           "it, or name it with `kernel=NAME` in the `# accelopt:` directive"))
+        return out
     if link is None or link.origin == "none":
         out.append(Finding(kernel.def_line or 1, HINT, "no-task",
                            "No task linked, so this kernel is not profiled: add `# accelopt: task=NAME` or "
@@ -151,7 +157,9 @@ def bottlenecks(kernel: KernelFile, source: str, result: ProfileResult) -> list[
         times = f"{count}×" if count else "on every iteration"
         variables = " or ".join(f"`{v}`" for v in load.loop_vars) or "its variable"
         spent = share.get(load.line, 0.0)
-        cost = f"; this line is {fraction(spent)} of busy time" if spent else ""
+        if round(100 * spent) == 0:
+            continue  # costs nothing measurable (0 % of busy time): not worth a diagnostic
+        cost = f"; this line is {fraction(spent)} of busy time"
         loop = loops.get(load.loop_line)
         out.append(Finding(load.line, INFO, "repeated-load",
                            f"this load does not depend on {variables} but runs in every iteration of the loop "
@@ -175,6 +183,9 @@ def bottlenecks(kernel: KernelFile, source: str, result: ProfileResult) -> list[
         if not profile.get("hardware_flops"):
             message = ("the Tensor engine is never used, yet this task is matmul-bound at peak: its "
                        "matrix products belong on nisa.nc_matmul")
+        elif result.bottleneck in ("tensor", "none", None):  # no engine keeps it waiting: its own inputs do
+            message = (f"the Tensor engine is idle {fraction(1 - tensor_active)} of the time in a matmul-bound "
+                       "task, and no other engine is busier: its matmuls wait on the instructions they depend on")
         else:
             message = (f"the Tensor engine is idle {fraction(1 - tensor_active)} of the time in a matmul-bound "
                        f"task; it waits on the {result.bottleneck} engine")

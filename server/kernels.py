@@ -9,8 +9,9 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from accelopt_core.nki.loader import KernelLoadError, check_source, parse_source
+from accelopt_core.nki.loader import KERNEL_NAMES, KernelLoadError, check_source, is_kernel_decorator, parse_source
 from accelopt_core.profiling import TaskRef
+from accelopt_core.tasks.declared import split_reference
 from accelopt_core.tasks.registry import TaskFiles
 from accelopt_core.tasks.registry import all_task_files as _all_task_files
 
@@ -63,8 +64,19 @@ class Loop:
 
 
 @dataclass(frozen=True)
+class KernelDef:
+    """One `@nki.jit` function of a file: where a lens over it goes."""
+
+    name: str
+    def_line: int  # 1-based
+    name_start: int  # column of the name on the def line
+
+
+@dataclass(frozen=True)
 class KernelFile:
-    """Everything the server knows about a file's text without running it."""
+    """Everything the server knows about a file's text without running it. In a file of several kernels
+    (`kernels`), `function` is the one profiled: the one picked in the editor (`chosen`), else the one the
+    directive names (`kernel=NAME`); None until one is."""
 
     is_kernel: bool
     function: str | None = None
@@ -73,14 +85,22 @@ class KernelFile:
     end_line: int | None = None
     directive: Directive | None = None
     syntax_error: tuple[int, int, str] | None = None  # line (1-based), column (0-based), message
-    problem: str | None = None  # e.g. cannot tell which function is the kernel
+    problem: str | None = None  # e.g. no function named as the directive says
     loops: tuple[Loop, ...] = field(default_factory=tuple)
+    kernels: tuple[KernelDef, ...] = ()  # every @nki.jit function, in file order
+    chosen: str | None = None  # the function picked in the editor
 
     @property
     def named(self) -> str | None:
-        """The kernel function the file's directive names (`kernel=NAME`, a file of several kernels); None
-        when the only kernel is found by itself. What profiles and searches are told, as on the command line."""
-        return self.directive.kernel if self.directive is not None else None
+        """The kernel function named for this file (by `kernel=NAME` or picked in the editor; a file of
+        several kernels); None when the only kernel is found by itself. What profiles and searches are told,
+        as on the command line."""
+        return self.chosen or (self.directive.kernel if self.directive is not None else None)
+
+    @property
+    def choosing(self) -> bool:
+        """Several kernels and none picked yet: each gets a lens to profile it."""
+        return self.function is None and len(self.kernels) > 1 and not self.problem and not self.syntax_error
 
 
 def _is_nki_module(name: str) -> bool:
@@ -97,13 +117,7 @@ def _imports_nki(tree: ast.Module) -> bool:
 
 
 def _jit_decorated(node: ast.AST) -> bool:
-    if not isinstance(node, ast.FunctionDef):
-        return False
-    for decorator in node.decorator_list:
-        target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if (target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")) == "jit":
-            return True
-    return False
+    return isinstance(node, ast.FunctionDef) and any(is_kernel_decorator(d) for d in node.decorator_list)
 
 
 def parse_directive(source: str) -> Directive | None:
@@ -141,8 +155,9 @@ def _loops(function: ast.FunctionDef) -> tuple[Loop, ...]:
     return tuple(sorted(found, key=lambda loop: loop.line))
 
 
-def analyze(source: str, filename: str = "kernel.py") -> KernelFile:
-    """Recognise a kernel by content: an import of `nki` / `neuronxcc.nki`, or an `@...jit` function."""
+def analyze(source: str, filename: str = "kernel.py", chosen: str | None = None) -> KernelFile:
+    """Recognise a kernel by content: an import of `nki` / `neuronxcc.nki`, or an `@...jit` function.
+    `chosen`: the kernel picked in the editor among several, the latest word (over the directive's `kernel=`)."""
     directive = parse_directive(source)
     try:
         tree = parse_source(source, filename)
@@ -155,16 +170,21 @@ def analyze(source: str, filename: str = "kernel.py") -> KernelFile:
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     if not (_imports_nki(tree) or any(_jit_decorated(f) for f in functions.values())):
         return KernelFile(False)
-    wanted = directive.kernel if directive else None
+    kernels = tuple(KernelDef(f.name, f.lineno, _name_column(source, f)) for f in functions.values()
+                    if _jit_decorated(f))
+    chosen = chosen if chosen in functions else None
+    wanted = chosen or (directive.kernel if directive is not None else None)
+    if wanted is None and len(kernels) > 1 and not any(known in functions for known in KERNEL_NAMES):
+        return KernelFile(True, directive=directive, kernels=kernels)  # which one: each kernel's lens picks
     try:
         name = check_source(source, filename, wanted)
     except KernelLoadError as exc:
-        return KernelFile(True, directive=directive, problem=str(exc))
+        return KernelFile(True, directive=directive, problem=str(exc), kernels=kernels)
     node = functions.get(name)
     if node is None:  # check_source only looks at top-level functions too, so this is defensive
         return KernelFile(True, directive=directive, problem=f"no top-level function named {name!r}")
     return KernelFile(True, name, node.lineno, _name_column(source, node), node.end_lineno, directive,
-                      loops=_loops(node))
+                      loops=_loops(node), kernels=kernels, chosen=chosen)
 
 
 def _name_column(source: str, node: ast.FunctionDef) -> int:
@@ -213,12 +233,13 @@ def link_task(kernel: KernelFile, path: str | None) -> TaskLink:
         reference = os.path.expanduser(directive.reference)
         if not os.path.isabs(reference) and path:
             reference = os.path.join(os.path.dirname(path), reference)
-        reference = os.path.abspath(reference)
+        reference, variant = split_reference(os.path.abspath(reference))  # `ref.py:small`
         if not os.path.isfile(reference):
             return TaskLink(None, directive.reference, "directive", reference,
                             f"reference file not found: {reference}", directive.line)
-        return TaskLink(TaskRef(reference=reference), os.path.basename(reference), "directive", reference,
-                        None, directive.line)
+        label = os.path.basename(reference) + (f":{variant}" if variant else "")
+        return TaskLink(TaskRef(reference=reference, variant=variant), label, "directive", reference, None,
+                        directive.line)
     if path:
         folder, filename = os.path.split(os.path.abspath(path))
         stem = os.path.splitext(filename)[0]
@@ -253,5 +274,5 @@ def directive_insert_line(source: str) -> int:
     return line
 
 
-__all__ = ["Directive", "KernelFile", "Loop", "TaskLink", "analyze", "directive_insert_line", "link_task",
+__all__ = ["Directive", "KernelDef", "KernelFile", "Loop", "TaskLink", "analyze", "directive_insert_line", "link_task",
            "parse_directive", "suggest_tasks"]

@@ -239,6 +239,14 @@ class Session:
         if doc.search is not None:
             self.stop_optimize(uri)
 
+    def profile_kernel(self, uri: str, name: str) -> bool:
+        """Profile the file's kernel `name` (a file of several kernels); False when it has none so named."""
+        doc = self.documents.get(uri)
+        if doc is None or not doc.choose_kernel(name):
+            return False
+        self.schedule(doc, delay=0.0)
+        return True
+
     def by_path(self, path: str) -> KernelDocument | None:
         real = os.path.realpath(path)
         return next((d for d in self.documents.values() if d.path and os.path.realpath(d.path) == real), None)
@@ -381,6 +389,7 @@ class Session:
         first = doc.profiled_source != source or doc.trace is None
         doc.profiled_source = source
         doc.trace, doc.checked = trace, checked
+        doc.keep(checked or trace)
         doc.task_error = doc.failure = None
         doc.phase = "idle" if checked is not None or trace.error else doc.phase
         if first:
@@ -455,7 +464,7 @@ class Session:
                    "preset": self.settings.search_preset, "workers": self.settings.search_workers,
                    "profiler": self.profiler_settings(check_variant(doc.link.ref)), "memory_db": self._memory_db(),
                    "agents": list(self.settings.optimizer_agents), "llm": self._llm_payload(),
-                   "kernel_name": doc.info.named}
+                   "kernel_name": doc.info.named, "family": doc.family()}
 
         def event(value: Any) -> None:
             if doc.search is not None:

@@ -9,11 +9,13 @@ from typing import Any
 
 from pygls.uris import to_fs_path
 
-from accelopt_core.engine import QuickFix
+from accelopt_core.engine import QuickFix, kernel_family_name, task_family
 from accelopt_core.profiling import ProfileResult
 from accelopt_core.profiling.profiler import kernel_hash
+from accelopt_core.report import counted
 
 from .edits import line_map
+from .format import ms
 from .kernels import KernelFile, TaskLink, analyze, link_task
 
 
@@ -37,8 +39,8 @@ class Rewrite:
         if self.peak_percent is not None and self.base_peak_percent is not None:
             detail = f"{self.base_peak_percent:.0f}% -> {self.peak_percent:.0f}% of peak"
         else:
-            detail = f"{self.base_latency_ms:.3g} ms -> {self.latency_ms:.3g} ms"
-        return f"Apply rewrite: {self.speedup:.2f}x faster ({detail}, checked on {self.seeds} seeds)"
+            detail = f"{ms(self.base_latency_ms)} -> {ms(self.latency_ms)}"
+        return f"Apply rewrite: {self.speedup:.2f}x faster ({detail}, checked on {counted(self.seeds, 'seed')})"
 
 
 @dataclass
@@ -74,6 +76,9 @@ class KernelDocument:
     rewrites: list[Rewrite] = field(default_factory=list)
     search: SearchRun | None = None
     last_search: dict[str, Any] | None = None
+    chosen_kernel: str | None = None  # picked with a lens in a file of several kernels
+    # each kernel's latest profile in a file of several: kernel name -> (the text profiled, the result)
+    kept: dict[str, tuple[str, ProfileResult]] = field(default_factory=dict)
     _digest: tuple[str, str] | None = None
     _line_map: tuple[str, dict[int, int]] | None = None
 
@@ -85,8 +90,14 @@ class KernelDocument:
         return doc
 
     def reanalyze(self) -> None:
-        """Re-read what the text is; cheap enough for every keystroke."""
-        self.info = analyze(self.source, os.path.basename(self.path or "kernel.py"))
+        """Re-read what the text is; cheap enough for every keystroke. An edit of the directive's `kernel=`
+        is the latest word on which kernel to profile: it ends a pick made with a lens."""
+        named_before = self.info.directive.kernel if self.info.directive is not None else None
+        self.info = analyze(self.source, os.path.basename(self.path or "kernel.py"), self.chosen_kernel)
+        named = self.info.directive.kernel if self.info.directive is not None else None
+        if self.chosen_kernel is not None and named != named_before and self.info.is_kernel:
+            self.chosen_kernel = None
+            self.info = analyze(self.source, os.path.basename(self.path or "kernel.py"))
         self.relink()
 
     def relink(self) -> bool:
@@ -106,6 +117,11 @@ class KernelDocument:
     def profilable(self) -> bool:
         return bool(self.info.is_kernel and self.info.function and not self.info.syntax_error
                     and self.link is not None and self.link.ok)
+
+    def family(self) -> str:
+        """The task family this kernel's searches learn in (engine.task_family); the file must be linked."""
+        assert self.link is not None and self.link.ref is not None
+        return task_family(self.link.ref, kernel_family_name(self.info.function, self.path))
 
     def hardware(self, default: str) -> str:
         return self.hardware_override or default
@@ -139,6 +155,24 @@ class KernelDocument:
         if mapping is None:
             return current
         return next((old for old, new in mapping.items() if new == current), None)
+
+    def choose_kernel(self, name: str) -> bool:
+        """Profile `name` among the file's kernels from now on; False when it is not one of them. What was
+        shown belongs to the kernel profiled before (kept in `kept`), so it goes."""
+        if name not in {k.name for k in self.info.kernels}:
+            return False
+        if name != self.info.function:
+            self.chosen_kernel = name
+            self.reanalyze()
+            self.trace = self.checked = None
+            self.profiled_source = self.task_error = self.failure = None
+            self.fixes, self.rewrites = [], []
+        return True
+
+    def keep(self, result: ProfileResult) -> None:
+        """Remember `result` as its kernel's latest profile, for the lens over that kernel."""
+        if self.info.function is not None:
+            self.kept[self.info.function] = (self.source, result)
 
     def current_rewrites(self) -> list[Rewrite]:
         return [r for r in self.rewrites if r.base_digest == self.digest]

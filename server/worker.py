@@ -149,7 +149,8 @@ def optimize_job(payload: dict[str, Any], cancel: threading.Event, emit: Callabl
         memory = _memory(payload.get("memory_db"))
         profiler = make_profiler(replace(payload["profiler"], seeds=config.seeds), profile_cache(memory))
         search = BeamSearch(profiler, chosen.agents, config, memory, emit, cancel)
-        return {"search": search.run(payload["source"], task, payload["hardware"], task_family(task),
+        family = payload.get("family") or task_family(task)
+        return {"search": search.run(payload["source"], task, payload["hardware"], family,
                                      kernel_name=payload.get("kernel_name")),
                 "notes": notes}
     except (SearchError, TaskError, RuntimeError, ValueError, ImportError) as exc:

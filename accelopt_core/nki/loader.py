@@ -243,7 +243,44 @@ def check_source(source: str, filename: str, name: str | None = None) -> str:
         tree = parse_source(source, filename)
     except SyntaxError as exc:
         raise KernelLoadError(syntax_message(filename, exc)) from None
+    if not source.strip():
+        raise KernelLoadError(f"{filename}: the file is empty: there is no kernel in it")
     functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    if not functions:
+        raise KernelLoadError(f"{filename}: the file defines no function: there is no kernel in it")
+    chosen = _chosen_kernel(functions, filename, name)
+    if not _uses_nki(tree):
+        line = next(f.lineno for f in functions if f.name == chosen)
+        raise KernelLoadError(f"{filename}:{line}: `{chosen}` is not an NKI kernel: the file imports no NKI module "
+                              "(neuronxcc.nki or nki) and calls no NKI function")
+    return chosen
+
+
+NKI_NAMES = frozenset({"nki", "nl", "nisa"})  # the names kernels call NKI by, also when a helper imports it
+
+
+def _uses_nki(tree: ast.Module) -> bool:
+    """Whether a file can be an NKI kernel: it imports an NKI module, decorates a function as NKI's
+    decorators do, or calls NKI by its usual names (imported through a helper module of its own)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(_is_nki_module(alias.name) for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.level or _is_nki_module(node.module or "")):
+            return True
+        if isinstance(node, ast.FunctionDef) and any(is_kernel_decorator(d) for d in node.decorator_list):
+            return True
+        if isinstance(node, ast.Name) and node.id in NKI_NAMES:
+            return True
+    return False
+
+
+def _is_nki_module(name: str) -> bool:
+    return name == "nki" or name.startswith(("nki.", "neuronxcc"))
+
+
+def _chosen_kernel(functions: list[ast.FunctionDef], filename: str, name: str | None) -> str:
+    """The kernel among the file's top-level functions: the one named, else `kernel` or `optimized_kernel`,
+    else the only decorated one."""
     names = [f.name for f in functions]
     if name:
         if name not in names:
@@ -252,7 +289,7 @@ def check_source(source: str, filename: str, name: str | None = None) -> str:
     for known in KERNEL_NAMES:
         if known in names:
             return known
-    decorated = [f.name for f in functions if any(_is_jit(d) for d in f.decorator_list)]
+    decorated = [f.name for f in functions if any(is_kernel_decorator(d) for d in f.decorator_list)]
     if len(decorated) == 1:
         return decorated[0]
     found = ", ".join(decorated) or "none"
@@ -268,14 +305,15 @@ def declared_hardware(source: str, filename: str, name: str | None = None) -> st
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == kernel:
             for decorator in node.decorator_list:
-                if isinstance(decorator, ast.Call) and _is_jit(decorator):
+                if isinstance(decorator, ast.Call) and is_kernel_decorator(decorator):
                     for keyword in decorator.keywords:
                         if keyword.arg == "platform_target" and isinstance(keyword.value, ast.Constant):
                             return str(keyword.value.value)
     return None
 
 
-def _is_jit(decorator: ast.expr) -> bool:
+def is_kernel_decorator(decorator: ast.expr) -> bool:
+    """`@nki.jit`, `@nki.baremetal(...)` and the other decorators NKI launches a kernel with."""
     target = decorator.func if isinstance(decorator, ast.Call) else decorator
     name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
     return name in ("jit", "trace", "baremetal", "benchmark", "profile", "simulate")

@@ -44,16 +44,18 @@ UNNAMED = "a TaskRef needs a name or a reference path"
 
 @dataclass(frozen=True)
 class TaskRef:
-    """A task by name (`silu`, `silu:small`) or by reference file; picklable, loaded where needed.
-    `grid` launches the kernel on that SPMD grid instead of the reference's own (`--grid 2x2`)."""
+    """A task by name (`silu`, `silu:small`) or by reference file, at one of its size variants (`variant`,
+    a reference's as a name's `:small`); picklable, loaded where needed. `grid` launches the kernel on
+    that SPMD grid instead of the reference's own (`--grid 2x2`)."""
 
     name: str | None = None
     reference: str | None = None
     grid: tuple[int, ...] | None = None
+    variant: str | None = None  # a reference file's size variant (None: its first)
 
     def load(self, variant: str | None = None) -> Task:
         if self.reference:
-            task = load_reference(self.reference, variant=variant)
+            task = load_reference(self.reference, variant=variant or self.variant)
         elif not self.name:
             raise ValueError(UNNAMED)
         else:
@@ -69,7 +71,8 @@ class TaskRef:
         if self.name or not self.reference:
             return (self.name or "") + launch
         path = os.path.abspath(self.reference)
-        return f"{path}#{file_digest(path)}{launch}"
+        sized = f":{self.variant}" if self.variant else ""
+        return f"{path}#{file_digest(path)}{sized}{launch}"
 
     @property
     def reference_path(self) -> str:

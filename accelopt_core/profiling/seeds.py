@@ -41,6 +41,7 @@ from ..nki.blocks import BlockLiveness
 from ..nki.replay import ReplayLimitError, ReplayLimits, replay
 from ..nki.tensor import BufferPool
 from ..nki.trace import TapeError, TapeReader, collector_paused
+from ..tasks import TaskError
 from ..tasks.check import compare
 from .sandbox import CANCELLED
 from .verdict import shape_drift
@@ -320,7 +321,8 @@ def _check_job(job: SeedJob, inbox: Any, outbox: Any) -> None:
                 case = early if early is not None else task.make_case(seed)
                 verdict = _check_seed(index, seconds, job, reader, pool, liveness, case)
             except Exception as exc:  # drawing the inputs or running the reference: the user's code
-                verdict = SeedVerdict(index, "reference", problem=f"{type(exc).__name__}: {exc}")
+                said = str(exc) if isinstance(exc, TaskError) else f"{type(exc).__name__}: {exc}"  # file:line
+                verdict = SeedVerdict(index, "reference", problem=said)
             early = case = None
             pickle.dump(verdict, outbox, protocol=pickle.HIGHEST_PROTOCOL)
             outbox.flush()

@@ -26,6 +26,7 @@ import heapq
 import itertools
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -49,6 +50,25 @@ class IterationRecord:
     best_peak_percent: float | None
     evaluated: int
     correct: int
+
+
+VERDICT_WORDS = {"correct": "checked correct", "unchecked": "unchecked", "incorrect": "wrong", "failed": "failed"}
+
+
+def verdict_of(candidate: Candidate) -> str:
+    """"correct" (checked and right), "unchecked" (timed only, see SearchConfig.screen), "incorrect" (checked
+    and wrong) or "failed" (the kernel did not run)."""
+    result = candidate.result
+    return ("failed" if result.error else "unchecked" if result.correct is None
+            else "correct" if result.correct else "incorrect")
+
+
+def tally(candidates: list[Candidate]) -> str:
+    """`8 evaluated: 3 checked correct, 4 unchecked, 1 wrong`: each verdict counted apart (an unchecked
+    kernel is not a correct one), those with none left out."""
+    counts = Counter(verdict_of(c) for c in candidates)
+    said = [f"{counts[verdict]} {words}" for verdict, words in VERDICT_WORDS.items() if counts[verdict]]
+    return f"{len(candidates)} evaluated" + (f": {', '.join(said)}" if said else "")
 
 
 @dataclass
@@ -385,10 +405,8 @@ class BeamSearch:
         if self.memory is None or search_id is None:
             return
         self.memory.add_kernel(c.source)
-        status = ("failed" if c.result.error else "unchecked" if c.result.correct is None
-                  else "correct" if c.result.correct else "incorrect")
         self.memory.record_candidate(search_id, c.iteration, c.hash, c.parent, c.plan, c.origin,
-                                     c.result.to_dict(), status)
+                                     c.result.to_dict(), verdict_of(c))
 
     def _learn(self, parent: Candidate, child: Candidate, context: SearchContext, search_id: int | None) -> None:
         """Turn a slow->fast (or fast->slow) pair into an experience; memory applies the thresholds. A
@@ -460,8 +478,7 @@ class BeamSearch:
                                            sum(1 for c in children if c.result.correct)))
             if self.memory is not None and search_id is not None and not self.cancel.is_set():
                 self.memory.finish_iteration(search_id, iteration, [c.hash for c in beam])
-            self._emit("iteration", iteration, best, f"{len(children)} evaluated, "
-                       f"{sum(1 for c in children if c.result.correct)} correct")
+            self._emit("iteration", iteration, best, tally(children))
             if self.config.patience and stale >= self.config.patience:
                 break
         cancelled = self.cancel.is_set()

@@ -38,6 +38,15 @@ PRESETS: dict[str, SearchConfig] = {
 }
 
 
+def describe_presets() -> str:
+    """Each preset's size in the paper's letters, for `--help`: `quick (B=2 N=4 K=1 T=4, 300 s budget)`."""
+    def sizes(config: SearchConfig) -> str:
+        budget = f", {config.time_budget_s:.0f} s budget" if config.time_budget_s else ", no time budget"
+        return (f"B={config.beam_width} N={config.plans_per_candidate} K={config.samples_per_plan} "
+                f"T={config.iterations}{budget}")
+    return "; ".join(f"{name} ({sizes(config)})" for name, config in reversed(PRESETS.items()))
+
+
 def preset(name: str, **overrides: float | None) -> SearchConfig:
     """A named preset with some fields replaced; ValueError naming the presets for a bad name."""
     if name not in PRESETS:

@@ -50,3 +50,12 @@ def read_declared(reference: str) -> Declared:
 def default_task_name(reference: str) -> str:
     """The name a reference file gives its task: the file name without `.py` and a `_ref` suffix."""
     return os.path.splitext(os.path.basename(reference))[0].removesuffix("_ref")
+
+
+def split_reference(text: str) -> tuple[str, str | None]:
+    """A reference named with a size variant, `ref.py:small` (as a named task is, `silu:small`), as the
+    file and the variant; a path that is a file as it stands (one with a colon in its name) has none."""
+    path, colon, variant = text.rpartition(":")
+    if not colon or os.path.isfile(text) or not path or not variant or os.sep in variant:
+        return text, None
+    return path, variant

@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import threading
+import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -189,6 +190,27 @@ def _import_reference(path: str) -> tuple[types.ModuleType, str]:
     return module, source
 
 
+def _user_call(path: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`function(*args, **kwargs)`, a function of the reference file at `path`; what it raises becomes a
+    TaskError naming the reference's line it failed on: a broken reference is bad input, not a traceback."""
+    try:
+        return function(*args, **kwargs)
+    except (TaskError, ShapeOnlyError):  # already said, or a count by shapes that needs the data
+        raise
+    except Exception as exc:
+        raise TaskError(f"{_failing_line(path, exc)}: {function.__name__}() raised {type(exc).__name__}: {exc}") \
+            from exc
+
+
+def _failing_line(path: str, exc: BaseException) -> str:
+    """`path:line` of the deepest frame of `exc` that runs in the reference file (the call's line when
+    the failure is deeper, in NumPy), or just `path`."""
+    where = os.path.abspath(path)
+    lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__)
+             if os.path.abspath(frame.filename) == where]
+    return f"{path}:{lines[-1]}" if lines else path
+
+
 def _uses_torch(module: types.ModuleType) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and any(v is torch for v in vars(module).values())
@@ -213,19 +235,19 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
     """Read a reference file in either format. A native reference may define size `VARIANTS`
     (e.g. {"full": {...}, "small": {...}}): `make_inputs(rng, **sizes)` then gets the chosen one."""
     module, source = _import_reference(path)
-    task_name = name or default_task_name(path)
+    task_name = name or default_task_name(path) + (f":{variant}" if variant else "")
     rtol = float(getattr(module, "RTOL", DEFAULT_RTOL))
     sizes = _variant_sizes(module, path, variant)
-    family = str(getattr(module, "FAMILY", task_name))
+    family = str(getattr(module, "FAMILY", name or default_task_name(path)))
     peak = getattr(module, "peak_work", None)
     peak_fn = (lambda inputs: peak(*inputs)) if callable(peak) else None
     common = {"kernel_args": kernel_arguments(module, path, sizes), "grid": launch_grid(module, path, sizes),
               "count_key": _count_key(module, path, source, sizes)}
     if callable(getattr(module, "make_inputs", None)) and callable(getattr(module, "reference", None)):
         def native_case(seed: int) -> Case:
-            inputs = _as_list(module.make_inputs(np.random.default_rng(seed), **sizes))
+            inputs = _as_list(_user_call(path, module.make_inputs, np.random.default_rng(seed), **sizes))
             return Case.of(inputs, ReferenceRun(
-                lambda wrap: module.reference(*[wrap(np.array(a, copy=True)) for a in inputs])))
+                lambda wrap: _user_call(path, module.reference, *[wrap(np.array(a, copy=True)) for a in inputs])))
 
         def native_shapes() -> Case:
             with random_without_data(Tally(shapes_only=True)) as rng:
@@ -243,10 +265,11 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
 
     def bench_case(seed: int) -> Case:
         _seed_everything(module, seed)
-        originals = module.get_inputs()
+        originals = _user_call(path, module.get_inputs)
         originals = list(originals) if isinstance(originals, (tuple, list)) else [originals]
-        inputs = _as_list(to_nki(originals) if callable(to_nki) else originals)
-        case = Case.of(inputs, ReferenceRun(lambda wrap: module.forward(*[wrap(o) for o in originals])))
+        inputs = _as_list(_user_call(path, to_nki, originals) if callable(to_nki) else originals)
+        case = Case.of(inputs, ReferenceRun(
+            lambda wrap: _user_call(path, module.forward, *[wrap(o) for o in originals])))
         if callable(from_nki):
             # `reference`, not `case`: a cycle through the case would keep every case's arrays until the
             # collector's next full pass, which the profiler's paused stretches put off for many checks
@@ -254,8 +277,8 @@ def load_reference(path: str, name: str | None = None, variant: str | None = Non
 
             def convert(outputs: list[np.ndarray]) -> list[np.ndarray]:
                 ref = reference()
-                return _as_list(from_nki(outputs[0] if len(outputs) == 1 else outputs,
-                                         ref[0] if len(ref) == 1 else ref))
+                return _as_list(_user_call(path, from_nki, outputs[0] if len(outputs) == 1 else outputs,
+                                           ref[0] if len(ref) == 1 else ref))
             case.convert = convert
         return case
 

@@ -1,6 +1,6 @@
-"""Code actions: link a task (inserts the directive), apply a rule-based rewrite (unverified quick fix
-on its diagnostic), and apply a verified rewrite from Optimize. Every rewrite is one WorkspaceEdit of
-minimal line hunks (one undo step); verified rewrites carry a change annotation that asks for
+"""Code actions: link a task (inserts the directive), pick one of a file's several kernels, apply a rule-based
+rewrite (unverified quick fix on its diagnostic), and apply a verified rewrite from Optimize. Every rewrite is one
+WorkspaceEdit of minimal line hunks (one undo step); verified rewrites carry a change annotation that asks for
 confirmation, so editors that support it show a diff preview before applying."""
 
 from __future__ import annotations
@@ -64,6 +64,17 @@ def workspace_edit(ls: AccelOptServer, doc: KernelDocument, edits_for: list[type
                                change_annotations={REWRITE_ANNOTATION: annotation} if annotate and annotation else None)
 
 
+def naming_edit(doc: KernelDocument, kernel: str) -> types.TextEdit:
+    """`kernel=NAME` added to the file's directive (a new directive when the task is linked by the layout)."""
+    directive = doc.info.directive
+    if directive is None:
+        at = types.Position(directive_insert_line(doc.source), 0)
+        return types.TextEdit(range=types.Range(at, at), new_text=f"# accelopt: kernel={kernel}\n")
+    text = doc.source.splitlines()[directive.line - 1]
+    end = types.Position(directive.line - 1, len(text.rstrip()))
+    return types.TextEdit(range=types.Range(end, end), new_text=f" kernel={kernel}")
+
+
 def _ours(diagnostics: list[types.Diagnostic], code: str, line: int | None = None) -> list[types.Diagnostic]:
     return [d for d in diagnostics if d.source == SOURCE and d.code == code
             and (line is None or d.range.start.line == line - 1)]
@@ -93,6 +104,12 @@ def actions(ls: AccelOptServer, doc: KernelDocument, params: types.CodeActionPar
             out.append(types.CodeAction(title=f"Link to task `{name}` (insert `# accelopt: task={name}`)",
                                         kind=types.CodeActionKind.QuickFix, diagnostics=_ours(context, "no-task"),
                                         is_preferred=index == 0, edit=workspace_edit(ls, doc, [edit])))
+    several = _ours(context, "several-kernels")
+    if _wanted(only, types.CodeActionKind.QuickFix) and info.choosing and several:
+        out.extend(types.CodeAction(title=f"Profile kernel `{kernel.name}` (add `kernel={kernel.name}` to the "
+                                    "directive)", kind=types.CodeActionKind.QuickFix, diagnostics=several,
+                                    edit=workspace_edit(ls, doc, [naming_edit(doc, kernel.name)]))
+                   for kernel in info.kernels)
     if _wanted(only, types.CodeActionKind.QuickFix):
         for fix in doc.current_fixes():
             related = [d for d in context if d.source == SOURCE and d.range.start.line == fix.line - 1]

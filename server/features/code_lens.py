@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from accelopt_core.hardware import available_hardware
+from accelopt_core.report import counted
 
 from ..format import headline, short_error
 from ..state import KernelDocument
@@ -34,7 +35,7 @@ def headline_title(doc: KernelDocument) -> str | None:
         if doc.checked is not None and doc.checked.correct is False:
             text += " · ✗ wrong results"
         elif doc.checked is not None and doc.checked.correct:
-            text += f" · ✓ {len(doc.checked.seeds)} seeds"
+            text += f" · ✓ {counted(len(doc.checked.seeds), 'seed')}"
         elif doc.phase == "checking":
             text += " · checking…"
     if doc.outdated:
@@ -44,38 +45,55 @@ def headline_title(doc: KernelDocument) -> str | None:
     return text
 
 
-def lenses(doc: KernelDocument, hardware: str) -> list[tuple[str, str, list[object]]]:
-    """(title, command, arguments) for each lens, engine-side view."""
-    if not doc.info.is_kernel or doc.info.def_line is None or doc.link is None or not doc.link.ok:
+Lens = tuple[int, str, str, list[object]]  # 1-based line, title, command, arguments
+
+
+def lenses(doc: KernelDocument, hardware: str) -> list[Lens]:
+    """(line, title, command, arguments) for each lens, engine-side view: the profiled kernel's lenses over
+    it, and over each other kernel of the file a lens that profiles that one (with its last profile)."""
+    if not doc.info.is_kernel or doc.link is None or not doc.link.ok:
         return []
-    out: list[tuple[str, str, list[object]]] = []
+    out = [(kernel.def_line, other_kernel_title(doc, kernel.name), "accelopt.profile", [doc.uri, None, kernel.name])
+           for kernel in doc.info.kernels if kernel.name != doc.info.function]
+    if doc.info.def_line is None:
+        return out
+    line = doc.info.def_line
     title = headline_title(doc)
     if title:
-        out.append((title, "accelopt.showReport", [doc.uri]))
+        out.append((line, title, "accelopt.showReport", [doc.uri]))
     if doc.search is not None:
         event = doc.search.last_event
         progress = f" {event.speedup:.2f}x so far" if event is not None and event.speedup else ""
-        out.append(("Stopping…" if doc.search.stopping else f"Optimizing…{progress} (stop)",
+        out.append((line, "Stopping…" if doc.search.stopping else f"Optimizing…{progress} (stop)",
                     "accelopt.stopOptimize", [doc.uri]))
     else:
-        out.append(("Optimize", "accelopt.optimize", [doc.uri]))
+        out.append((line, "Optimize", "accelopt.optimize", [doc.uri]))
     current = doc.hardware(hardware)
-    out += [(f"Profile on {other}", "accelopt.profile", [doc.uri, other]) for other in available_hardware()
+    out += [(line, f"Profile on {other}", "accelopt.profile", [doc.uri, other]) for other in available_hardware()
             if other != current]
-    out.append(("Show report", "accelopt.showReport", [doc.uri]))
-    return out
+    out.append((line, "Show report", "accelopt.showReport", [doc.uri]))
+    return sorted(out, key=lambda lens: lens[0])  # stable: each kernel's lenses stay in their order
+
+
+def other_kernel_title(doc: KernelDocument, name: str) -> str:
+    """The lens over a kernel of the file that is not the one profiled: profile it, with its last profile."""
+    kept = doc.kept.get(name)
+    if kept is None:
+        return "AccelOpt: profile this kernel"
+    source, result = kept
+    shown = f"kernel fails: {short_error(result.error, 50)}" if result.error else headline(result)
+    return f"AccelOpt: {shown}{' (before your edits)' if source != doc.source else ''} · profile this kernel"
 
 
 def register(server: AccelOptServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: AccelOptServer, params: types.CodeLensParams) -> list[types.CodeLens]:
         doc = ls.session.documents.get(params.text_document.uri)
-        if doc is None or doc.info.def_line is None:
+        if doc is None:
             return []
-        line = doc.info.def_line - 1
-        where = types.Range(types.Position(line, 0), types.Position(line, 0))
-        return [types.CodeLens(range=where, command=types.Command(title=title, command=command, arguments=arguments))
-                for title, command, arguments in lenses(doc, ls.session.settings.hardware)]
+        return [types.CodeLens(range=types.Range(types.Position(line - 1, 0), types.Position(line - 1, 0)),
+                               command=types.Command(title=title, command=command, arguments=arguments))
+                for line, title, command, arguments in lenses(doc, ls.session.settings.hardware)]
 
     scheduled = False
 

@@ -14,7 +14,6 @@ from typing import Any
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
-from accelopt_core.engine import task_family
 from accelopt_core.hardware import available_hardware
 
 from ..describe import report
@@ -162,6 +161,11 @@ def profile(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
     asked = args[1] if len(args) > 1 else None
     hardware = asked if asked in available_hardware() else doc.hardware(ls.session.settings.hardware)
     doc.hardware_override = None if hardware == ls.session.settings.hardware else hardware
+    kernel = args[2] if len(args) > 2 and isinstance(args[2], str) else None  # one of a file's several kernels
+    if kernel is not None:
+        if not ls.session.profile_kernel(doc.uri, kernel):
+            return {"error": f"no kernel named {kernel!r} in this file"}
+        return {"hardware": hardware, "kernel": kernel}
     ls.session.schedule(doc, delay=0.0)
     return {"hardware": hardware}
 
@@ -228,7 +232,7 @@ async def show_memory(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
         return {"error": f"cannot open the optimization memory {ls.session.memory_path}"}
     hardware = doc.hardware(ls.session.settings.hardware)
     try:
-        text = await asyncio.to_thread(memory_markdown, memory, doc.link.ref.key, task_family(doc.link.ref),
+        text = await asyncio.to_thread(memory_markdown, memory, doc.link.ref.key, doc.family(),
                                        hardware, ls.session.memory_path)
     except Exception as exc:
         log.exception("reading the optimization memory failed")

@@ -27,7 +27,7 @@ def findings(doc: KernelDocument) -> list[Finding]:
     if not doc.info.is_kernel:
         return []
     out = structural(doc.info, doc.link)
-    if doc.info.syntax_error or doc.info.problem or doc.link is None or not doc.link.ok:
+    if doc.info.syntax_error or doc.info.problem or doc.info.choosing or doc.link is None or not doc.link.ok:
         return out
     def_line = doc.info.def_line or 1
     if doc.failure:

@@ -47,7 +47,7 @@ def test_the_editor_settings_accept_it_and_the_lens_offers_it(third_generation: 
     assert settings.hardware == third_generation and not problems
     doc = KernelDocument.create("file:///nowhere/silu.py",
                                 "# accelopt: task=silu\n" + Path(task_files("silu").kernel).read_text())
-    titles = [title for title, _, _ in lenses(doc, "trn1")]
+    titles = [title for _, title, _, _ in lenses(doc, "trn1")]
     assert "Profile on trn2" in titles and f"Profile on {third_generation}" in titles
     assert "Profile on trn1" not in titles
 

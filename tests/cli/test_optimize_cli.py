@@ -85,3 +85,50 @@ def test_optimize_the_named_kernel_of_a_file_with_several(tmp_path: Path) -> Non
     original_v1, original_v2 = versions.split("def kernel_v2(")
     assert v1 == original_v1  # the other version, untouched
     assert v2 != original_v2  # the named one, rewritten
+
+
+COPY_KERNEL = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        return out
+''')
+
+COPY_REFERENCE = textwrap.dedent('''
+    import numpy as np
+
+
+    def make_inputs(rng):
+        return [rng.standard_normal((128, 512), dtype=np.float32)]
+
+
+    def reference(x):
+        return x
+''')
+
+
+def test_a_search_that_finds_nothing_writes_nothing_and_json_goes_to_stdout(tmp_path: Path) -> None:
+    """Issue 41: no identical .optimized.py and empty .diff; `--json` is a flag as on profile (stdout holds
+    only the JSON), and `--json PATH` still writes the file."""
+    import json
+
+    (tmp_path / "copy.py").write_text(COPY_KERNEL)
+    (tmp_path / "copy_ref.py").write_text(COPY_REFERENCE)
+    command = [sys.executable, "-m", "accelopt_core", "optimize", str(tmp_path / "copy.py"), "--reference",
+               str(tmp_path / "copy_ref.py"), "--preset", "quick", "--workers", "1", "--db", str(tmp_path / "m.db")]
+    run = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["speedup"] == 1.0 and summary["written"] is None
+    assert "no faster correct kernel found: nothing written" in run.stderr
+    assert "rewrites in the best kernel" not in run.stderr
+    assert sorted(p.name for p in tmp_path.glob("copy*")) == ["copy.py", "copy_ref.py"]
+    to_file = subprocess.run([*command, "--json", str(tmp_path / "summary.json")], capture_output=True, text=True,
+                             timeout=600)
+    assert to_file.returncode == 0 and json.loads((tmp_path / "summary.json").read_text())["written"] is None
+    assert "nothing written" in to_file.stdout

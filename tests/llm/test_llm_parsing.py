@@ -84,7 +84,7 @@ def test_static_checks_name_what_is_wrong() -> None:
     broken = SILU.replace("for r in nl.affine_range(rows // tile_p):", "for r in nl.affine_range(rows // tile_p)")
     assert static_problem(broken, SILU) == "candidate.py:13: syntax error: expected ':'"
     assert "outside function" in (static_problem(SILU + "return 1\n", SILU) or "")
-    assert "cannot tell which function is the kernel" in (static_problem("x = 1\n", SILU) or "")
+    assert "defines no function" in (static_problem("x = 1\n", SILU) or "")
     renamed = SILU.replace("def kernel(x):", "def kernel(x, scale):")
     assert "parameters changed from (x) to (x, scale)" in (static_problem(renamed, SILU) or "")
     lowered = SILU.replace("dtype=x.dtype", "dtype=nl.bfloat16")

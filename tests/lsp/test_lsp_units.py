@@ -24,7 +24,11 @@ def test_kernels_are_recognised_by_content() -> None:
     broken = analyze(SILU.replace("def kernel(x):", "def kernel(x:"))
     assert broken.is_kernel and broken.syntax_error and broken.syntax_error[0] == 8
     two = "import neuronxcc.nki as nki\n\n@nki.jit\ndef a(x):\n    pass\n\n@nki.jit\ndef b(x):\n    pass\n"
-    assert analyze(two).problem and "cannot tell which function" in (analyze(two).problem or "")
+    several = analyze(two)  # no problem: each kernel gets a lens that picks it (test_lsp_several_kernels)
+    assert several.choosing and not several.problem and [k.name for k in several.kernels] == ["a", "b"]
+    assert analyze(two, chosen="b").function == "b" and analyze(two, chosen="b").named == "b"
+    assert analyze("# accelopt: kernel=a\n" + two, chosen="b").function == "b"  # a lens's pick is the latest word
+    assert analyze(two, chosen="gone").choosing  # a pick whose function was deleted
     assert analyze("# accelopt: kernel=b\n" + two).function == "b"
     assert analyze("# accelopt: kernel=b\n" + two).named == "b" and analyze(SILU).named is None  # searches are told
 
@@ -206,3 +210,42 @@ def test_the_spill_finding_follows_an_sbuf_overflow_not_the_kernels_own_scratch(
     (message,) = spill_findings(sbuf_peak_live_bytes_per_partition=300_000, **usable)
     assert message.startswith("SBUF overflows")
     assert len(spill_findings()) == 1  # a hardware profile has no peak: its spill counters speak
+
+
+def test_findings_say_only_what_the_profile_shows() -> None:
+    """Issue 41: the idle-Tensor finding names no engine it waits on when the Tensor engine is the busiest
+    itself, and a repeated load on a line with 0 % of the busy time is not worth a diagnostic."""
+    from accelopt_core.profiling import ProfileResult
+    from server.findings import bottlenecks
+
+    def findings(bottleneck: str, hot_line: int) -> dict[str, str]:
+        lines = [{"line": hot_line, "time_ms": 1.0, "engine": "tensor", "instructions": 4, "engines": {"tensor": 1.0}},
+                 {"line": 31 if hot_line != 31 else 30, "time_ms": 0.0, "engine": "dma", "instructions": 1,
+                  "engines": {"dma": 0.0}}]
+        result = ProfileResult("k.py", "matmul", "trn1", "simulator", latency_ms=1.0, bound="matmul",
+                               bottleneck=bottleneck, lines=lines,
+                               profile={"tensor_engine_active_time_percent": 0.4, "hardware_flops": 1})
+        return {f.code: f.message for f in bottlenecks(analyze(MATMUL), MATMUL, result)}
+
+    said = findings("tensor", 31)
+    assert "no other engine is busier" in said["idle-tensor-engine"] and "waits on the tensor" not in str(said)
+    assert "waits on the dma engine" in findings("dma", 31)["idle-tensor-engine"]
+    assert "repeated-load" in said and "repeated-load" not in findings("tensor", 29)  # line 31 at 0 %
+
+
+def test_a_kernel_picked_with_a_lens_holds_until_the_directive_names_another() -> None:
+    from accelopt_core.profiling import ProfileResult
+    from server.state import KernelDocument
+
+    two = "import neuronxcc.nki as nki\n\n@nki.jit\ndef a(x):\n    pass\n\n@nki.jit\ndef b(x):\n    pass\n"
+    doc = KernelDocument.create("file:///ws/two.py", "# accelopt: kernel=a\n" + two)
+    doc.trace = ProfileResult("two.py", "t", "trn1", "simulator", latency_ms=1.0)
+    doc.keep(doc.trace)
+    assert doc.choose_kernel("b") and doc.info.function == "b" and doc.trace is None and set(doc.kept) == {"a"}
+    assert not doc.choose_kernel("nope")
+    doc.source = "# accelopt: kernel=a\n" + two + "\n"  # an edit elsewhere keeps the pick
+    doc.reanalyze()
+    assert doc.info.function == "b"
+    doc.source = two  # the directive's kernel= removed: the pick ends with it
+    doc.reanalyze()
+    assert doc.chosen_kernel is None and doc.info.choosing

@@ -86,5 +86,6 @@ class RuleAgent:
         speedup = slow.latency_ms / fast.latency_ms if fast.latency_ms else 1.0
         lesson = rule.summary if rule else fast.origin
         direction = "faster" if speedup >= 1 else "slower"
-        return (f"{lesson} Applied as: {fast.plan}. Result: {speedup:.2f}x {direction} on {context.task} "
+        plan = fast.plan.rstrip().rstrip(".")  # plans are sentences: "... each iteration." took a second period
+        return (f"{lesson} Applied as: {plan}. Result: {speedup:.2f}x {direction} on {context.task} "
                 f"({context.hardware}, {fast.result.backend}).")

@@ -16,6 +16,7 @@ full tile; a fusion is proposed only when every operand has the class the instru
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -82,6 +83,12 @@ def _combine(kinds: Sequence[str]) -> str:
     if COLUMN in kinds:
         return COLUMN
     return SCALAR
+
+
+def _quoted(code: str, limit: int = 60) -> str:
+    """Kernel code on one line for a message, cut with an ellipsis past `limit` characters."""
+    flat = " ".join(code.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 @dataclass
@@ -834,13 +841,18 @@ class _Matcher:
 
     def _square(self, r: _Node) -> tuple[str, str, list[_Node], str] | None:
         if r.op == "multiply" and _same(r.args[0], r.args[1]) and _data(r.args[0]) and r.args[0].op is None:
-            return self._known("square", r.args[0], [r], r, "x * x (a Vector-engine tensor_tensor)")
+            return self._known("square", r.args[0], [r], r, "x * x")
         return None
 
     def _known(self, func: str, x: _Node, internals: list[_Node], root: _Node,
                written: str) -> tuple[str, str, list[_Node], str]:
+        """The activation that computes `root`, and what the plan says: it quotes the kernel's own code
+        (`mean * mean`), and names the formula in the kernel's names where x is one (mean * mean)."""
         text = f"{self.nl}.{func}({x.text}{self._tail(root)})"
-        return func, text, internals, f"replace {written} by the single activation {self.nl}.{func}"
+        formula = re.sub(r"\bx\b", x.text, written) if x.text.isidentifier() else written
+        code = _quoted(root.text)
+        said = f"`{code}`" if code == formula else f"`{code}` ({formula})"
+        return func, text, internals, f"replace {said} by the single activation {self.nl}.{func}"
 
     def _scaled(self, n: _Node) -> tuple[_Node, str | None, list[_Node]] | None:
         """`x * a`, `-x` or `x / c` with a scalar or a column a and a scalar c: (x, scale, nodes)."""

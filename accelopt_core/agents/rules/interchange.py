@@ -148,11 +148,13 @@ def invariant_loads(model: KernelModel, nest: Nest) -> list[Op]:
 
 
 class InterchangeLoops:
-    """Swap two nested affine loops so loads invariant of the new inner loop can be hoisted."""
+    """Swap two nested affine loops so loads become invariant of the new inner loop; the swap alone moves
+    nothing out of a loop (hoist_invariant_loads does that next), and its plan says so."""
 
     name = "interchange_loops"
     summary = ("Swap two nested affine loops (row and column tiles of a matmul) so the weight loads no longer "
-               "depend on the inner loop and can be hoisted out of it: fewer HBM bytes for a DMA-bound kernel.")
+               "depend on the inner loop; the swap only prepares a hoist, which then loads them once per outer "
+               "iteration: fewer HBM bytes for a DMA-bound kernel.")
 
     def plan(self, source: str, profile: ProfileResult | None) -> list[Plan]:
         model = model_of(source, profile)
@@ -185,8 +187,8 @@ class InterchangeLoops:
             plans.append(Plan(
                 self.name, outer_line,
                 f"Swap loops `for {nest.outer_var}` (line {outer_line}) and `for {nest.inner_var}` (line "
-                f"{inner_line}) so the load(s) on line(s) {where} become invariant of the inner loop and can be "
-                f"hoisted{recompute}.",
+                f"{inner_line}) so the load(s) on line(s) {where} no longer depend on the inner loop (this only "
+                f"swaps the loops: hoisting those loads is a separate step){recompute}.",
                 nest_params(nest), priority))
         plans.sort(key=lambda p: -p.priority)
         return plans
