@@ -26,7 +26,7 @@ from .engine import (
 from .memory import Memory
 from .nki.loader import check_source, read_source
 from .profiling import TaskRef, measured_on
-from .report import counted
+from .report import counted, what_bounds
 from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, SearchResult, preset
 
 NO_ENDPOINT = "no LLM endpoint configured: using the rule-based optimizer"
@@ -160,12 +160,14 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
     else:
         print(f"no faster correct kernel found: nothing written ({os.path.relpath(args.kernel)} stays the best)",
               file=words)
+        print("\n".join(what_bounds(result.base.result)), file=words)
     print(f"search id:   {result.search_id}", file=words)
     if args.json:
         summary = {"search_id": result.search_id, "speedup": result.speedup, "evaluated": result.evaluated,
                    "seconds": result.seconds, "before": result.base.result.to_dict(),
                    "after": result.best.result.to_dict(),
                    "written": {"kernel": target, "diff": diff_path} if found else None,
+                   "why_not_faster": None if found else what_bounds(result.base.result),
                    "history": [vars(h) for h in result.history],
                    "failed": [{"origin": c.origin, "plan": c.plan, "error": c.result.error,
                                "check_message": None if c.result.error else c.result.check_message}

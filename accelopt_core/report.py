@@ -83,3 +83,44 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
             out.append(f"  {line['line']:>4}  {line['time_ms']:8.4f} ms {100 * line['time_ms'] / total:5.1f}%  "
                        f"{line['engine']:<6} {line['instructions']:>7} instr  {text}")
     return "\n".join(out)
+
+
+# What kind of change helps a kernel the profile finds bound by each engine (the search's rules of that kind).
+_REMEDIES = {
+    "dma": "fewer, larger transfers (2 KiB or more per partition), loads spread over more queues, or data kept "
+           "on chip instead of loaded again",
+    "tensor": "fewer matmul passes: larger moving tiles (up to 512 columns), the stationary operand reused "
+              "across more of them, transposes folded into the loads",
+    "vector": "fewer element-wise passes: fused instructions (an activation's scale and bias, tensor_scalar's "
+              "two operators), larger tiles, or part of the work moved to the Scalar or GpSimd engine",
+    "scalar": "fewer activation passes: one activation with scale and bias instead of several, larger tiles, or "
+              "affine work moved to the Vector engine",
+    "gpsimd": "work moved off GpSimd (the slowest engine) to the Vector or Scalar engine",
+}
+
+
+def what_bounds(result: ProfileResult) -> list[str]:
+    """Why a kernel is as fast as it is, in a few lines: its bottleneck with its share of the busy time, its
+    share of the task's peak and what that peak is bound by, the HBM bytes it moves against the minimum the
+    task needs, and the kind of change that could help. Said when a search finds nothing faster."""
+    p = result.profile or {}
+    lines: list[str] = []
+    if result.bottleneck:
+        summary = str(p.get("bottleneck_summary") or f"{result.bottleneck}-bound").split(";")[0]
+        lines.append(f"bound by:  {summary}")
+    if result.peak_percent is not None:
+        bound = f" (the task's best time is set by its {result.bound} work)" if result.bound else ""
+        lines.append(f"roofline:  {result.peak_percent:.1f}% of the task's peak{bound}")
+    moved = float(p.get("hbm_read_bytes") or 0) + float(p.get("hbm_write_bytes") or 0)
+    needed = float((result.peak_work or {}).get("hbm_bytes") or 0)
+    if moved and needed:
+        lines.append(f"HBM:       {_bytes(moved)} moved, {moved / needed:.2f}x the {_bytes(needed)} the task's "
+                     "inputs and outputs need" + ("" if moved > 1.1 * needed else " (no traffic left to save)"))
+    if result.peak_percent is not None and result.peak_percent >= 90:
+        lines.append("could help: little: the kernel is within 10% of the task's peak")
+    elif moved and needed and moved > 1.1 * needed:
+        lines.append("could help: moving fewer bytes: data loaded more than once kept on chip (hoisted loads, "
+                     "fused loops), intermediates kept out of HBM")
+    elif result.bottleneck in _REMEDIES:
+        lines.append(f"could help: {_REMEDIES[result.bottleneck]}")
+    return lines

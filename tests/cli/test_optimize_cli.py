@@ -127,6 +127,8 @@ def test_a_search_that_finds_nothing_writes_nothing_and_json_goes_to_stdout(tmp_
     assert summary["speedup"] == 1.0 and summary["written"] is None
     assert "no faster correct kernel found: nothing written" in run.stderr
     assert "rewrites in the best kernel" not in run.stderr
+    assert "bound by:  dma-bound" in run.stderr and "could help: " in run.stderr  # what bounds it, in words
+    assert summary["why_not_faster"][0].startswith("bound by:  dma-bound")
     assert sorted(p.name for p in tmp_path.glob("copy*")) == ["copy.py", "copy_ref.py"]
     to_file = subprocess.run([*command, "--json", str(tmp_path / "summary.json")], capture_output=True, text=True,
                              timeout=600)
