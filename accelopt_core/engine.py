@@ -13,8 +13,10 @@ import importlib
 import importlib.util
 import logging
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .config import LLMSettings
@@ -25,7 +27,7 @@ from .tasks.declared import default_task_name, read_declared
 
 if TYPE_CHECKING:
     from .agents.llm import LLMAgent
-    from .agents.rules import Rule
+    from .agents.rules import Plan, Rule
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +205,9 @@ def search_agents(planner: str, settings: LLMSettings | None, samples_per_plan: 
 
 @dataclass(frozen=True)
 class QuickFix:
-    """One rule's plan for one place in a kernel, with the source its rewrite produces (unverified: nothing
-    runs; verified rewrites come from a search)."""
+    """One rule's rewrite of one place in a kernel, offered only once the model times it faster than the
+    kernel: `estimated_ms` is its trace-only latency, or its checked run's once `checked` (correct on the
+    task's seeds and still faster); verified rewrites of many steps come from a search."""
 
     rule: str
     line: int  # 1-based
@@ -212,17 +215,29 @@ class QuickFix:
     priority: float
     key: str
     new_source: str
+    baseline_ms: float  # the kernel's latency it was compared with
+    estimated_ms: float
+    checked: bool = False
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_ms / self.estimated_ms if self.estimated_ms else 1.0
 
 
-def quick_fixes(rules: Sequence[Rule], source: str, profile: ProfileResult | None, limit: int) -> list[QuickFix]:
-    """The best `limit` rewrites the rules would make, in the rule-based optimizer's order, each distinct.
-    Parsing and rewriting with libcst never executes the kernel; a rule that fails is skipped, not fatal."""
+MIN_FIX_SPEEDUP = 1.01  # a quick fix must show a change a person can see in the lens's four digits
+Evaluate = Callable[[str, bool], ProfileResult]  # (source, check) -> its profile
+
+
+def rewrites(rules: Sequence[Rule], source: str, profile: ProfileResult | None, limit: int
+             ) -> list[tuple[Plan, str]]:
+    """The best `limit` distinct rewrites the rules would make, in the rule-based optimizer's order, with their
+    sources. Parsing and rewriting with libcst never executes the kernel; a rule that fails is skipped."""
     from .agents.rules.agent import RuleAgent, focus_of
 
-    fixes: list[QuickFix] = []
+    found: list[tuple[Plan, str]] = []
     seen: set[str] = set()
     for rule, plan in RuleAgent(rules).ranked_plans(source, profile, skip_failing=True):
-        if len(fixes) >= limit:
+        if len(found) >= limit:
             break
         try:
             with focus_of(profile):
@@ -233,6 +248,38 @@ def quick_fixes(rules: Sequence[Rule], source: str, profile: ProfileResult | Non
         if new_source == source or new_source in seen:
             continue
         seen.add(new_source)
-        fixes.append(QuickFix(plan.rule, int(plan.line), plan.description, float(plan.priority), plan.key,
-                              new_source))
+        found.append((plan, new_source))
+    return found
+
+
+def quick_fixes(rules: Sequence[Rule], source: str, profile: ProfileResult, limit: int, evaluate: Evaluate,
+                deadline: float | None = None, cancel: threading.Event | None = None) -> list[QuickFix]:
+    """The rewrites the editor may offer: each of the rules' best rewrites (up to twice `limit` tried) is timed
+    by the model, trace-only, and kept only when it is at least MIN_FIX_SPEEDUP faster than `profile`; the
+    kept ones are then checked in order while `deadline` (time.monotonic()) allows: one that fails to run,
+    gives wrong results or is no longer faster in its checked run is dropped, so what is offered never
+    makes the kernel slower by the model's word and is labelled checked only once it was."""
+    base = profile.latency_ms
+    if not base or profile.error:
+        return []
+    timed: list[QuickFix] = []
+    def stopped() -> bool:
+        return (cancel is not None and cancel.is_set()) or (deadline is not None and time.monotonic() > deadline)
+
+    for plan, new_source in rewrites(rules, source, profile, 2 * limit):
+        if len(timed) >= limit or stopped():
+            break
+        estimate = evaluate(new_source, False)
+        if estimate.error or not estimate.latency_ms or base / estimate.latency_ms < MIN_FIX_SPEEDUP:
+            continue
+        timed.append(QuickFix(plan.rule, int(plan.line), plan.description, float(plan.priority), plan.key,
+                              new_source, base, estimate.latency_ms))
+    fixes: list[QuickFix] = []
+    for fix in timed:
+        if stopped():
+            fixes.append(fix)  # left to the model's estimate, and labelled so
+            continue
+        checked = evaluate(fix.new_source, True)
+        if checked.correct and checked.latency_ms and base / checked.latency_ms >= MIN_FIX_SPEEDUP:
+            fixes.append(replace(fix, estimated_ms=checked.latency_ms, checked=True))
     return fixes

@@ -191,7 +191,8 @@ def report(doc: KernelDocument, hardware: str, backend: str) -> dict[str, Any]:
         "result": result.to_dict() if result is not None else None,
         "trace": doc.trace.to_dict() if doc.trace is not None and doc.trace is not result else None,
         "lines": lines,
-        "quickFixes": [{"rule": f.rule, "line": f.line, "description": f.description, "priority": f.priority}
+        "quickFixes": [{"rule": f.rule, "line": f.line, "description": f.description, "priority": f.priority,
+                        "baseline_ms": f.baseline_ms, "estimated_ms": f.estimated_ms, "checked": f.checked}
                        for f in doc.current_fixes()],
         "rewrites": [{"title": r.title, "speedup": r.speedup, "latency_ms": r.latency_ms, "plan": r.plan,
                       "peak_percent": r.peak_percent, "seeds": r.seeds} for r in doc.current_rewrites()],

@@ -9,7 +9,7 @@ from typing import Any
 
 from accelopt_core.profiling import ProfileResult
 
-from .format import fraction, ms, nbytes
+from .format import fix_gain, fraction, ms, nbytes
 from .kernels import KernelFile, TaskLink
 
 ERROR, WARNING, INFO, HINT = "error", "warning", "information", "hint"
@@ -206,5 +206,23 @@ def bottlenecks(kernel: KernelFile, source: str, result: ProfileResult) -> list[
 
 def rule_findings(fixes: Sequence[Any]) -> list[Finding]:
     """One information diagnostic per rule-based rewrite on offer (its quick fix applies it)."""
-    return [Finding(fix.line, INFO, f"rule:{fix.rule}", f"{fix.rule}: {fix.description}",
+    return [Finding(fix.line, INFO, f"rule:{fix.rule}", f"{fix.rule}: {fix.description} ({fix_gain(fix)})",
                     data={"fix": fix.key}, priority=fix.priority) for fix in fixes]
+
+
+def applied_fix_findings(fix: Any, result: ProfileResult | None, def_line: int) -> list[Finding]:
+    """A warning, as soon as its profile shows it, when the quick fix just applied made the kernel fail, give
+    wrong results or run slower than before it (the kernel's latency the fix was compared with): undo reverts it."""
+    if fix is None or result is None:
+        return []
+    where = f"the quick fix just applied ({fix.rule}: {fix.description})"
+    if result.error:
+        message = f"{where} makes the kernel fail: {result.error.splitlines()[0]}; undo to revert it"
+    elif result.correct is False:
+        message = f"{where} gives wrong results: {result.check_message or 'the check failed'}; undo to revert it"
+    elif result.latency_ms and result.latency_ms > fix.baseline_ms:
+        message = (f"{where} made the kernel {result.latency_ms / fix.baseline_ms:.2f}x slower "
+                   f"({ms(fix.baseline_ms)} -> {ms(result.latency_ms)}); undo to revert it")
+    else:
+        return []
+    return [Finding(def_line, WARNING, "applied-fix-regressed", message, priority=1.0)]

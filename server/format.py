@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from accelopt_core.profiling import ProfileResult, as_percent, measured_on
 
 
@@ -62,3 +64,12 @@ def short_error(text: str, limit: int = 90) -> str:
     """The first line of an error, cut to fit a lens."""
     first = text.strip().splitlines()[0] if text.strip() else "unknown error"
     return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def fix_gain(fix: Any) -> str:
+    """What a quick fix is worth, by whose word: `1.25x faster, checked (0.6640 -> 0.5312 ms)` once its checked run
+    showed it, `estimated 1.25x faster, not checked (...)` while only the model's trace-only timing has."""
+    numbers = f"({ms(fix.baseline_ms)} -> {ms(fix.estimated_ms)})"
+    if fix.checked:
+        return f"{fix.speedup:.2f}x faster, checked {numbers}"
+    return f"estimated {fix.speedup:.2f}x faster, not checked {numbers}"

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 SEARCH_STOP_GRACE_S = 20.0
 MAX_REWRITES = 3
+# seconds the worker times and checks a kernel's quick fixes; past them it offers the rest by the model's estimate
+FIX_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -323,13 +325,13 @@ class Session:
         if delay:
             await asyncio.sleep(delay)
         await self.ready.wait()
-        source, ref = snap.source, snap.link.ref
+        ref = snap.link.ref
         assert ref is not None
         variant = check_variant(ref)
         checked = await asyncio.to_thread(self._cached, snap, True, variant)
         if checked is not None:
             self.stats["cache_hits"] += 1
-            await self._deliver(doc, request, source, checked, checked)
+            await self._deliver(doc, request, snap, checked, checked)
             return
         trace = await asyncio.to_thread(self._cached, snap, False, variant)
         if trace is not None:
@@ -340,14 +342,14 @@ class Session:
             trace = await self._run_job(doc, request, snap, False, variant)
             if trace is None:
                 return
-        await self._deliver(doc, request, source, trace, None)
+        await self._deliver(doc, request, snap, trace, None)
         if trace.error or doc.request_id != request:
             return
         doc.phase = "checking"
         self.changed(doc, {"lenses"})
         result = await self._run_job(doc, request, snap, True, variant)
         if result is not None:
-            await self._deliver(doc, request, source, trace, result)
+            await self._deliver(doc, request, snap, trace, result)
 
     async def _run_job(self, doc: KernelDocument, request: int, snap: Snapshot, check: bool,
                        variant: str | None) -> ProfileResult | None:
@@ -381,11 +383,12 @@ class Session:
             return None
         return result
 
-    async def _deliver(self, doc: KernelDocument, request: int, source: str, trace: ProfileResult,
+    async def _deliver(self, doc: KernelDocument, request: int, snap: Snapshot, trace: ProfileResult,
                        checked: ProfileResult | None) -> None:
-        """Show a profile at once; the quick fixes for it follow when the worker has planned them."""
+        """Show a profile at once; the quick fixes for it follow when the worker has timed them."""
         if doc.request_id != request:
             return
+        source = snap.source
         first = doc.profiled_source != source or doc.trace is None
         doc.profiled_source = source
         doc.trace, doc.checked = trace, checked
@@ -393,16 +396,21 @@ class Session:
         doc.task_error = doc.failure = None
         doc.phase = "idle" if checked is not None or trace.error else doc.phase
         if first:
+            doc.applied_fix = next((f for f in doc.fixes if f.new_source == source), None)
             doc.fixes = []
         self.changed(doc)
         if first and not trace.error and self.settings.max_quick_fixes:
-            self._plan_fixes(doc, request, source, checked or trace)
+            self._plan_fixes(doc, request, snap, checked or trace)
 
-    def _plan_fixes(self, doc: KernelDocument, request: int, source: str, profile: ProfileResult) -> None:
-        """Rule plans are computed in the worker (libcst and the rules never load into the server)."""
-        payload = {"source": source, "profile": profile, "limit": self.settings.max_quick_fixes,
-                   "specs": list(self.settings.quick_fix_rules)}
-        job = self.profile_lane.submit("fixes", payload, priority=0, timeout=120.0)
+    def _plan_fixes(self, doc: KernelDocument, request: int, snap: Snapshot, profile: ProfileResult) -> None:
+        """Rule rewrites are planned, timed and checked in the worker (libcst and the rules never load into the
+        server); only those the model shows faster come back."""
+        source = snap.source
+        payload = {**self._payload(doc, snap, False, check_variant(snap.link.ref)), "profile": profile,
+                   "limit": self.settings.max_quick_fixes, "specs": list(self.settings.quick_fix_rules),
+                   "seconds": FIX_SECONDS}
+        job = self.profile_lane.submit("fixes", payload, priority=0,
+                                       timeout=FIX_SECONDS + self.settings.sandbox_seconds + 600.0)
         self._fix_jobs[doc.uri] = job
 
         def done(future: asyncio.Future[Any]) -> None:

@@ -73,6 +73,7 @@ class KernelDocument:
     task_error: str | None = None
     failure: str | None = None  # the profiling machinery failed (not the kernel)
     fixes: list[QuickFix] = field(default_factory=list)
+    applied_fix: QuickFix | None = None  # the quick fix whose rewrite the profiled text is (judged by its profile)
     rewrites: list[Rewrite] = field(default_factory=list)
     search: SearchRun | None = None
     last_search: dict[str, Any] | None = None

@@ -15,6 +15,7 @@ import pickle
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,7 +35,7 @@ from accelopt_core.engine import (
     task_family,
 )
 from accelopt_core.memory import Memory
-from accelopt_core.profiling import Profiler
+from accelopt_core.profiling import Profiler, ProfileResult
 from accelopt_core.search import BeamSearch, SearchError, preset
 from accelopt_core.tasks import TaskError
 
@@ -171,9 +172,22 @@ def _quick_fix_rules(specs: tuple[str, ...]) -> list[Any]:
 
 
 def fixes_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
-    """{"fixes": [QuickFix]}: where the rewrite rules apply to this kernel, with each rewrite's source."""
+    """{"fixes": [QuickFix]}: the rules' rewrites of this kernel that the model times faster, checked while
+    `seconds` allow, each with its source."""
     rules = _quick_fix_rules(tuple(payload.get("specs") or ()))
-    return {"fixes": quick_fixes(rules, payload["source"], payload["profile"], payload["limit"])}
+    profiler = _profiler(payload["profiler"], payload.get("memory_db"))
+
+    def evaluate(source: str, check: bool) -> ProfileResult:
+        return profiler.profile(source, payload["task"], payload["hardware"], check=check,
+                                kernel_label=payload.get("label", "kernel.py"), kernel_name=payload.get("kernel_name"),
+                                cancel=cancel)
+
+    deadline = time.monotonic() + float(payload.get("seconds", 120.0))
+    try:
+        return {"fixes": quick_fixes(rules, payload["source"], payload["profile"], payload["limit"], evaluate,
+                                     deadline, cancel)}
+    except TaskError:
+        return {"fixes": []}  # the task is reported by the profile job itself
 
 
 JOBS: dict[str, Callable[[dict[str, Any], threading.Event, Callable[[Any], None]], dict[str, Any]]] = {

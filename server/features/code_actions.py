@@ -1,7 +1,8 @@
 """Code actions: link a task (inserts the directive), pick one of a file's several kernels, apply a rule-based
-rewrite (unverified quick fix on its diagnostic), and apply a verified rewrite from Optimize. Every rewrite is one
-WorkspaceEdit of minimal line hunks (one undo step); verified rewrites carry a change annotation that asks for
-confirmation, so editors that support it show a diff preview before applying."""
+rewrite (a quick fix on its diagnostic, offered once the model timed it faster, labelled checked once it was), and
+apply a verified rewrite from Optimize. Every rewrite is one WorkspaceEdit of minimal line hunks (one undo step);
+verified rewrites carry a change annotation that asks for confirmation, so editors that support it show a diff
+preview before applying."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from ..edits import line_edits
+from ..format import fix_gain
 from ..kernels import directive_insert_line, suggest_tasks
 from ..state import KernelDocument
 from .diagnostics import SOURCE
@@ -115,7 +117,7 @@ def actions(ls: AccelOptServer, doc: KernelDocument, params: types.CodeActionPar
             related = [d for d in context if d.source == SOURCE and d.range.start.line == fix.line - 1]
             if not (near(fix.line) or related):
                 continue
-            out.append(types.CodeAction(title=f"Apply {fix.rule}: {fix.description} (unverified)",
+            out.append(types.CodeAction(title=f"Apply {fix.rule}: {fix.description} — {fix_gain(fix)}",
                                         kind=types.CodeActionKind.QuickFix, diagnostics=related,
                                         edit=workspace_edit(ls, doc, new_source=fix.new_source)))
     inside = info.def_line is not None and first <= (info.end_line or info.def_line) and last >= info.def_line

@@ -9,7 +9,17 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from ..findings import ERROR, HINT, INFO, WARNING, Finding, from_results, rule_findings, structural
+from ..findings import (
+    ERROR,
+    HINT,
+    INFO,
+    WARNING,
+    Finding,
+    applied_fix_findings,
+    from_results,
+    rule_findings,
+    structural,
+)
 from ..kernels import analyze
 from ..state import KernelDocument
 
@@ -42,6 +52,8 @@ def findings(doc: KernelDocument) -> list[Finding]:
                                    finding.end_column, finding.data, finding.priority))
     # A rule's plan on a line that already has a finding rides on that diagnostic (its quick fix is offered
     # there) instead of adding a second one about the same thing.
+    if not doc.outdated:
+        out.extend(applied_fix_findings(doc.applied_fix, doc.result, def_line))
     explained = {f.line for f in out if f.code in ("repeated-load", "idle-tensor-engine")}
     out.extend(f for f in rule_findings(doc.current_fixes()) if f.line not in explained)
     rewrites = doc.current_rewrites()

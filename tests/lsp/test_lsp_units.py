@@ -3,11 +3,12 @@ tasks, finding repeated loads, minimal edits, settings."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from lsp_client import ROOT, SILU
 
-from accelopt_core.engine import check_variant, quick_fixes
+from accelopt_core.engine import check_variant, quick_fixes, rewrites
 from server.config import Settings, merge
 from server.edits import apply_line_edits, line_edits, line_map
 from server.findings import repeated_loads
@@ -113,10 +114,60 @@ class _Rule:
         return source + f"# {self.name} at {plan.line}\n"  # type: ignore[attr-defined]
 
 
-def test_rule_fixes_are_ordered_limited_and_skip_plans_that_do_not_apply() -> None:
-    fixes = quick_fixes([_Rule("a", [(10, 0.2), (13, 0.9)]), _Rule("b", [(11, 0.5), (12, 0.1)])], SILU, None, 2)
-    assert [(f.rule, f.line) for f in fixes] == [("b", 11), ("a", 10)]
-    assert fixes[0].new_source.endswith("# b at 11\n")
+def test_rule_rewrites_are_ordered_limited_and_skip_plans_that_do_not_apply() -> None:
+    found = rewrites([_Rule("a", [(10, 0.2), (13, 0.9)]), _Rule("b", [(11, 0.5), (12, 0.1)])], SILU, None, 2)
+    assert [(plan.rule, plan.line) for plan, _ in found] == [("b", 11), ("a", 10)]
+    assert found[0][1].endswith("# b at 11\n")
+
+
+def _timed(latency: dict[str, float], wrong: tuple[str, ...] = (), seconds: float = 0.0):  # type: ignore[no-untyped-def]
+    """An evaluation stand-in: each rewrite's latency by the comment its rule appended, and its verdict; each
+    evaluation takes `seconds`."""
+    from accelopt_core.profiling import ProfileResult
+
+    calls: list[tuple[str, bool]] = []
+
+    def evaluate(source: str, check: bool) -> ProfileResult:
+        mark = source.rstrip().rsplit("# ", 1)[-1]
+        calls.append((mark, check))
+        time.sleep(seconds)
+        return ProfileResult("k.py", "silu", "trn1", "simulator", latency_ms=latency[mark],
+                             correct=(mark not in wrong) if check else None)
+    return evaluate, calls
+
+
+def test_quick_fixes_offer_only_rewrites_the_model_times_faster_and_check_them() -> None:
+    """Issue 40: a quick fix never makes the kernel slower by the model's word; one that fails its check is
+    dropped; offered ones are labelled checked only once checked."""
+    from accelopt_core.profiling import ProfileResult
+
+    base = ProfileResult("k.py", "silu", "trn1", "simulator", latency_ms=1.0)
+    rules = [_Rule("a", [(10, 0.9), (11, 0.8), (12, 0.7), (14, 0.6)])]
+    evaluate, calls = _timed({"a at 10": 1.6, "a at 11": 0.8, "a at 12": 0.995, "a at 14": 0.5}, wrong=("a at 14",))
+    fixes = quick_fixes(rules, SILU, base, 5, evaluate)
+    assert [(f.line, f.estimated_ms, f.checked) for f in fixes] == [(11, 0.8, True)]  # slower, 1.005x, wrong: gone
+    assert fixes[0].speedup == 1.25 and fixes[0].baseline_ms == 1.0
+    assert ("a at 10", True) not in calls  # a rewrite the model times slower is never checked
+    evaluate, calls = _timed({"a at 10": 0.5, "a at 11": 0.8, "a at 12": 0.9, "a at 14": 0.5}, seconds=0.2)
+    unchecked = quick_fixes(rules, SILU, base, 2, evaluate, deadline=time.monotonic() + 0.1)  # time for one timing
+    assert [(f.line, f.checked) for f in unchecked] == [(10, False)] and all(not check for _, check in calls)
+
+
+def test_an_applied_quick_fix_that_made_the_kernel_slower_or_wrong_says_so() -> None:
+    from accelopt_core.engine import QuickFix
+    from accelopt_core.profiling import ProfileResult
+    from server.findings import applied_fix_findings
+
+    fix = QuickFix("retune_tile_size", 12, "channel_psize = 64 instead of 128", 0.5, "k", "src", 1.0, 0.8, True)
+    slower = ProfileResult("k.py", "mamba", "trn1", "simulator", latency_ms=1.64, correct=True)
+    (finding,) = applied_fix_findings(fix, slower, 5)
+    assert finding.severity == "warning" and finding.line == 5
+    assert "made the kernel 1.64x slower (1 ms -> 1.64 ms); undo to revert it" in finding.message
+    wrong = ProfileResult("k.py", "mamba", "trn1", "simulator", latency_ms=0.7, correct=False,
+                          check_message="relative L2 error 0.3")
+    assert "gives wrong results: relative L2 error 0.3" in applied_fix_findings(fix, wrong, 5)[0].message
+    faster = ProfileResult("k.py", "mamba", "trn1", "simulator", latency_ms=0.8, correct=True)
+    assert applied_fix_findings(fix, faster, 5) == [] and applied_fix_findings(None, slower, 5) == []
 
 
 def test_bytes_per_line_exact_when_the_profile_has_them_else_estimated_for_dma_lines() -> None:
