@@ -24,6 +24,7 @@ from .blocks import LiveBlocks
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, trace_line
 from .indexing import DynamicIndex, Mask, Subscript, access_pattern, compose, full_subscript, normalize
 from .trace import Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
+from .views import TensorViews
 
 HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
 
@@ -354,10 +355,10 @@ class Storage:
 
 
 # the newer API's tensor views by access pattern (NKI 2.27 and later), not simulated
-_ACCESS_PATTERN_VIEWS = frozenset({"permute", "rearrange", "get_pattern", "strides", "slice"})
+_ACCESS_PATTERN_VIEWS = frozenset({"strides"})
 
 
-class Tile:
+class Tile(TensorViews):
     """A tensor or a region of one, as kernel code sees it."""
 
     __slots__ = ("_inplace", "storage", "sub")
