@@ -512,6 +512,8 @@ class Tile(TensorViews):
             lows = tuple(lo for lo, _ in self.sub.region)
             offset = int(np.ravel_multi_index(lows, storage.shape)) if self.size else 0
         runtime = scalar_offset if scalar_offset is not None else vector_offset
+        if hasattr(runtime, "source_tile"):
+            runtime = runtime.source_tile()  # an NkiScalar: the [1, 1] tile that holds it
         if runtime is not None and vector_offset is not None:
             pattern = [[0, pattern[0][1]], *pattern[1:]]  # the rows come from the vector, one per partition
         items = access_pattern(pattern, int(offset), storage.shape)
