@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..hardware import HardwareProfileError, load_hardware
+
 # The version of the dict `to_dict` writes. 2: every `*_percent` field of `profile` is a fraction (0.739 means
 # 73.9 %), the scale of neuron-profile's summary, whichever backend measured. Dicts without it are version 1,
 # where the simulator wrote those fields in percent and the Neuron backend its `benchmark_spread_percent`.
@@ -20,10 +22,11 @@ def as_percent(fraction: float | None) -> float | None:
 
 
 def measured_on(result: ProfileResult) -> str:
-    """Where the result's numbers come from, from its own backend: "simulated trn1" (the performance model)
-    or "measured on trn1 (host)" (a Trainium host's NeuronCore, also when a profiling service measured it)."""
+    """Where the result's numbers come from, from its own backend: "simulated trn1" (the performance model;
+    "simulated trn3, uncalibrated" when no measurement backs that profile) or "measured on trn1 (host)" (a
+    Trainium host's NeuronCore, also when a profiling service measured it)."""
     if result.backend == "simulator":
-        return f"simulated {result.hardware}"
+        return f"simulated {result.hardware}" + ("" if result.calibrated is not False else ", uncalibrated")
     if result.backend == "neuron":
         return f"measured on {result.hardware} (host)"
     return f"{result.hardware}, {result.backend} backend"  # a remote job that failed before any backend ran
@@ -76,6 +79,17 @@ class ProfileResult:
         return self.error is None
 
     @property
+    def calibrated(self) -> bool | None:
+        """Whether the simulator priced this result with a calibrated hardware profile; None for numbers a
+        device measured, or a profile that cannot be read here."""
+        if self.backend != "simulator":
+            return None
+        try:
+            return load_hardware(self.hardware).calibrated
+        except HardwareProfileError:
+            return None
+
+    @property
     def peak_counted(self) -> bool:
         """The peak comes from the reference's own NumPy work, counted while it ran (no declared peak_work)."""
         return bool(self.peak_work and self.peak_work.get("counted"))
@@ -96,6 +110,7 @@ class ProfileResult:
             "task": self.task,
             "hardware": self.hardware,
             "backend": self.backend,
+            "calibrated": self.calibrated,
             "latency_ms": self.latency_ms,
             "correct": self.correct,
             "peak_percent": self.peak_percent,
@@ -118,7 +133,7 @@ class ProfileResult:
                                          "peak_percent", "bottleneck", "bound", "peak_work", "rel_l2_error",
                                          "max_abs_error",
                                          "check_message", "error", "error_line")}
-        skip = set(own) | {"seeds", "lines", "input_shapes", "result_format"}
+        skip = set(own) | {"seeds", "lines", "input_shapes", "result_format", "calibrated"}
         profile = {k: v for k, v in data.items() if k not in skip}
         version = data.get("result_format")
         if not isinstance(version, int) or version < 2:

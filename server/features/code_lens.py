@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from accelopt_core.hardware import available_hardware
+from accelopt_core.hardware import available_hardware, load_hardware
 
 from ..format import headline, short_error
 from ..state import KernelDocument
@@ -60,8 +60,8 @@ def lenses(doc: KernelDocument, hardware: str) -> list[tuple[str, str, list[obje
     else:
         out.append(("Optimize", "accelopt.optimize", [doc.uri]))
     current = doc.hardware(hardware)
-    out += [(f"Profile on {other}", "accelopt.profile", [doc.uri, other]) for other in available_hardware()
-            if other != current]
+    out += [(f"Profile on {other}" + ("" if load_hardware(other).calibrated else " (uncalibrated)"),
+             "accelopt.profile", [doc.uri, other]) for other in available_hardware() if other != current]
     out.append(("Show report", "accelopt.showReport", [doc.uri]))
     return out
 
