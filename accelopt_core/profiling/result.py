@@ -73,6 +73,7 @@ class ProfileResult:
     error_line: int | None = None
     # the inputs' shapes the kernel ran with: "timed" (the timing size), "checked" (the check size, if checked)
     input_shapes: dict[str, list[list[int]]] = field(default_factory=dict)
+    nki_api: str | None = None  # the NKI the kernel is written for, read from its source ("NKI 0.7+ (...)")
 
     @property
     def ok(self) -> bool:
@@ -124,6 +125,7 @@ class ProfileResult:
             "error": self.error,
             "error_line": self.error_line,
             "input_shapes": self.input_shapes,
+            "nki_api": self.nki_api,
         }
         return {**head, **self.profile, "lines": self.lines}
 
@@ -132,7 +134,7 @@ class ProfileResult:
         own = {k: data.get(k) for k in ("kernel", "function", "task", "hardware", "backend", "latency_ms", "correct",
                                          "peak_percent", "bottleneck", "bound", "peak_work", "rel_l2_error",
                                          "max_abs_error",
-                                         "check_message", "error", "error_line")}
+                                         "check_message", "error", "error_line", "nki_api")}
         skip = set(own) | {"seeds", "lines", "input_shapes", "result_format", "calibrated"}
         profile = {k: v for k, v in data.items() if k not in skip}
         version = data.get("result_format")
