@@ -206,3 +206,10 @@ def test_the_spill_finding_follows_an_sbuf_overflow_not_the_kernels_own_scratch(
     (message,) = spill_findings(sbuf_peak_live_bytes_per_partition=300_000, **usable)
     assert message.startswith("SBUF overflows")
     assert len(spill_findings()) == 1  # a hardware profile has no peak: its spill counters speak
+
+
+def test_the_targeted_nki_release_is_validated() -> None:
+    settings, problems = merge(Settings(), {"accelopt": {"nkiVersion": "0.7.0"}})
+    assert settings.nki_version == "0.7" and not problems
+    settings, problems = merge(Settings(), {"accelopt": {"nkiVersion": "0.9"}})
+    assert settings.nki_version == "0.8" and problems
