@@ -780,6 +780,10 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
     if not all(type(s) is int for s in dims):
         partition_axis = next((i for i, s in enumerate(dims) if isinstance(s, ParDim)), 0)
         dims = tuple(int(s) for s in dims)
+    if partition_axis and sim.generation == "modern":
+        raise KernelUsageError(f"shape {dims} puts nl.par_dim at position {partition_axis}: the nki package (NKI 0.2 "
+                               "and later) has no block dimensions, the partition dimension comes first; keep the "
+                               "blocks in a Python list of tiles (the 'Removing block dimensions' migration guide)")
     dtype = dtypes.as_dtype(dtype)
     shared = isinstance(buffer, Buffer) and buffer.name == "shared_hbm"
     if shared:

@@ -134,3 +134,27 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_array_equal(both.out, x.view(np.int32))
+
+
+def test_a_block_dimension_is_refused_in_an_nki_kernel_and_kept_in_a_legacy_one(fails, run, rng):
+    err = fails(HEADER + """
+@nki.jit
+def kernel(x):
+    t = nl.ndarray((2, nl.par_dim(128), 64), dtype=x.dtype, buffer=nl.sbuf)  # ERR
+    return x
+""", np.zeros((128, 64), np.float32), error=KernelUsageError)
+    assert "no block dimensions" in err.message
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    legacy = run("""
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((2, nl.par_dim(128), 64), dtype=x.dtype, buffer=nl.sbuf)
+    t[1] = nl.load(x)
+    nl.store(out, value=t[1])
+    return out
+""", x)
+    np.testing.assert_array_equal(legacy.out, x)
