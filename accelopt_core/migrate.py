@@ -1,8 +1,8 @@
 """Moving a legacy (`neuronxcc.nki`) kernel to the `nki` package, one mechanical rewrite at a time.
 
 A first slice of `accelopt migrate`: the imports, `nl.load` / `nl.store` as `nisa.dma_copy` into and out of
-a tile allocated for it, the element-wise `nl.*` functions that return a tile as the `nisa` instruction
-that writes a `dst`, and the static range iterators as Python's `range` (what NKI 0.7 made them). Each
+a tile allocated for it, the element-wise `nl.*` functions and `nl.copy` that return a tile as the `nisa`
+instruction that writes a `dst`, and the static range iterators as Python's `range` (what NKI 0.7 made them). Each
 rewrite needs only what the line says; a line that still uses the legacy API afterwards is listed for a
 person, with the reason. `verify` runs both versions on the task's fresh seeds through the simulator's
 profiler: the migrated kernel counts only when both are correct on the same seeds, and both latencies
@@ -125,9 +125,15 @@ class _Rewrite(cst.CSTTransformer):
         """`name = nl.load(src)` / `nl.exp(x)` / `nl.add(a, b)` as an allocation and the instruction."""
         function = self._function(call)
         args = [a for a in call.args if a.keyword is None]
-        if function is None or len(args) != len(call.args):
-            return None
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         nl, nisa = self.nl, self.nisa
+        if function == "copy" and len(args) == 1 and set(keywords) <= {"dtype"} and self._is_tile(args[0].value):
+            src = self._code(args[0].value)
+            dtype = self._code(keywords["dtype"]) if "dtype" in keywords else f"{src}.dtype"
+            return [f"{name} = {nl}.ndarray({src}.shape, dtype={dtype}, buffer={nl}.sbuf)",
+                    f"{nisa}.tensor_copy(dst={name}, src={src})"]
+        if function is None or keywords:
+            return None
         if function == "load" and len(args) == 1:
             src = self._code(args[0].value)
             return [f"{name} = {nl}.ndarray({src}.shape, dtype={src}.dtype, buffer={nl}.sbuf)",

@@ -24,7 +24,8 @@ LEGACY = textwrap.dedent('''
             e = nl.exp(a)
             s = nl.add(e, b)
             t = nl.multiply(s, 2.0)
-            nl.store(out[i * 128:(i + 1) * 128, :], value=t)
+            u = nl.copy(t, dtype=x.dtype)
+            nl.store(out[i * 128:(i + 1) * 128, :], value=u)
         return out
 ''')
 
@@ -51,7 +52,8 @@ def test_a_tutorial_style_kernel_migrates_completely():
     assert "nisa.activation(dst=e, op=nl.exp, data=a)" in code
     assert "nisa.tensor_tensor(dst=s, data1=e, data2=b, op=nl.add)" in code
     assert "nisa.tensor_scalar(dst=t, data=s, op0=nl.multiply, operand0=2.0)" in code
-    assert "nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)" in code
+    assert "u = nl.ndarray(t.shape, dtype=x.dtype, buffer=nl.sbuf)\n        nisa.tensor_copy(dst=u, src=t)" in code
+    assert "nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=u)" in code
     assert not detect_version(code).legacy
 
 
