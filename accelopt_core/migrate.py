@@ -25,6 +25,7 @@ ACTIVATIONS = ("exp", "tanh", "sigmoid", "relu", "gelu", "silu", "log", "sqrt", 
                "square", "reciprocal", "erf")  # nl.f(x) -> nisa.activation(dst, op=nl.f, data=x)
 BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")  # nl.f(a, b)
 RANGES = ("affine_range", "sequential_range", "static_range")
+ALLOCATIONS = ("ndarray", "zeros", "ones", "full")  # what they assign is a tile the rewrites may read
 # nl.* the nki package keeps as they are: allocation, constants, dtypes and the operator names instructions take
 MODERN_LANGUAGE = frozenset({"ndarray", "zeros", "ones", "full", "shared_hbm", "hbm", "sbuf", "psum", "private_hbm",
                              "par_dim", "tile_size", "shared_identity_matrix", "program_id", "num_programs",
@@ -101,7 +102,9 @@ class _Rewrite(cst.CSTTransformer):
         statement = updated.body[0]
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call):
             target = statement.targets[0].target
-            if isinstance(target, cst.Name):
+            if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
+                self.tiles.add(target.value)
+            elif isinstance(target, cst.Name):
                 lines = self._assigned(target.value, statement.value)
                 if lines is not None:
                     self.tiles.add(target.value)

@@ -57,6 +57,13 @@ def test_a_tutorial_style_kernel_migrates_completely():
     assert not detect_version(code).legacy
 
 
+def test_a_tile_the_kernel_allocated_is_read_as_one():
+    allocated = "z = nl.zeros(a.shape, dtype=a.dtype, buffer=nl.sbuf)\n        e = nl.exp(z)"
+    source = LEGACY.replace("e = nl.exp(a)", allocated)
+    migration = migrate_source(source)
+    assert migration.complete and "nisa.activation(dst=e, op=nl.exp, data=z)" in migration.source
+
+
 def test_what_is_not_mechanical_stays_with_a_reason_per_line():
     source = LEGACY.replace("t = nl.multiply(s, 2.0)", "t = nl.softmax(s, axis=1)")
     migration = migrate_source(source)
