@@ -15,6 +15,8 @@ from typing import Any
 from .errors import KernelUsageError, UnsupportedApiError
 from .indexing import IndexExpr
 
+HBM = "hbm"  # tensor.HBM (tensor.py imports this module, so the name is repeated here)
+
 
 @dataclass(frozen=True)
 class Pattern:
@@ -201,7 +203,7 @@ class TensorViews:
         return self.ap(pattern=pattern.as_list(), offset=pattern.offset)  # type: ignore[attr-defined]
 
     def _on_chip(self) -> bool:
-        return self.storage.buffer != "hbm"  # type: ignore[attr-defined]
+        return self.storage.buffer != HBM  # type: ignore[attr-defined]
 
     def permute(self, dims: Any) -> Any:
         return self._viewed(permute(self._pattern(), dims, self._on_chip()))

@@ -115,3 +115,13 @@ def kernel(x):
     return x
 """, np.zeros((1, 1), np.int32), error=error)
     assert words in err.message
+
+
+def test_a_loop_bounded_by_a_register_never_loaded_is_a_usage_error(fails):
+    err = fails(HEADER + """
+@nki.jit
+def kernel(x):
+    nl.fori_loop(0, nisa.register_alloc(), lambda i: None)  # ERR
+    return x
+""", np.zeros((1, 1), np.int32), error=KernelUsageError)
+    assert "never loaded" in err.message

@@ -170,6 +170,8 @@ def runtime_bound(value: Any, what: str) -> int:
     """A loop bound: a Python int, else an unsupported-API error (a trip count read on device would make
     the trace depend on the inputs)."""
     if isinstance(value, VirtualRegister):
+        if value.value is None:
+            raise KernelUsageError(f"{what}: the register bounding it was never loaded")
         value = value.value
     if isinstance(value, NkiScalar):
         raise UnsupportedApiError(f"{what} with a bound or condition read on device (NkiScalar, VirtualRegister) "
