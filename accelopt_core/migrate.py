@@ -125,7 +125,24 @@ class _Rewrite(cst.CSTTransformer):
         return dotted[len(prefix):] if dotted and dotted.startswith(prefix) else None
 
     def _assigned(self, name: str, call: cst.Call) -> list[str] | None:
-        """`name = nl.load(src)` / `nl.exp(x)` / `nl.add(a, b)` as an allocation and the instruction."""
+        """`name = nl.load(src)` / `nl.exp(x)` / `nl.add(a, b)` as an allocation and the instruction; an
+        `nl.*` call nested as an argument first becomes a tile of its own (`name_1`, ...)."""
+        before: list[str] = []
+        args = list(call.args)
+        for position, arg in enumerate(args):
+            if arg.keyword is None and isinstance(arg.value, cst.Call) and self._function(arg.value) is not None:
+                inner = f"{name}_{position + 1}"
+                lines = self._assigned(inner, arg.value)
+                if lines is None:
+                    return None
+                before += lines
+                self.tiles.add(inner)
+                args[position] = arg.with_changes(value=cst.Name(inner))
+        lines = self._instruction(name, call.with_changes(args=args))
+        return None if lines is None else before + lines
+
+    def _instruction(self, name: str, call: cst.Call) -> list[str] | None:
+        """One call whose tile arguments are names, as its allocation and instruction."""
         function = self._function(call)
         args = [a for a in call.args if a.keyword is None]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
@@ -141,6 +158,10 @@ class _Rewrite(cst.CSTTransformer):
             src = self._code(args[0].value)
             return [f"{name} = {nl}.ndarray({src}.shape, dtype={src}.dtype, buffer={nl}.sbuf)",
                     f"{nisa}.dma_copy(dst={name}, src={src})"]
+        if function == "negative" and len(args) == 1 and self._is_tile(args[0].value):
+            data = self._code(args[0].value)
+            return [f"{name} = {nl}.ndarray({data}.shape, dtype={data}.dtype, buffer={nl}.sbuf)",
+                    f"{nisa}.tensor_scalar(dst={name}, data={data}, op0={nl}.multiply, operand0=-1.0)"]
         if function in ACTIVATIONS and len(args) == 1 and self._is_tile(args[0].value):
             data = self._code(args[0].value)
             return [f"{name} = {nl}.ndarray({data}.shape, dtype={data}.dtype, buffer={nl}.sbuf)",

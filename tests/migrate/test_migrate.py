@@ -79,3 +79,13 @@ def test_both_versions_agree_on_the_same_fresh_seeds(tmp_path: Path):
     assert verified.agree and verified.original.seeds == verified.migrated.seeds == [1, 2]
     assert verified.original.latency_ms > 0 and verified.migrated.latency_ms > 0
     assert verified.migrated.nki_api == "NKI 0.2+"
+
+
+def test_the_silu_baseline_migrates_completely_and_agrees():
+    """Nested nl calls (`nl.add(nl.exp(nl.negative(tile)), 1.0)`) become one tile each, innermost first."""
+    source = (Path(__file__).resolve().parents[2] / "nkibench" / "kernels" / "silu.py").read_text()
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    assert "nisa.tensor_scalar(dst=denominator_1_1, data=tile, op0=nl.multiply, operand0=-1.0)" in migration.source
+    verified = verify(source, migration.source, TaskRef(name="silu:small"), seeds=[3, 4])
+    assert verified.agree, (verified.original.check_message, verified.migrated.check_message)
