@@ -36,6 +36,8 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
     p = result.profile
     out = [f"kernel    {result.kernel}",
            f"task      {result.task}    {measured_on(result)}"]
+    if result.nki_api:
+        out.append(f"api       {result.nki_api}")
     if result.error:
         out.append(f"error     {result.error}")
         return "\n".join(out)

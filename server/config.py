@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from accelopt_core.hardware import available_hardware
+from accelopt_core.nki.api_versions import FIRST, NEWEST, parse_version
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class Settings:
     sandbox_seconds: float = 300.0
     sandbox_memory_mb: int = 8192
     max_quick_fixes: int = 5
+    nki_version: str = "0.8"  # the NKI release kernels written for the `nki` package target: its deprecations
     watch: bool = True  # re-profile when kernel and reference files change on disk
     # Agent factories ("module:callable" or "path/to/file.py:callable") for Optimize. Only honoured from
     # initializationOptions (set by whoever launches the server), never from workspace configuration,
@@ -63,6 +65,7 @@ _ALIASES = {
     "sandboxSeconds": "sandbox_seconds",
     "sandboxMemoryMb": "sandbox_memory_mb",
     "maxQuickFixes": "max_quick_fixes",
+    "nkiVersion": "nki_version",
     "watch": "watch",
     "optimizerAgents": "optimizer_agents",
     "quickFixRules": "quick_fix_rules",
@@ -100,6 +103,11 @@ def _valid(name: str, value: Any) -> Any:
     """The value converted to the field's type, or ValueError saying what is wrong."""
     if name == "hardware" and value not in available_hardware():
         raise ValueError(f"hardware must be one of {', '.join(available_hardware())}")
+    if name == "nki_version":
+        version = parse_version(str(value))
+        if not FIRST <= version <= NEWEST:
+            raise ValueError(f"nkiVersion must be an NKI release from {FIRST[0]}.{FIRST[1]} to {NEWEST[0]}.{NEWEST[1]}")
+        return f"{version[0]}.{version[1]}"
     if name == "search_preset" and value not in PRESETS:
         raise ValueError(f"searchPreset must be one of {', '.join(PRESETS)}")
     if name == "profile_on" and value not in PROFILE_ON:

@@ -18,6 +18,7 @@ from typing import Any
 
 from accelopt_core.config import Secret
 from accelopt_core.engine import REMOTE, SIMULATOR, ProfilerSettings, cached_profile, check_variant, profile_cache
+from accelopt_core.nki.api_versions import api_findings, parse_version
 from accelopt_core.profiling import ProfileResult, SandboxLimits
 from accelopt_core.profiling.profiler import kernel_hash
 from accelopt_core.profiling.sandbox import CANCELLED
@@ -216,14 +217,22 @@ class Session:
         doc = self.documents.get(uri)
         if doc is None:
             return None
-        before = (doc.info.is_kernel, doc.info.syntax_error, doc.info.problem, doc.info.function, doc.link)
+        before = (doc.info.is_kernel, doc.info.syntax_error, doc.info.problem, doc.info.function, doc.link,
+                  self._api_changes(doc))
         doc.source, doc.version = text, version
         doc.reanalyze()
         if self.settings.profile_on == "change":
             self.schedule(doc)
-        elif before != (doc.info.is_kernel, doc.info.syntax_error, doc.info.problem, doc.info.function, doc.link):
+        elif before != (doc.info.is_kernel, doc.info.syntax_error, doc.info.problem, doc.info.function, doc.link,
+                        self._api_changes(doc)):
             self.changed(doc)  # what the text is changed (a syntax error came or went): say so right away
         return doc
+
+    def _api_changes(self, doc: KernelDocument) -> tuple[tuple[int, int, str], ...]:
+        """Where the source uses what the targeted NKI release deprecated or removed: those diagnostics follow
+        the text, not a profile."""
+        target = parse_version(self.settings.nki_version)
+        return tuple((f.line, f.column, f.code) for f in api_findings(doc.source, target))
 
     def save(self, uri: str) -> None:
         doc = self.documents.get(uri)

@@ -149,6 +149,7 @@ class HardwareProfile:
     name: str
     description: str
     neuron_core_version: int  # NeuronCore-v2 (trn1), -v3 (trn2): what the ISA and the compiler allow
+    calibrated: bool  # False until measured kernels back the constants: every number priced with it says so
     base_clock_hz: float
     tensor: TensorEngineSpec
     vector: ComputeEngineSpec
@@ -222,8 +223,8 @@ def _load_file(path: Path) -> HardwareProfile:
 
 def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareProfile:
     """Validate parsed TOML data and build the profile; every key must be present and known."""
-    top = _take(data, source, "", {"name", "description", "neuron_core_version", "base_clock_hz", "tensor",
-                                   "vector", "scalar", "gpsimd", "dma", "memory", "peak"})
+    top = _take(data, source, "", {"name", "description", "neuron_core_version", "calibrated", "base_clock_hz",
+                                   "tensor", "vector", "scalar", "gpsimd", "dma", "memory", "peak"})
     tensor_data = dict(_section(top, source, "tensor"))
     dtype_table = tensor_data.pop("dtype_factor", None)
     if not isinstance(dtype_table, dict) or not dtype_table:
@@ -238,6 +239,7 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareP
         name=str(top["name"]),
         description=str(top["description"]),
         neuron_core_version=_generation_number(top["neuron_core_version"], source),
+        calibrated=_flag(top["calibrated"], source, "calibrated"),
         base_clock_hz=_number(top["base_clock_hz"], source, "base_clock_hz"),
         tensor=_build(TensorEngineSpec, tensor_data, source, "tensor"),
         vector=_build(ComputeEngineSpec, _section(top, source, "vector"), source, "vector"),
@@ -273,6 +275,12 @@ def _number(value: Any, source: str, key: str) -> float:
         raise HardwareProfileError(f"{source}: {key} must be a number, got {value!r}")
     if not math.isfinite(value) or value < 0:
         raise HardwareProfileError(f"{source}: {key} must be a finite non-negative number")
+    return value
+
+
+def _flag(value: Any, source: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise HardwareProfileError(f"{source}: {key} must be true or false, got {value!r}")
     return value
 
 

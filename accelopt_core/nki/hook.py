@@ -30,6 +30,7 @@ _ALIASES = {
     "nki.language.constants": "accelopt_core.nki.language_constants",
     "nki.isa": "accelopt_core.nki.modern.isa",
     "nki.isa.constants": "accelopt_core.nki.isa_constants",
+    "nki.lnc": "accelopt_core.nki.modern.lnc",
     "nki.typing": "accelopt_core.nki.typing",
     "nki.compiler": "accelopt_core.nki.compiler",
 }

@@ -24,6 +24,7 @@ from .blocks import LiveBlocks
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, trace_line
 from .indexing import DynamicIndex, Mask, Subscript, access_pattern, compose, full_subscript, normalize
 from .trace import Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
+from .views import TensorViews
 
 HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
 
@@ -354,10 +355,10 @@ class Storage:
 
 
 # the newer API's tensor views by access pattern (NKI 2.27 and later), not simulated
-_ACCESS_PATTERN_VIEWS = frozenset({"permute", "rearrange", "get_pattern", "strides", "slice"})
+_ACCESS_PATTERN_VIEWS = frozenset({"strides"})
 
 
-class Tile:
+class Tile(TensorViews):
     """A tensor or a region of one, as kernel code sees it."""
 
     __slots__ = ("_inplace", "storage", "sub")
@@ -511,6 +512,8 @@ class Tile:
             lows = tuple(lo for lo, _ in self.sub.region)
             offset = int(np.ravel_multi_index(lows, storage.shape)) if self.size else 0
         runtime = scalar_offset if scalar_offset is not None else vector_offset
+        if hasattr(runtime, "source_tile"):
+            runtime = runtime.source_tile()  # an NkiScalar: the [1, 1] tile that holds it
         if runtime is not None and vector_offset is not None:
             pattern = [[0, pattern[0][1]], *pattern[1:]]  # the rows come from the vector, one per partition
         items = access_pattern(pattern, int(offset), storage.shape)
@@ -777,6 +780,10 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
     if not all(type(s) is int for s in dims):
         partition_axis = next((i for i, s in enumerate(dims) if isinstance(s, ParDim)), 0)
         dims = tuple(int(s) for s in dims)
+    if partition_axis and sim.generation == "modern":
+        raise KernelUsageError(f"shape {dims} puts nl.par_dim at position {partition_axis}: the nki package (NKI 0.2 "
+                               "and later) has no block dimensions, the partition dimension comes first; keep the "
+                               "blocks in a Python list of tiles (the 'Removing block dimensions' migration guide)")
     dtype = dtypes.as_dtype(dtype)
     shared = isinstance(buffer, Buffer) and buffer.name == "shared_hbm"
     if shared:

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..nki import TensorSpec
+from ..nki.api_versions import detect_version
 from ..nki.loader import parse_source
 from ..nki.runner import Launch, bind_arguments
 from ..tasks import PeakWork
@@ -252,7 +253,8 @@ class NeuronProfiler(CheckingProfiler):
         if cached is not None:
             return cached
         timing_task = task.load()
-        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend, function=kernel_name)
+        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend, function=kernel_name,
+                               nki_api=detect_version(kernel_source).describe())
         if self.hardware is not None and hardware != self.hardware:
             result.error = f"this host profiles on {self.hardware}; the job asked for {hardware}"
             return result

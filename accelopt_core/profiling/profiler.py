@@ -26,6 +26,7 @@ import numpy as np
 
 from ..hardware import load_hardware
 from ..nki import NkiError, RunResult, TensorSpec
+from ..nki.api_versions import detect_version
 from ..nki.replay import ReplayLimitError
 from ..nki.trace import TapeError, assemble, collector_paused
 from ..perfmodel import peak_percent, peak_times
@@ -329,7 +330,8 @@ class SimulatorProfiler(CheckingProfiler):
             return cached
         timing_task = task.load()
         specs, drawn = self._timing_specs(timing_task, task)
-        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend, function=kernel_name)
+        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend, function=kernel_name,
+                               nki_api=detect_version(kernel_source).describe())
         with reference_thread() as references, ExitStack() as paused:
             workers = 0
             if check and self.check_variant is None and all(s.shape for s in specs):

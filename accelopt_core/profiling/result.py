@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..hardware import HardwareProfileError, load_hardware
+
 # The version of the dict `to_dict` writes. 2: every `*_percent` field of `profile` is a fraction (0.739 means
 # 73.9 %), the scale of neuron-profile's summary, whichever backend measured. Dicts without it are version 1,
 # where the simulator wrote those fields in percent and the Neuron backend its `benchmark_spread_percent`.
@@ -20,10 +22,11 @@ def as_percent(fraction: float | None) -> float | None:
 
 
 def measured_on(result: ProfileResult) -> str:
-    """Where the result's numbers come from, from its own backend: "simulated trn1" (the performance model)
-    or "measured on trn1 (host)" (a Trainium host's NeuronCore, also when a profiling service measured it)."""
+    """Where the result's numbers come from, from its own backend: "simulated trn1" (the performance model;
+    "simulated trn3, uncalibrated" when no measurement backs that profile) or "measured on trn1 (host)" (a
+    Trainium host's NeuronCore, also when a profiling service measured it)."""
     if result.backend == "simulator":
-        return f"simulated {result.hardware}"
+        return f"simulated {result.hardware}" + ("" if result.calibrated is not False else ", uncalibrated")
     if result.backend == "neuron":
         return f"measured on {result.hardware} (host)"
     return f"{result.hardware}, {result.backend} backend"  # a remote job that failed before any backend ran
@@ -70,10 +73,22 @@ class ProfileResult:
     error_line: int | None = None
     # the inputs' shapes the kernel ran with: "timed" (the timing size), "checked" (the check size, if checked)
     input_shapes: dict[str, list[list[int]]] = field(default_factory=dict)
+    nki_api: str | None = None  # the NKI the kernel is written for, read from its source ("NKI 0.7+ (...)")
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def calibrated(self) -> bool | None:
+        """Whether the simulator priced this result with a calibrated hardware profile; None for numbers a
+        device measured, or a profile that cannot be read here."""
+        if self.backend != "simulator":
+            return None
+        try:
+            return load_hardware(self.hardware).calibrated
+        except HardwareProfileError:
+            return None
 
     @property
     def peak_counted(self) -> bool:
@@ -96,6 +111,7 @@ class ProfileResult:
             "task": self.task,
             "hardware": self.hardware,
             "backend": self.backend,
+            "calibrated": self.calibrated,
             "latency_ms": self.latency_ms,
             "correct": self.correct,
             "peak_percent": self.peak_percent,
@@ -109,6 +125,7 @@ class ProfileResult:
             "error": self.error,
             "error_line": self.error_line,
             "input_shapes": self.input_shapes,
+            "nki_api": self.nki_api,
         }
         return {**head, **self.profile, "lines": self.lines}
 
@@ -117,8 +134,8 @@ class ProfileResult:
         own = {k: data.get(k) for k in ("kernel", "function", "task", "hardware", "backend", "latency_ms", "correct",
                                          "peak_percent", "bottleneck", "bound", "peak_work", "rel_l2_error",
                                          "max_abs_error",
-                                         "check_message", "error", "error_line")}
-        skip = set(own) | {"seeds", "lines", "input_shapes", "result_format"}
+                                         "check_message", "error", "error_line", "nki_api")}
+        skip = set(own) | {"seeds", "lines", "input_shapes", "result_format", "calibrated"}
         profile = {k: v for k, v in data.items() if k not in skip}
         version = data.get("result_format")
         if not isinstance(version, int) or version < 2:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from accelopt_core.nki.api_versions import api_findings, parse_version
+
 from ..edits import line_edits
 from ..format import fix_gain
 from ..kernels import directive_insert_line, suggest_tasks
@@ -120,6 +122,14 @@ def actions(ls: AccelOptServer, doc: KernelDocument, params: types.CodeActionPar
             out.append(types.CodeAction(title=f"Apply {fix.rule}: {fix.description} — {fix_gain(fix)}",
                                         kind=types.CodeActionKind.QuickFix, diagnostics=related,
                                         edit=workspace_edit(ls, doc, new_source=fix.new_source)))
+    if _wanted(only, types.CodeActionKind.QuickFix) and info.is_kernel and not info.syntax_error:
+        for change in api_findings(doc.source, parse_version(ls.session.settings.nki_version)):
+            if change.fixed_source is None or not near(change.line):
+                continue
+            replacement = change.message.split(": use ", 1)[-1]
+            out.append(types.CodeAction(title=f"Use {replacement}", kind=types.CodeActionKind.QuickFix,
+                                        diagnostics=_ours(context, change.code, change.line), is_preferred=True,
+                                        edit=workspace_edit(ls, doc, new_source=change.fixed_source)))
     inside = info.def_line is not None and first <= (info.end_line or info.def_line) and last >= info.def_line
     if _wanted(only, types.CodeActionKind.RefactorRewrite) and inside:
         for index, rewrite in enumerate(doc.current_rewrites()):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from accelopt_core.hardware import available_hardware
+from accelopt_core.hardware import available_hardware, load_hardware
 from accelopt_core.report import counted
 
 from ..format import headline, short_error
@@ -69,8 +69,8 @@ def lenses(doc: KernelDocument, hardware: str) -> list[Lens]:
     else:
         out.append((line, "Optimize", "accelopt.optimize", [doc.uri]))
     current = doc.hardware(hardware)
-    out += [(line, f"Profile on {other}", "accelopt.profile", [doc.uri, other]) for other in available_hardware()
-            if other != current]
+    out += [(line, f"Profile on {other}" + ("" if load_hardware(other).calibrated else " (uncalibrated)"),
+             "accelopt.profile", [doc.uri, other]) for other in available_hardware() if other != current]
     out.append((line, "Show report", "accelopt.showReport", [doc.uri]))
     return sorted(out, key=lambda lens: lens[0])  # stable: each kernel's lenses stay in their order
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from accelopt_core.nki.api_versions import NEWEST, Version, api_findings, parse_version
+
 from ..findings import (
     ERROR,
     HINT,
@@ -32,11 +34,21 @@ SEVERITY = {ERROR: types.DiagnosticSeverity.Error, WARNING: types.DiagnosticSeve
 COALESCE_S = 0.02
 
 
-def findings(doc: KernelDocument) -> list[Finding]:
+def api_change_findings(doc: KernelDocument, target: Version = NEWEST) -> list[Finding]:
+    """The NKI constructs the targeted release removed (an error: the kernel no longer compiles) or deprecated
+    (a warning), read from the current source; `data.fixable` marks those a quick fix replaces."""
+    if not doc.info.is_kernel or doc.info.syntax_error:
+        return []
+    return [Finding(f.line, ERROR if f.code == "nki-removed" else WARNING, f.code, f.message, f.column, f.end_column,
+                    {"fixable": True} if f.fixed_source is not None else {})
+            for f in api_findings(doc.source, target)]
+
+
+def findings(doc: KernelDocument, target: Version = NEWEST) -> list[Finding]:
     """Everything worth saying about the file now, in current line numbers."""
     if not doc.info.is_kernel:
         return []
-    out = structural(doc.info, doc.link)
+    out = structural(doc.info, doc.link) + api_change_findings(doc, target)
     if doc.info.syntax_error or doc.info.problem or doc.info.choosing or doc.link is None or not doc.link.ok:
         return out
     def_line = doc.info.def_line or 1
@@ -90,7 +102,7 @@ def to_diagnostic(ls: AccelOptServer, doc: KernelDocument, finding: Finding) -> 
 
 
 def diagnostics(ls: AccelOptServer, doc: KernelDocument) -> list[types.Diagnostic]:
-    return [to_diagnostic(ls, doc, f) for f in findings(doc)]
+    return [to_diagnostic(ls, doc, f) for f in findings(doc, parse_version(ls.session.settings.nki_version))]
 
 
 def publish(ls: AccelOptServer, uri: str) -> None:

@@ -17,7 +17,7 @@ from server.config import Settings, merge
 from server.features.code_lens import lenses
 from server.state import KernelDocument
 
-NEW = "trn3"
+NEW = "trn5"  # a generation no file ships
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def third_generation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_the_registry_lists_the_toml_files_in_generation_order(third_generation: str) -> None:
-    assert available_hardware() == ("trn1", "trn2", third_generation)
+    assert available_hardware() == ("trn1", "trn2", "trn3", third_generation)
     assert load_hardware(third_generation).name == third_generation
 
 
@@ -55,7 +55,7 @@ def test_the_editor_settings_accept_it_and_the_lens_offers_it(third_generation: 
 def test_the_service_schema_offers_it(third_generation: str) -> None:
     schema = create_app(token="t", workers=1).openapi()
     assert schema["components"]["schemas"]["JobRequest"]["properties"]["hardware"]["enum"] == [
-        "trn1", "trn2", third_generation]
+        "trn1", "trn2", "trn3", third_generation]
 
 
 def test_the_simulator_takes_its_limits_from_the_file(third_generation: str) -> None:
@@ -65,7 +65,31 @@ def test_the_simulator_takes_its_limits_from_the_file(third_generation: str) -> 
 
 
 def test_a_file_named_unlike_its_profile_is_refused(third_generation: str) -> None:
-    misnamed = profile.HARDWARE_DIR / "trn4.toml"
+    misnamed = profile.HARDWARE_DIR / "trn6.toml"
     misnamed.write_text((profile.HARDWARE_DIR / f"{third_generation}.toml").read_text())
-    with pytest.raises(profile.HardwareProfileError, match="the file says 'trn4'"):
-        load_hardware("trn4")
+    with pytest.raises(profile.HardwareProfileError, match="the file says 'trn6'"):
+        load_hardware("trn6")
+
+
+def test_trainium3_ships_uncalibrated_and_every_front_end_says_so(tmp_path: Path) -> None:
+    from accelopt_core.profiling import ProfileResult, measured_on
+
+    assert "trn3" in available_hardware() and not load_hardware("trn3").calibrated
+    assert all(load_hardware(name).calibrated for name in ("trn1", "trn2"))
+    result = ProfileResult(kernel="k.py", task="silu", hardware="trn3", backend="simulator", latency_ms=1.0)
+    assert measured_on(result) == "simulated trn3, uncalibrated" and result.to_dict()["calibrated"] is False
+    assert ProfileResult.from_dict(result.to_dict()).to_dict() == result.to_dict()
+    trn2 = ProfileResult(kernel="k.py", task="silu", hardware="trn2", backend="simulator", latency_ms=1.0)
+    assert measured_on(trn2) == "simulated trn2" and trn2.to_dict()["calibrated"] is True
+    doc = KernelDocument.create("file:///nowhere/silu.py",
+                                "# accelopt: task=silu\n" + Path(task_files("silu").kernel).read_text())
+    assert "Profile on trn3 (uncalibrated)" in [title for title, _, _ in lenses(doc, "trn1")]
+
+
+def test_the_extension_offers_every_shipped_generation() -> None:
+    import json
+
+    package = json.loads((Path(__file__).resolve().parents[2] / "extension" / "package.json").read_text())
+    setting = package["contributes"]["configuration"]["properties"]["accelopt.hardware"]
+    assert tuple(setting["enum"]) == available_hardware()
+    assert len(setting["enumDescriptions"]) == len(setting["enum"])

@@ -28,7 +28,7 @@ async def test_open_profile_lens_hover_and_instant_reopen(workspace: Path, memor
         lenses = await editor.lenses(uri)
         titles = [lens.command.title for lens in lenses if lens.command]
         assert LENS.match(titles[0]), titles
-        assert titles[1:] == ["Optimize", "Profile on trn2", "Show report"]
+        assert titles[1:] == ["Optimize", "Profile on trn2", "Profile on trn3 (uncalibrated)", "Show report"]
         assert all(lens.range.start.line == line_of(SMALL_SILU, "def kernel") - 1 for lens in lenses)
 
         summary = await editor.hover(uri, line_of(SMALL_SILU, "def kernel"), 5)
@@ -201,3 +201,43 @@ async def test_a_public_form_reference_without_a_peak_formula_gets_a_peak(worksp
         assert LENS.match(titles[0]), titles
         summary = await editor.hover(uri, line_of(FMA_KERNEL, "def kernel"), 5)
         assert summary and "work counted from the reference's NumPy" in summary
+
+
+NKI08_KERNEL = '''import nki
+import nki.language as nl
+import nki.isa as nisa
+
+
+@nki.jit
+def kernel(x):
+    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(2):
+        nisa.dma_copy(dst=t, src=x)
+    nisa.sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1, pipe_id=0)
+    return x
+'''
+
+
+async def test_a_deprecated_nki_construct_is_a_diagnostic_with_a_quick_fix(workspace: Path, memory_db: Path) -> None:
+    async with running_server(workspace, memory_db) as editor:
+        uri = editor.open(workspace / "exchange.py", NKI08_KERNEL)
+        found = await wait_for(lambda: editor.diagnostics(uri, "nki-deprecated"), 10, what="the deprecations")
+        assert [d.range.start.line + 1 for d in found] == [line_of(NKI08_KERNEL, "nl.affine_range"),
+                                                          line_of(NKI08_KERNEL, "nisa.sendrecv")]
+        sendrecv = found[1]
+        assert sendrecv.severity == types.DiagnosticSeverity.Warning
+        assert sendrecv.message.startswith("nisa.sendrecv is deprecated since NKI 0.8: use nki.lnc.sendrecv")
+        actions = await editor.actions(uri, sendrecv.range.start.line + 1, [sendrecv])
+        fix = next(a for a in actions if a.title.startswith("Use nki.lnc.sendrecv"))
+        assert fix.kind == types.CodeActionKind.QuickFix and fix.edit is not None and fix.diagnostics
+        fixed = apply_edit(NKI08_KERNEL, fix.edit, uri)
+        assert "nki.lnc.sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1)" in fixed and "import nki.lnc" in fixed
+        editor.change(uri, fixed)
+        await wait_for(lambda: len(editor.diagnostics(uri, "nki-deprecated")) == 1, 10, what="one deprecation left")
+
+
+async def test_the_targeted_nki_release_is_a_setting(workspace: Path, memory_db: Path) -> None:
+    async with running_server(workspace, memory_db, init_options={"nkiVersion": "0.6"}) as editor:
+        uri = editor.open(workspace / "exchange.py", NKI08_KERNEL.replace("nisa.sendrecv", "nl.dynamic_range"))
+        await wait_for(lambda: editor.diagnostics(uri, "no-task"), 10, what="the no-task hint")
+        assert editor.diagnostics(uri, "nki-deprecated") == [] and editor.diagnostics(uri, "nki-removed") == []

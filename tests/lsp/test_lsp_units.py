@@ -300,3 +300,10 @@ def test_a_kernel_picked_with_a_lens_holds_until_the_directive_names_another() -
     doc.source = two  # the directive's kernel= removed: the pick ends with it
     doc.reanalyze()
     assert doc.chosen_kernel is None and doc.info.choosing
+
+
+def test_the_targeted_nki_release_is_validated() -> None:
+    settings, problems = merge(Settings(), {"accelopt": {"nkiVersion": "0.7.0"}})
+    assert settings.nki_version == "0.7" and not problems
+    settings, problems = merge(Settings(), {"accelopt": {"nkiVersion": "0.9"}})
+    assert settings.nki_version == "0.8" and problems

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accelopt_core.nki import HardwareRuleError, UnsupportedApiError
+from accelopt_core.nki import HardwareRuleError, KernelUsageError, UnsupportedApiError
 
 HEADER = """
 import neuronxcc.nki as nki
@@ -232,7 +232,7 @@ def kernel(a):
     assert "nonexistent_instruction" in err.message
 
 
-def test_an_access_pattern_view_is_named_as_unsupported(fails):
+def test_a_view_cannot_move_the_partition_dimension_of_an_on_chip_tensor(fails):
     err = fails("""
 import nki
 import nki.language as nl
@@ -242,8 +242,22 @@ def kernel(a):
     t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
     v = t.permute((1, 0))  # ERR
     return a
+""", A, error=KernelUsageError)
+    assert "partition dimension" in err.message
+
+
+def test_an_access_pattern_attribute_not_simulated_is_named(fails):
+    err = fails("""
+import nki
+import nki.language as nl
+
+@nki.jit
+def kernel(a):
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    s = t.strides  # ERR
+    return a
 """, A, error=UnsupportedApiError)
-    assert "tensor.permute" in err.message
+    assert "tensor.strides" in err.message
 
 
 @pytest.mark.parametrize("line", [

@@ -278,10 +278,10 @@ import nki.language as nl
 
 @nki.jit
 def kernel(x):
-    sb = nl.ndarray((4, nl.par_dim(128), 256), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(src=x, dst=sb[2, 0, :])
+    sb = nl.ndarray((128, 4, 256), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(src=x, dst=sb[0, 2, :])
     out = nl.ndarray((1, 256), dtype=x.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(src=sb[2, 0, :], dst=out[0, :])
+    nisa.dma_copy(src=sb[0, 2, :], dst=out[0, :])
     return out
 """, x)
     np.testing.assert_array_equal(both.out, x)

@@ -19,7 +19,8 @@ from accelopt_core.hardware import (
 )
 
 DATA_DIR = Path(hardware_pkg.__file__).resolve().parent
-SOURCE_MARK = re.compile(r"fact sheet|nkibench|UNCERTAIN|calibration|derived", re.IGNORECASE)
+SOURCE_MARK = re.compile(r"fact sheet|nkibench|UNCERTAIN|calibration|derived|trn3 guide|trn3 overview|nc-v4",
+                         re.IGNORECASE)
 
 
 def _keys(table: dict[str, Any], prefix: str = "") -> set[str]:
@@ -43,7 +44,7 @@ def _walk(obj: Any) -> list[tuple[str, Any]]:
     return []
 
 
-@pytest.mark.parametrize("name", ["trn1", "trn2"])
+@pytest.mark.parametrize("name", ["trn1", "trn2", "trn3"])
 def test_builtin_profiles_load_completely(name: str) -> None:
     profile = load_hardware(name)
     assert isinstance(profile, HardwareProfile)
@@ -56,13 +57,13 @@ def test_builtin_profiles_load_completely(name: str) -> None:
     assert profile.tensor.factor("float32") == 4 * profile.tensor.factor("bfloat16")
 
 
-def test_both_generations_have_the_same_keys() -> None:
-    tables = [tomllib.loads((DATA_DIR / f"{n}.toml").read_text()) for n in ("trn1", "trn2")]
-    assert _keys(tables[0]) == _keys(tables[1])
-    assert available_hardware() == ("trn1", "trn2")
+def test_every_generation_has_the_same_keys() -> None:
+    tables = [tomllib.loads((DATA_DIR / f"{n}.toml").read_text()) for n in ("trn1", "trn2", "trn3")]
+    assert _keys(tables[0]) == _keys(tables[1]) == _keys(tables[2])
+    assert available_hardware() == ("trn1", "trn2", "trn3")
 
 
-@pytest.mark.parametrize("name", ["trn1", "trn2"])
+@pytest.mark.parametrize("name", ["trn1", "trn2", "trn3"])
 def test_every_number_names_its_source(name: str) -> None:
     lines = (DATA_DIR / f"{name}.toml").read_text().splitlines()
     for number, line in enumerate(lines, start=1):
@@ -88,12 +89,20 @@ def test_trn2_has_its_own_constants() -> None:
     assert trn2.dma.engine_bandwidth == 23e9
 
 
+def test_trn3_takes_the_architecture_guide_numbers() -> None:
+    trn2, trn3 = load_hardware("trn2"), load_hardware("trn3")
+    assert trn3.neuron_core_version == 4 and not trn3.calibrated
+    assert trn3.vector.clock_hz == 1.2e9 and trn3.tensor.clock_hz == trn2.tensor.clock_hz
+    assert trn3.memory.sbuf_bytes_per_partition * 128 == 32 * 2**20
+    assert trn3.memory.psum_bytes_per_partition == trn2.memory.psum_bytes_per_partition
+
+
 def test_names_are_case_insensitive_and_cached() -> None:
     assert load_hardware("TRN1") is load_hardware("trn1")
 
 
 def test_unknown_name_is_a_clear_error() -> None:
-    with pytest.raises(HardwareProfileError, match=r"unknown hardware 'trn9'.*trn1, trn2"):
+    with pytest.raises(HardwareProfileError, match=r"unknown hardware 'trn9'.*trn1, trn2, trn3"):
         load_hardware("trn9")
 
 

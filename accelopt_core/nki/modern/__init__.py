@@ -9,7 +9,7 @@ import numpy as np
 from .. import compiler, typing
 from ..errors import missing_api
 from ..runner import Kernel, jit_decorator, run_kernel
-from . import isa, language
+from . import isa, language, lnc
 
 jit = jit_decorator("modern")
 baremetal = jit
@@ -46,6 +46,7 @@ __all__ = [
     "isa",
     "jit",
     "language",
+    "lnc",
     "profile",
     "simulate",
     "simulate_kernel",

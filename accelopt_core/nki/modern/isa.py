@@ -14,6 +14,17 @@ from ..errors import KernelUsageError
 from ..indexing import IndexExpr, Mask
 from ..tensor import PSUM, Tile, overlaps
 from ..trace import Engine
+from .lnc import core_barrier, sendrecv  # noqa: F401  (deprecated nisa.* wrappers of nki.lnc's)
+from .scalar import (  # noqa: F401  (nisa.* names kernels call)
+    NkiScalar,
+    VirtualRegister,
+    register_alloc,
+    register_load,
+    register_move,
+    register_store,
+    scalar_load,
+    scalar_store,
+)
 
 
 class matmul_perf_mode(Enum):  # noqa: N801  (NKI's own name)

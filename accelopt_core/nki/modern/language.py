@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import language as _legacy
 from .. import ops
+from ..errors import KernelUsageError
 from ..tensor import Tile, current
 from ..trace import LoopKind
+from .scalar import runtime_bound
 
 
 def affine_range(*args: int, **_: Any) -> Iterator[int]:
@@ -24,6 +26,29 @@ sequential_range = static_range = affine_range
 def dynamic_range(*args: int, **_: Any) -> Iterator[int]:
     """An on-device loop: iterations run in order."""
     return current().loop(LoopKind.SEQUENTIAL, args)
+
+
+NkiTensor = Tile  # `def kernel(x: nl.NkiTensor)`: NKI 0.8's name for the tensor type
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[int], Any], step: int = 1, unroll: bool = False,
+              **_: Any) -> None:
+    """NKI 0.7's compiled loop: `body_fun(i)` for i in range(lower, upper, step), run on device (a sequential
+    loop; `unroll=True` is unrolled by the compiler, a static one). Bounds read on device are not simulated."""
+    bounds = (runtime_bound(lower, "nl.fori_loop"), runtime_bound(upper, "nl.fori_loop"), int(step))
+    if bounds[2] < 1:
+        raise KernelUsageError(f"nl.fori_loop: step must be a positive int, got {step}")
+    for i in current().loop(LoopKind.STATIC if unroll else LoopKind.SEQUENTIAL, bounds):
+        body_fun(i)
+
+
+def while_loop(init: Any, body_fun: Callable[[int], Any], **_: Any) -> None:
+    """NKI 0.7's compiled while loop: `r = init; while r != 0: r = body_fun(r)`. The condition must be known
+    while tracing (an int the body returns; one read on device is not simulated), so the trip count is only
+    known once the body has run: the iterations are recorded unrolled, as a Python `while` is."""
+    condition = runtime_bound(init, "nl.while_loop")
+    while condition != 0:
+        condition = runtime_bound(body_fun(condition), "nl.while_loop")
 
 
 @contextlib.contextmanager

@@ -1,0 +1,277 @@
+"""Moving a legacy (`neuronxcc.nki`) kernel to the `nki` package, one mechanical rewrite at a time.
+
+A first slice of `accelopt migrate`: the imports, `nl.load` / `nl.store` as `nisa.dma_copy` into and out of
+a tile allocated for it, the element-wise `nl.*` functions and `nl.copy` that return a tile as the `nisa`
+instruction that writes a `dst`, and the static range iterators as Python's `range` (what NKI 0.7 made them). Each
+rewrite needs only what the line says; a line that still uses the legacy API afterwards is listed for a
+person, with the reason. `verify` runs both versions on the task's fresh seeds through the simulator's
+profiler: the migrated kernel counts only when both are correct on the same seeds, and both latencies
+are reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import PositionProvider
+
+from .profiling import ProfileResult, SimulatorProfiler, TaskRef
+from .tasks.check import fresh_seeds
+
+LEGACY_ROOT = "neuronxcc.nki"
+ACTIVATIONS = ("exp", "tanh", "sigmoid", "relu", "gelu", "silu", "log", "sqrt", "rsqrt", "sin", "cos", "abs",
+               "square", "reciprocal", "erf")  # nl.f(x) -> nisa.activation(dst, op=nl.f, data=x)
+BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")  # nl.f(a, b)
+RANGES = ("affine_range", "sequential_range", "static_range")
+ALLOCATIONS = ("ndarray", "zeros", "ones", "full")  # what they assign is a tile the rewrites may read
+# nl.* the nki package keeps as they are: allocation, constants, dtypes and the operator names instructions take
+MODERN_LANGUAGE = frozenset({"ndarray", "zeros", "ones", "full", "shared_hbm", "hbm", "sbuf", "psum", "private_hbm",
+                             "par_dim", "tile_size", "shared_identity_matrix", "program_id", "num_programs",
+                             "fori_loop", "while_loop", "no_reorder", "NkiTensor", "ds", *ACTIVATIONS, *BINARY})
+
+
+@dataclass
+class Migration:
+    """The migrated source, and the lines still written against the legacy API (1-based, with why)."""
+
+    source: str
+    needs_person: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.needs_person
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name):
+        return ".".join([node.value, *reversed(parts)])
+    return None
+
+
+def _modern_module(name: str) -> str:
+    return "nki" + name[len(LEGACY_ROOT):] if name.startswith(LEGACY_ROOT) else name
+
+
+def _modern_alias(alias: cst.ImportAlias) -> cst.ImportAlias:
+    """`neuronxcc.nki.language as nl` -> `nki.language as nl`; `neuronxcc.nki as nki` -> `nki`."""
+    name = _dotted(alias.name) or ""
+    if not name.startswith(LEGACY_ROOT):
+        return alias
+    modern = _modern_module(name)
+    asname = alias.asname.name if alias.asname else None
+    if isinstance(asname, cst.Name) and asname.value == modern:
+        return alias.with_changes(name=cst.parse_expression(modern), asname=None)
+    return alias.with_changes(name=cst.parse_expression(modern))
+
+
+class _Rewrite(cst.CSTTransformer):
+    """The mechanical rewrites; `nl` and `nisa` are the names the kernel gave the two modules."""
+
+    def __init__(self, nl: str, nisa: str):
+        super().__init__()
+        self.nl, self.nisa = nl, nisa
+        self.tiles: set[str] = set()  # names known to hold an on-chip tile
+
+    # --- imports ------------------------------------------------------------------------------------------
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:  # noqa: N802
+        return updated.with_changes(names=[_modern_alias(alias) for alias in updated.names])
+
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom  # noqa: N802
+                         ) -> cst.ImportFrom | cst.Import:
+        module = _dotted(updated.module) if updated.module is not None else None
+        if module == "neuronxcc" and not isinstance(updated.names, cst.ImportStar):
+            aliases = [a.with_changes(name=cst.Name("nki")) for a in updated.names if _dotted(a.name) == "nki"]
+            if len(aliases) == len(updated.names):
+                return cst.Import(names=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in aliases])
+        if module and module.startswith(LEGACY_ROOT):
+            return updated.with_changes(module=cst.parse_expression(_modern_module(module)))
+        return updated
+
+    # --- statements -----------------------------------------------------------------------------------------
+    def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine,  # noqa: N802
+                                  updated: cst.SimpleStatementLine
+                                  ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.SimpleStatementLine]:
+        if len(updated.body) != 1:
+            return updated
+        statement = updated.body[0]
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call):
+            target = statement.targets[0].target
+            if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
+                self.tiles.add(target.value)
+            elif isinstance(target, cst.Name):
+                lines = self._assigned(target.value, statement.value)
+                if lines is not None:
+                    self.tiles.add(target.value)
+                    return cst.FlattenSentinel([cst.parse_statement(line) for line in lines])  # type: ignore[misc]
+        if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+            line = self._stored(statement.value)
+            if line is not None:
+                return cst.parse_statement(line)  # type: ignore[return-value]
+        return updated
+
+    def _code(self, node: cst.CSTNode) -> str:
+        return cst.Module(body=[]).code_for_node(node)
+
+    def _function(self, call: cst.Call) -> str | None:
+        """"load" for `nl.load(...)`, None for anything else."""
+        dotted = _dotted(call.func)
+        prefix = f"{self.nl}."
+        return dotted[len(prefix):] if dotted and dotted.startswith(prefix) else None
+
+    def _assigned(self, name: str, call: cst.Call) -> list[str] | None:
+        """`name = nl.load(src)` / `nl.exp(x)` / `nl.add(a, b)` as an allocation and the instruction; an
+        `nl.*` call nested as an argument first becomes a tile of its own (`name_1`, ...)."""
+        before: list[str] = []
+        args = list(call.args)
+        for position, arg in enumerate(args):
+            if arg.keyword is None and isinstance(arg.value, cst.Call) and self._function(arg.value) is not None:
+                inner = f"{name}_{position + 1}"
+                lines = self._assigned(inner, arg.value)
+                if lines is None:
+                    return None
+                before += lines
+                self.tiles.add(inner)
+                args[position] = arg.with_changes(value=cst.Name(inner))
+        lines = self._instruction(name, call.with_changes(args=args))
+        return None if lines is None else before + lines
+
+    def _instruction(self, name: str, call: cst.Call) -> list[str] | None:
+        """One call whose tile arguments are names, as its allocation and instruction."""
+        function = self._function(call)
+        args = [a for a in call.args if a.keyword is None]
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        nl, nisa = self.nl, self.nisa
+        if function == "copy" and len(args) == 1 and set(keywords) <= {"dtype"} and self._is_tile(args[0].value):
+            src = self._code(args[0].value)
+            dtype = self._code(keywords["dtype"]) if "dtype" in keywords else f"{src}.dtype"
+            return [f"{name} = {nl}.ndarray({src}.shape, dtype={dtype}, buffer={nl}.sbuf)",
+                    f"{nisa}.tensor_copy(dst={name}, src={src})"]
+        if function is None or keywords:
+            return None
+        if function == "load" and len(args) == 1:
+            src = self._code(args[0].value)
+            return [f"{name} = {nl}.ndarray({src}.shape, dtype={src}.dtype, buffer={nl}.sbuf)",
+                    f"{nisa}.dma_copy(dst={name}, src={src})"]
+        if function == "negative" and len(args) == 1 and self._is_tile(args[0].value):
+            data = self._code(args[0].value)
+            return [f"{name} = {nl}.ndarray({data}.shape, dtype={data}.dtype, buffer={nl}.sbuf)",
+                    f"{nisa}.tensor_scalar(dst={name}, data={data}, op0={nl}.multiply, operand0=-1.0)"]
+        if function in ACTIVATIONS and len(args) == 1 and self._is_tile(args[0].value):
+            data = self._code(args[0].value)
+            return [f"{name} = {nl}.ndarray({data}.shape, dtype={data}.dtype, buffer={nl}.sbuf)",
+                    f"{nisa}.activation(dst={name}, op={nl}.{function}, data={data})"]
+        if function in BINARY and len(args) == 2:
+            a, b = (arg.value for arg in args)
+            if self._is_tile(a) and self._is_tile(b):
+                first = self._code(a)
+                return [f"{name} = {nl}.ndarray({first}.shape, dtype={first}.dtype, buffer={nl}.sbuf)",
+                        f"{nisa}.tensor_tensor(dst={name}, data1={first}, data2={self._code(b)}, op={nl}.{function})"]
+            if self._is_tile(a) and isinstance(b, (cst.Integer, cst.Float)):
+                first = self._code(a)
+                return [f"{name} = {nl}.ndarray({first}.shape, dtype={first}.dtype, buffer={nl}.sbuf)",
+                        f"{nisa}.tensor_scalar(dst={name}, data={first}, op0={nl}.{function}, "
+                        f"operand0={self._code(b)})"]
+        return None
+
+    def _is_tile(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Name) and node.value in self.tiles
+
+    def _stored(self, call: cst.Call) -> str | None:
+        """`nl.store(dst, value=tile)` as `nisa.dma_copy(dst=dst, src=tile)`."""
+        if self._function(call) != "store":
+            return None
+        given = {a.keyword.value if a.keyword else ("dst", "value")[i]: a.value for i, a in enumerate(call.args)}
+        if set(given) != {"dst", "value"} or not self._is_tile(given["value"]):
+            return None
+        return f"{self.nisa}.dma_copy(dst={self._code(given['dst'])}, src={self._code(given['value'])})"
+
+    # --- loops --------------------------------------------------------------------------------------------------
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:  # noqa: N802
+        if self._function(updated) in RANGES:
+            return updated.with_changes(func=cst.Name("range"),
+                                        args=[a for a in updated.args if a.keyword is None])
+        return updated
+
+
+class _Leftovers(cst.CSTVisitor):
+    """Lines still using the legacy API: an `nl.*` the nki package does not have, or a `nisa.*` whose result
+    is used (legacy instructions return their tile; the nki package's write a `dst`)."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, nl: str, nisa: str):
+        super().__init__()
+        self.nl, self.nisa = nl, nisa
+        self.found: list[tuple[int, str]] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:  # noqa: N802
+        dotted = _dotted(node.value.func) if isinstance(node.value, cst.Call) else None
+        if dotted and dotted.startswith(f"{self.nisa}."):
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.found.append((line, f"{dotted} returns its result in the legacy API: give it a dst= tile"))
+
+    def visit_Call(self, node: cst.Call) -> None:  # noqa: N802
+        dotted = _dotted(node.func)
+        if dotted and dotted.startswith(f"{self.nl}.") and dotted[len(self.nl) + 1:] not in MODERN_LANGUAGE:
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.found.append((line, f"{dotted} has no mechanical nki-package form here"))
+
+
+def _module_names(tree: cst.Module) -> tuple[str, str]:
+    """The local names of the language and isa modules (`nl`, `nisa` unless the kernel chose others)."""
+    nl, nisa = "nl", "nisa"
+    for node in tree.body:
+        for statement in node.body if isinstance(node, cst.SimpleStatementLine) else ():
+            if isinstance(statement, cst.Import):
+                for alias in statement.names:
+                    name = _dotted(alias.name) or ""
+                    asname = alias.asname.name if alias.asname else None
+                    local = asname.value if isinstance(asname, cst.Name) else None
+                    if name.endswith(".language") and local:
+                        nl = local
+                    elif name.endswith(".isa") and local:
+                        nisa = local
+    return nl, nisa
+
+
+def migrate_source(source: str) -> Migration:
+    """The legacy kernel `source` with every mechanical rewrite applied, and the lines left for a person."""
+    tree = cst.parse_module(source)
+    nl, nisa = _module_names(tree)
+    rewritten = tree.visit(_Rewrite(nl, nisa))
+    code = rewritten.code
+    if f"{nisa}." in code and f" as {nisa}" not in code:
+        language = f"import nki.language as {nl}\n"
+        code = code.replace(language, f"{language}import nki.isa as {nisa}\n", 1)
+    wrapper = cst.metadata.MetadataWrapper(cst.parse_module(code))
+    leftovers = _Leftovers(nl, nisa)
+    wrapper.visit(leftovers)
+    return Migration(code, sorted(set(leftovers.found)))
+
+
+@dataclass
+class Verified:
+    """Both versions profiled on the same fresh seeds: agreeing means both are correct within the task's
+    tolerance on every seed."""
+
+    original: ProfileResult
+    migrated: ProfileResult
+
+    @property
+    def agree(self) -> bool:
+        return self.original.correct is True and self.migrated.correct is True
+
+
+def verify(original: str, migrated: str, task: TaskRef, hardware: str = "trn2", seeds: Sequence[int] | None = None,
+           profiler: SimulatorProfiler | None = None) -> Verified:
+    """Profile the legacy kernel and its migration on the same fresh seeds (simulated `hardware`)."""
+    chosen = list(seeds) if seeds is not None else fresh_seeds(5)
+    runner = profiler or SimulatorProfiler()
+    return Verified(runner.profile(original, task, hardware, seeds=chosen, kernel_label="original.py"),
+                    runner.profile(migrated, task, hardware, seeds=chosen, kernel_label="migrated.py"))
