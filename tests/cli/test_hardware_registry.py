@@ -83,7 +83,7 @@ def test_trainium3_ships_uncalibrated_and_every_front_end_says_so(tmp_path: Path
     assert measured_on(trn2) == "simulated trn2" and trn2.to_dict()["calibrated"] is True
     doc = KernelDocument.create("file:///nowhere/silu.py",
                                 "# accelopt: task=silu\n" + Path(task_files("silu").kernel).read_text())
-    assert "Profile on trn3 (uncalibrated)" in [title for title, _, _ in lenses(doc, "trn1")]
+    assert "Profile on trn3 (uncalibrated)" in [title for _, title, _, _ in lenses(doc, "trn1")]
 
 
 def test_the_extension_offers_every_shipped_generation() -> None:
