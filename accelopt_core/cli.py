@@ -278,7 +278,7 @@ def _add_demo_parser(sub: Any) -> None:
 
 def build_parser(front_ends: Sequence[FrontEnd] = ()) -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="accelopt", description="Check, profile and optimize NKI kernels "
-                                     "for AWS Trainium (on a built-in simulator by default).")
+                            "for AWS Trainium (on a built-in simulator by default).")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_profile_parser(sub)
     _add_optimize_parser(sub)

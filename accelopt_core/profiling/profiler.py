@@ -30,7 +30,7 @@ from ..nki.api_versions import detect_version
 from ..nki.replay import ReplayLimitError
 from ..nki.trace import TapeError, assemble, collector_paused
 from ..perfmodel import peak_percent, peak_times
-from ..tasks import Case, PeakWork, Task, load_reference
+from ..tasks import Case, PeakWork, Task, TaskError, load_reference
 from ..tasks.check import compare, fresh_seeds
 from ..tasks.registry import find_task, task_files
 from .guards import guard_violation
@@ -469,7 +469,7 @@ class Checking:
 def _judge_verdicts(result: ProfileResult, verdicts: list[SeedVerdict], died: str | None
                     ) -> tuple[str, int | None] | None:
     """Fill the check from the workers' verdicts, in seed order; an error (and its kernel line, for the
-    kernel's own) where a seed could not be checked."""
+    kernel's own) where a seed could not be checked; TaskError where the reference failed."""
     result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
     for verdict in verdicts:
         seed = result.seeds[verdict.index]
@@ -479,8 +479,10 @@ def _judge_verdicts(result: ProfileResult, verdicts: list[SeedVerdict], died: st
             continue
         if verdict.kind == "kernel":
             return verdict.problem or "", verdict.line
+        if verdict.kind == "reference":  # the reference's own code failed: bad input, as in the profiler's process
+            raise TaskError(f"{verdict.problem} (seed {seed})")
         prefix = {"tape": f"{MALFORMED}: its trace ", "limit": "", "drift": f"seed {seed}: "}
-        return prefix.get(verdict.kind, f"the reference failed on seed {seed}: ") + (verdict.problem or ""), None
+        return prefix.get(verdict.kind, "") + (verdict.problem or ""), None
     if died is not None or len(verdicts) < len(result.seeds):
         return died or f"the check's workers answered for {len(verdicts)} of {len(result.seeds)} seeds", None
     return None

@@ -111,7 +111,7 @@ def test_profile_no_check_is_trace_only(files: Path) -> None:
 def test_readable_report_names_lines(files: Path) -> None:
     run = accelopt("profile", str(files / "add.py"), "--reference", str(files / "add_ref.py"), "--seed", "7")
     assert run.returncode == 0, run.stderr
-    assert "correct on 1 seed" in run.stdout and "nl.load(x[i * 128" in run.stdout
+    assert "correct on 1 seed (" in run.stdout and "nl.load(x[i * 128" in run.stdout
 
 
 def test_profile_with_named_task() -> None:

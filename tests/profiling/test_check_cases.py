@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from accelopt_core.profiling import SimulatorProfiler, TaskRef, seeds
+from accelopt_core.tasks import TaskError
 
 KERNEL = '''
 import neuronxcc.nki as nki
@@ -110,9 +111,11 @@ def test_the_first_failing_seed_in_order_is_reported(tmp_path: Path, in_workers)
 
 
 def test_a_reference_that_fails_on_a_seed_is_named(tmp_path: Path, in_workers) -> None:
-    result = SimulatorProfiler().profile(KERNEL, reference(tmp_path, factor="undefined_name")[0], seeds=SEEDS)
-    assert result.correct is None
-    assert result.error.startswith(f"the reference failed on seed {SEEDS[0]}: NameError")
+    """Bad input (a TaskError naming the reference's line), in a worker as in the profiler's own process."""
+    task = reference(tmp_path, factor="undefined_name")[0]
+    for seeds_checked in (SEEDS, SEEDS[:1]):  # one seed: no workers
+        with pytest.raises(TaskError, match=r"ref\.py:\d+: forward\(\) raised NameError"):  # NKIBench form
+            SimulatorProfiler().profile(KERNEL, task, seeds=seeds_checked)
 
 
 def test_a_worker_that_dies_is_an_error_that_is_not_cached(tmp_path: Path, in_workers, monkeypatch) -> None:

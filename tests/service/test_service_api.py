@@ -126,7 +126,7 @@ def test_oversized_requests_are_refused(service: Service) -> None:
 
 @pytest.mark.parametrize(("change", "needle"), [
     ({"kernel": "def kernel(:\n"}, "syntax error"),
-    ({"kernel": "x = 1\n"}, "cannot tell which function is the kernel"),
+    ({"kernel": "x = 1\n"}, "the file defines no function"),
     ({"reference": None, "task": "no_such_task"}, "unknown task"),
     ({"task": "silu"}, "exactly one"),
     ({"reference": "def make_inputs(:\n"}, "syntax error"),

@@ -74,7 +74,7 @@ def test_wrong_token_is_reported_not_hidden_by_fallback(service: Service, refere
 
 def test_invalid_kernel_is_reported(service: Service, reference: TaskRef) -> None:
     result = RemoteProfiler(service.url, service.token).profile("x = 1\n", reference)
-    assert "HTTP 422" in result.error and "cannot tell which function is the kernel" in result.error
+    assert "HTTP 422" in result.error and "the file defines no function" in result.error
 
 
 def test_unreachable_service_has_a_clear_message(reference: TaskRef) -> None:
