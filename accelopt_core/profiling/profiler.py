@@ -133,8 +133,10 @@ class Profiler(Protocol):
 
 
 def kernel_folder(kernel_label: str) -> str | None:
-    """The folder of the kernel file when the label names one (its sibling helpers are importable)."""
-    return os.path.dirname(os.path.abspath(kernel_label)) if os.path.isfile(kernel_label) else None
+    """The folder of the kernel file when the label is the absolute path of one (the CLI and the editor
+    name the user's file so; its sibling helpers are importable). Any other label is display text only: a
+    bare name a client sends is never looked up in this process's working folder."""
+    return os.path.dirname(kernel_label) if os.path.isabs(kernel_label) and os.path.isfile(kernel_label) else None
 
 
 def kernel_hash(source: str) -> str:
