@@ -3,7 +3,8 @@
 The child writes `result.json` and, per recorded run, a `tape-K.stream` (the trace's tape, nki/trace.py,
 in chunks written as the kernel runs) into its job folder; the neuron backend's child writes one `.npy`
 file per output array instead (the hardware's outputs are the measurement there). Nothing in them is
-ever executed: JSON is parsed, arrays are loaded with `allow_pickle=False` as the unsigned integers of
+ever executed: every file is opened with `open_job_file` (no link followed, no blocking on a FIFO, checked
+on its descriptor), JSON is parsed, arrays are memory-mapped after their header as the unsigned integers of
 their element size and only then viewed as the dtype the JSON names (NumPy cannot store ml_dtypes'
 bf16/fp8 in a .npy header; they would come back as opaque `|V2`). The trusted side checks every name,
 path, dtype, shape and size; anything else is a `MalformedResultError`, which the caller turns into one
@@ -13,10 +14,11 @@ failed evaluation.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -94,8 +96,7 @@ class TapeFollower:
         """The chunks completed since the last poll (none when the file does not exist yet)."""
         if not os.path.lexists(self.path):
             return []
-        _regular_file(self.path, MAX_TRACE_BYTES)
-        with open(self.path, "rb") as handle:
+        with open_job_file(self.path, MAX_TRACE_BYTES) as handle:
             handle.seek(self._read)
             data = handle.read(MAX_TRACE_BYTES - self._read + 1)
         self._read += len(data)
@@ -153,16 +154,40 @@ def _plain_number(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not plain data")
 
 
-def _regular_file(path: str, limit: int | None = None) -> None:
-    """A file the child wrote itself: regular, one link (not a link to something outside), bounded."""
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_job_file(path: str, limit: int | None = None) -> BinaryIO:
+    """Trusted side: a file the child wrote, open for reading in binary. Opened without following a link
+    and without blocking (a FIFO swapped in cannot hold the parent in `open`), then checked on the open
+    descriptor, never by name first: a regular file, one link (not a link to something outside), at most
+    `limit` bytes. Every read of a job folder's files goes through here."""
+    name = os.path.basename(path)
     try:
-        info = os.lstat(path)
-    except OSError as exc:
-        raise MalformedResultError(f"{os.path.basename(path)} is missing") from exc
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-        raise MalformedResultError(f"{os.path.basename(path)} is not a plain file")
-    if limit is not None and info.st_size > limit:
+        descriptor = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise MalformedResultError(f"{name} is missing") from None
+    except OSError as exc:  # ELOOP: a link; ENXIO: a socket or a FIFO nobody writes
+        raise MalformedResultError(f"{name} is not a plain file ({exc.strerror})") from None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise MalformedResultError(f"{name} is not a plain file")
+        if limit is not None and info.st_size > limit:
+            raise MalformedResultError(f"{name} is larger than {limit} bytes")
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def read_job_file(path: str, limit: int) -> bytes:
+    """The whole of a file the child wrote (`open_job_file`), at most `limit` bytes even if it grows."""
+    with open_job_file(path, limit) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
         raise MalformedResultError(f"{os.path.basename(path)} is larger than {limit} bytes")
+    return data
 
 
 def load_array(folder: str, descriptor: Any) -> np.ndarray:
@@ -177,26 +202,40 @@ def load_array(folder: str, descriptor: Any) -> np.ndarray:
         raise MalformedResultError(f"output dtype {dtype_name!r} is not allowed")
     if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
         raise MalformedResultError(f"output shape {shape!r} is not a list of sizes")
-    path = os.path.join(folder, name)
-    _regular_file(path)
+    with open_job_file(os.path.join(folder, name)) as handle:
+        return _mapped_array(handle, name, dtype, shape).view(dtype)
+
+
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _mapped_array(handle: BinaryIO, name: str, dtype: np.dtype, shape: list[int]) -> np.ndarray:
+    """The .npy array in the open file, memory-mapped read-only, after its header says the storage of
+    `dtype` in `shape` and the file holds exactly its bytes."""
     try:
-        stored = np.load(path, mmap_mode="r" if all(shape) else None, allow_pickle=False)
+        version = np.lib.format.read_magic(handle)
+        if version not in _NPY_HEADERS:
+            raise ValueError(f"format version {version}")
+        stored_shape, fortran, stored_dtype = _NPY_HEADERS[version](handle)
     except (OSError, ValueError) as exc:
         raise MalformedResultError(f"{name} is not a plain .npy array: {exc}") from exc
-    if stored.dtype != _storage(dtype) or list(stored.shape) != shape:
-        raise MalformedResultError(f"{name} holds {stored.dtype}{list(stored.shape)}, not {dtype.name}{shape}")
-    return stored.view(dtype)
+    if stored_dtype != _storage(dtype) or list(stored_shape) != shape:
+        raise MalformedResultError(f"{name} holds {stored_dtype}{list(stored_shape)}, not {dtype.name}{shape}")
+    offset, size = handle.tell(), os.fstat(handle.fileno()).st_size
+    if size != offset + stored_dtype.itemsize * math.prod(shape):
+        raise MalformedResultError(f"{name} does not hold the {math.prod(shape)} elements its header says")
+    if not all(shape):
+        return np.empty(shape, stored_dtype)
+    return np.memmap(handle, stored_dtype, "r", offset, tuple(shape), "F" if fortran else "C")
 
 
 def read_result(folder: str) -> dict[str, Any]:
     """Trusted side: FOLDER/result.json as a dict whose `outputs` (per case, per output) are checked
     arrays."""
-    path = os.path.join(folder, RESULT_FILE)
-    _regular_file(path, MAX_RESULT_BYTES)
+    text = read_job_file(os.path.join(folder, RESULT_FILE), MAX_RESULT_BYTES)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError, RecursionError) as exc:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise MalformedResultError(f"{RESULT_FILE} is not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise MalformedResultError(f"{RESULT_FILE} is not an object")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,8 @@ from accelopt_core.profiling.handback import (
     TapeFile,
     TapeFollower,
     load_array,
+    open_job_file,
+    read_job_file,
     read_result,
     read_tape,
     save_array,
@@ -66,7 +69,7 @@ def test_a_forged_descriptor_is_malformed(tmp_path: Path, changes: dict) -> None
 def test_a_pickled_array_or_a_link_is_malformed(tmp_path: Path) -> None:
     descriptor = _descriptor(tmp_path)
     np.save(tmp_path / "out-0-0.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    with pytest.raises(MalformedResultError, match=r"not a plain \.npy"):
+    with pytest.raises(MalformedResultError, match=r"holds object"):  # its header is read, never its pickle
         load_array(str(tmp_path), descriptor)
     (tmp_path / "out-0-0.npy").unlink()
     outside = tmp_path.parent / "elsewhere.npy"
@@ -123,6 +126,38 @@ def test_a_tape_is_read_chunk_by_chunk_as_it_is_written(tmp_path: Path) -> None:
     assert follower.poll() == [{"b": 2}] and follower.whole_chunks()
     path.write_bytes(b"2\n[]")  # written over: what was read stays
     assert follower.chunks == [{"a": [1]}, {"b": 2}]
+
+
+def test_a_fifo_in_place_of_any_file_is_refused_without_blocking(tmp_path: Path) -> None:
+    """The tape follower once checked the name, then opened it: a FIFO swapped in between held the parent
+    in open() forever. Each file is opened without blocking and checked on its descriptor."""
+    descriptor = save_array(str(tmp_path), "out-0-0.npy", np.ones((2, 3), dtype=np.float32))
+    for name in ("tape-0.stream", "result.json", "out-0-0.npy", "summary.json"):
+        path = tmp_path / name
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    with ThreadPoolExecutor(1) as pool:
+        attempts = [pool.submit(TapeFollower(str(tmp_path), "tape-0.stream").poll),
+                    pool.submit(read_result, str(tmp_path)), pool.submit(load_array, str(tmp_path), descriptor),
+                    pool.submit(open_job_file, str(tmp_path / "summary.json"))]
+        for attempt in attempts:
+            with pytest.raises(MalformedResultError, match="not a plain file"):
+                attempt.result(timeout=5)
+
+
+def test_an_array_file_must_hold_exactly_the_bytes_its_header_says(tmp_path: Path) -> None:
+    descriptor = _descriptor(tmp_path)
+    with open(tmp_path / "out-0-0.npy", "ab") as handle:
+        handle.write(b"\0" * 4)
+    with pytest.raises(MalformedResultError, match="elements its header says"):
+        load_array(str(tmp_path), descriptor)
+
+
+def test_a_job_file_is_read_up_to_its_limit_only(tmp_path: Path) -> None:
+    (tmp_path / "result.json").write_bytes(b" " * 100)
+    assert read_job_file(str(tmp_path / "result.json"), 100) == b" " * 100
+    with pytest.raises(MalformedResultError, match="larger than 99 bytes"):
+        read_job_file(str(tmp_path / "result.json"), 99)
 
 
 class _Payload:
