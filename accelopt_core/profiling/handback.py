@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..nki import dtypes
+from ..nki.replay import ReplayLimitError
 from ..nki.trace import collector_paused
 
 RESULT_FILE = "result.json"
@@ -78,47 +79,93 @@ class TapeFile:
         self._handle.close()
 
 
+# json.loads's objects take at most 16 bytes per byte of text (a one-character string: 50 bytes for at least 3)
+# plus 72 per list or object (its header and its slot in its parent); measured on lists, objects, strings
+# and numbers, an honest tape takes about half of it
+PARSED_BYTES_PER_BYTE = 16
+PARSED_BYTES_PER_CONTAINER = 72
+
+
+def parsed_size_bound(data: bytes) -> int:
+    """An upper bound of the memory `json.loads(data)` takes, counted without parsing."""
+    return PARSED_BYTES_PER_BYTE * len(data) + PARSED_BYTES_PER_CONTAINER * (data.count(b"[") + data.count(b"{"))
+
+
+class ParseBudget:
+    """The memory the parsed tapes of one evaluation may take, all of them together: each chunk's bound is
+    spent before it is parsed, so a tape of millions of empty entries is refused before it is materialised.
+    Running out is the trusted side's limit (ReplayLimitError), not the kernel's fault."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.spent = 0
+
+    def require(self, name: str, cost: int) -> None:
+        """ReplayLimitError unless `cost` more bytes fit."""
+        if self.spent + cost > self.limit:
+            raise ReplayLimitError(f"{name}: the kernel's traces would take more than "
+                                   f"{self.limit / 2**20:.0f} MiB of memory once read (memory limit)")
+
+    def spend(self, name: str, cost: int) -> None:
+        self.require(name, cost)
+        self.spent += cost
+
+
 class TapeFollower:
     """Trusted side: the chunks of the tape stream a child writes (`TapeFile`), parsed as they become whole.
-    The file must be a plain file of the child's own, within MAX_TRACE_BYTES; its chunks are kept, so what
-    was read once is what every replay of it sees, whatever the child writes over later."""
+    The file must be a plain file of the child's own, within MAX_TRACE_BYTES; it is read in pieces, each
+    chunk's parsed size is charged to `budget` before it is parsed (the declared length alone is refused
+    when it cannot fit). Its chunks are kept, so what was read once is what every replay of it sees,
+    whatever the child writes over later."""
 
-    def __init__(self, folder: str, name: Any):
+    def __init__(self, folder: str, name: Any, budget: ParseBudget | None = None):
         if not isinstance(name, str) or not _TAPE_FILE.fullmatch(name):
             raise MalformedResultError(f"tape file name {str(name)[:40]!r} is not one the worker writes")
         self.name = name
         self.path = os.path.join(folder, name)
+        self.budget = budget or ParseBudget(MAX_TRACE_BYTES * PARSED_BYTES_PER_BYTE)
         self.chunks: list[Any] = []
         self._read = 0  # bytes of the file consumed
-        self._pending = b""
+        self._pending = bytearray()
 
     def poll(self) -> list[Any]:
         """The chunks completed since the last poll (none when the file does not exist yet)."""
         if not os.path.lexists(self.path):
             return []
+        chunks: list[Any] = []
         with open_job_file(self.path, MAX_TRACE_BYTES) as handle:
             handle.seek(self._read)
-            data = handle.read(MAX_TRACE_BYTES - self._read + 1)
-        self._read += len(data)
-        if self._read > MAX_TRACE_BYTES:
-            raise MalformedResultError(f"{self.name} is larger than {MAX_TRACE_BYTES} bytes")
-        buffer, start, chunks = self._pending + data, 0, []
+            while piece := handle.read(_READ_BYTES):
+                self._read += len(piece)
+                if self._read > MAX_TRACE_BYTES:
+                    raise MalformedResultError(f"{self.name} is larger than {MAX_TRACE_BYTES} bytes")
+                self._pending += piece
+                chunks += self._whole_chunks()
+        self.chunks += chunks
+        return chunks
+
+    def _whole_chunks(self) -> list[Any]:
+        """Parse the chunks `_pending` holds whole, and keep the rest."""
+        buffer, start, chunks = self._pending, 0, []
         while True:
             newline = buffer.find(b"\n", start, start + _MAX_HEADER)
             if newline < 0:
                 if len(buffer) - start >= _MAX_HEADER:
                     raise MalformedResultError(f"{self.name}: a chunk does not start with its length")
                 break
-            header = buffer[start:newline]
+            header = bytes(buffer[start:newline])
             if not header.isdigit():
                 raise MalformedResultError(f"{self.name}: a chunk does not start with its length")
-            end = newline + 1 + int(header)
+            length = int(header)
+            self.budget.require(self.name, PARSED_BYTES_PER_BYTE * length)  # refused before it is read
+            end = newline + 1 + length
             if end > len(buffer):
                 break
-            chunks.append(_parsed_chunk(self.name, buffer[newline + 1:end]))
+            data = bytes(buffer[newline + 1:end])
+            self.budget.spend(self.name, parsed_size_bound(data))
+            chunks.append(_parsed_chunk(self.name, data))
             start = end
-        self._pending = buffer[start:]
-        self.chunks += chunks
+        del buffer[:start]
         return chunks
 
     def whole_chunks(self) -> bool:
@@ -127,6 +174,7 @@ class TapeFollower:
 
 
 _MAX_HEADER = 12  # a chunk's length in digits and its newline: MAX_TRACE_BYTES has 9 digits
+_READ_BYTES = 4 * 2**20  # read at a time: a tape is never in memory twice as bytes
 
 
 def _parsed_chunk(name: str, data: bytes) -> Any:
@@ -137,9 +185,19 @@ def _parsed_chunk(name: str, data: bytes) -> Any:
         raise MalformedResultError(f"{name}: a chunk is not JSON: {str(exc)[:200]}") from None
 
 
-def read_tape(folder: str, name: Any) -> list[Any]:
+def check_tape_names(names: list[str], runs: int) -> None:
+    """A result names exactly the tapes the worker writes for its runs, each once (`tape-0.stream` ...),
+    checked before any is opened: the same tape named six times was parsed six times before the count
+    was compared."""
+    expected = [f"tape-{run}.stream" for run in range(runs)]
+    if names != expected:
+        shown = ", ".join(str(name)[:40] for name in names[:4]) + (", ..." if len(names) > 4 else "")
+        raise MalformedResultError(f"the result names the tapes [{shown}], not the {runs} of its runs")
+
+
+def read_tape(folder: str, name: Any, budget: ParseBudget | None = None) -> list[Any]:
     """Trusted side: every chunk of a tape stream the child has finished writing."""
-    follower = TapeFollower(folder, name)
+    follower = TapeFollower(folder, name, budget)
     if not os.path.lexists(follower.path):
         raise MalformedResultError(f"{name} is missing")
     follower.poll()

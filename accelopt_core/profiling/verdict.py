@@ -35,7 +35,7 @@ from ..nki.tensor import BufferPool
 from ..nki.trace import TapeError, TapeReader
 from ..perfmodel import estimate
 from ..tasks import Case
-from .handback import TapeFollower
+from .handback import ParseBudget, TapeFollower
 from .measure import Run
 
 
@@ -161,11 +161,13 @@ class UnfinishedTapeError(TapeError):
 
 
 def replay_while_recorded(folder: str, run: int, specs: Sequence[TensorSpec], recorded: Future[Any], hardware: str,
-                          kernel_file: str, seconds: float) -> tuple[RunResult, list[Any]]:
+                          kernel_file: str, seconds: float, budget: ParseBudget | None = None
+                          ) -> tuple[RunResult, list[Any]]:
     """The trace-only replay of run `run`'s tape, made while the child records it (each chunk as it is
     written: the replay ends about when the recording does, instead of starting then), and the tape's
-    chunks. `recorded` is the child's run (done once it exited)."""
-    follower = TapeFollower(folder, f"tape-{run}.stream")
+    chunks. `recorded` is the child's run (done once it exited); the chunks' parsed size is charged to
+    `budget`."""
+    follower = TapeFollower(folder, f"tape-{run}.stream", budget)
     last = False
 
     def next_chunks() -> list[Any]:
