@@ -16,6 +16,7 @@ import importlib.util
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -356,11 +357,14 @@ class SimulatorProfiler(CheckingProfiler):
             follow = plan.timing_run not in plan.case_runs or workers > 0
             # the tapes, parsed, count against the memory budget the replays then have the rest of
             budget = ParseBudget(self.limits.memory_mb * 2**20)
+            # one time limit for the kernel's stages: its recording, the hand-back, the parse, the replays and
+            # the model (the reference's own work does not count: Replays)
+            deadline = time.monotonic() + self.limits.seconds
             try:
                 with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelopt-sandbox") as sandbox:
                     recorded = sandbox.submit(run_sandboxed, job, workdir, self.limits, cancel)
-                    followed = (self._follow(workdir, plan, recorded, result.hardware, kernel_label, budget)
-                                if follow else None)
+                    followed = (self._follow(workdir, plan, recorded, result.hardware, kernel_label, budget,
+                                             deadline) if follow else None)
                     recording = recorded.result()
                 if recording.error:
                     return self._failed(result, recording.error, recording.error_line, cache_key)
@@ -380,7 +384,8 @@ class SimulatorProfiler(CheckingProfiler):
                                 cancel) if check else None
             with _one_conclusion_at_a_time:
                 return self._conclude(result, chunks, followed, plan, checking, cache_key, kernel_label, references,
-                                      work, self.limits.memory_mb * 2**20 - budget.spent)
+                                      work, self.limits.memory_mb * 2**20 - budget.spent,
+                                      max(0.0, deadline - time.monotonic()))
 
     def _failed(self, result: ProfileResult, error: str, line: int | None, cache_key: Any) -> ProfileResult:
         """An evaluation that ends in an error; a kernel's own error (it has a line) is deterministic, so it
@@ -391,32 +396,33 @@ class SimulatorProfiler(CheckingProfiler):
         return result
 
     def _follow(self, workdir: str, plan: RunPlan, recorded: Future[Any], hardware: str, kernel_label: str,
-                budget: ParseBudget) -> tuple[RunResult, list[Any]] | Exception:
+                budget: ParseBudget, deadline: float) -> tuple[RunResult, list[Any]] | Exception:
         """The timed run's trace-only replay, made while the child records it, with its tape's chunks; or
         what stopped it (judged once the child's own result is known: its error, if any, comes first)."""
         try:
             return replay_while_recorded(workdir, plan.timing_run, plan.runs[plan.timing_run].specs, recorded,
-                                         hardware, kernel_label, self.limits.seconds, budget)
+                                         hardware, kernel_label, deadline - time.monotonic(), budget)
         except (NkiError, TapeError, ReplayLimitError, MalformedResultError) as exc:
             return exc
 
     def _conclude(self, result: ProfileResult, chunks: list[list[Any]],
                   followed: tuple[RunResult, list[Any]] | Exception | None, plan: RunPlan, check: Checking | None,
                   cache_key: Any, kernel_label: str, references: ThreadPoolExecutor,
-                  counted: Future[PeakWork | None], memory_bytes: int) -> ProfileResult:
-        """Replay the traces (the timed one may be replayed already, `followed`) within `memory_bytes`: judge
-        the check's outputs, apply the guards to the timed replay and time it."""
+                  counted: Future[PeakWork | None], memory_bytes: int, seconds: float) -> ProfileResult:
+        """Replay the traces (the timed one may be replayed already, `followed`) within `memory_bytes` and
+        what is left of the time limit, `seconds`: judge the check's outputs, apply the guards to the timed
+        replay and time it."""
         workers = None
         try:
             if isinstance(followed, Exception):
                 raise followed
             tapes = [assemble(tape) for tape in chunks]
-            replays = Replays(tapes, plan, result.hardware, kernel_label, self.limits.seconds, memory_bytes,
+            replays = Replays(tapes, plan, result.hardware, kernel_label, seconds, memory_bytes,
                               followed[0] if followed else None)
             if check is not None and check.workers:
                 job = SeedJob(check.task, plan.runs[plan.case_runs[0]].specs, check.rtol, result.hardware,
                               kernel_label, self.limits.memory_mb * 2**20)
-                workers = SeedWorkers(check.workers, job, tapes[plan.case_runs[0]], result.seeds, self.limits.seconds)
+                workers = SeedWorkers(check.workers, job, tapes[plan.case_runs[0]], result.seeds, seconds)
             tapes.clear()  # the replays hold what they need: the rest goes before the collector resumes
             if check is not None and workers is None:
                 self._judge(result, check.cases, replays.outputs(check.cases), check.rtol, references)
@@ -425,7 +431,7 @@ class SimulatorProfiler(CheckingProfiler):
             timed = replays.timed()
             if workers is not None:
                 workers.begin(replays.liveness_of(plan.timing_run, timed))
-            report = timing_report(timed, result.hardware)  # while the workers check
+            report = timing_report(timed, result.hardware, replays.seconds_left)  # while the workers check
             if workers is not None:
                 error = _judge_verdicts(result, workers.verdicts(check.cancel if check else None), workers.died)
                 if error is not None:
