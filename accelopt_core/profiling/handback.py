@@ -18,6 +18,7 @@ import math
 import os
 import re
 import stat
+import time
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -118,12 +119,13 @@ class TapeFollower:
     when it cannot fit). Its chunks are kept, so what was read once is what every replay of it sees,
     whatever the child writes over later."""
 
-    def __init__(self, folder: str, name: Any, budget: ParseBudget | None = None):
+    def __init__(self, folder: str, name: Any, budget: ParseBudget | None = None, deadline: float = math.inf):
         if not isinstance(name, str) or not _TAPE_FILE.fullmatch(name):
             raise MalformedResultError(f"tape file name {str(name)[:40]!r} is not one the worker writes")
         self.name = name
         self.path = os.path.join(folder, name)
         self.budget = budget or ParseBudget(MAX_TRACE_BYTES * PARSED_BYTES_PER_BYTE)
+        self.deadline = deadline  # of the kernel's time limit (time.monotonic), checked before each piece
         self.chunks: list[Any] = []
         self._read = 0  # bytes of the file consumed
         self._pending = bytearray()
@@ -136,6 +138,9 @@ class TapeFollower:
         with open_job_file(self.path, MAX_TRACE_BYTES) as handle:
             handle.seek(self._read)
             while piece := handle.read(_READ_BYTES):
+                if time.monotonic() > self.deadline:
+                    raise ReplayLimitError(f"{self.name}: reading the kernel's traces did not finish within "
+                                           "its time limit")
                 self._read += len(piece)
                 if self._read > MAX_TRACE_BYTES:
                     raise MalformedResultError(f"{self.name} is larger than {MAX_TRACE_BYTES} bytes")
@@ -195,9 +200,9 @@ def check_tape_names(names: list[str], runs: int) -> None:
         raise MalformedResultError(f"the result names the tapes [{shown}], not the {runs} of its runs")
 
 
-def read_tape(folder: str, name: Any, budget: ParseBudget | None = None) -> list[Any]:
-    """Trusted side: every chunk of a tape stream the child has finished writing."""
-    follower = TapeFollower(folder, name, budget)
+def read_tape(folder: str, name: Any, budget: ParseBudget | None = None, deadline: float = math.inf) -> list[Any]:
+    """Trusted side: every chunk of a tape stream the child has finished writing (`TapeFollower`)."""
+    follower = TapeFollower(folder, name, budget, deadline)
     if not os.path.lexists(follower.path):
         raise MalformedResultError(f"{name} is missing")
     follower.poll()

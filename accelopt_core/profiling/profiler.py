@@ -373,7 +373,7 @@ class SimulatorProfiler(CheckingProfiler):
                 # collection would rescan their millions of parsed lists (seconds per full-size tape)
                 paused.enter_context(collector_paused())
                 chunks = [followed[1] if isinstance(followed, tuple) and run == plan.timing_run
-                          else read_tape(workdir, name, budget) for run, name in enumerate(recording.traces)]
+                          else read_tape(workdir, name, budget, deadline) for run, name in enumerate(recording.traces)]
             except MalformedResultError as exc:
                 return self._failed(result, f"{MALFORMED}: {exc}", None, None)
             except ReplayLimitError as exc:

@@ -172,7 +172,7 @@ def replay_while_recorded(folder: str, run: int, specs: Sequence[TensorSpec], re
     written: the replay ends about when the recording does, instead of starting then), and the tape's
     chunks. `recorded` is the child's run (done once it exited); the chunks' parsed size is charged to
     `budget`."""
-    follower = TapeFollower(folder, f"tape-{run}.stream", budget)
+    follower = TapeFollower(folder, f"tape-{run}.stream", budget, time.monotonic() + seconds)
     last = False
 
     def next_chunks() -> list[Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -242,6 +243,15 @@ def test_a_chunk_declaring_more_than_the_budget_is_refused_unread(tmp_path: Path
     (tmp_path / "tape-0.stream").write_bytes(b"99999999\n[")
     with pytest.raises(ReplayLimitError, match="memory limit"):
         read_tape(str(tmp_path), "tape-0.stream", ParseBudget(2**20))
+
+
+def test_reading_a_tape_past_the_kernel_s_deadline_stops_as_our_limit(tmp_path: Path) -> None:
+    stream = TapeFile(str(tmp_path), 0)
+    stream.write({"format": "accelopt-trace"})
+    stream.close()
+    with pytest.raises(ReplayLimitError, match="did not finish within its time limit"):
+        read_tape(str(tmp_path), stream.name, deadline=time.monotonic() - 1)
+    assert read_tape(str(tmp_path), stream.name, deadline=time.monotonic() + 60) == [{"format": "accelopt-trace"}]
 
 
 def test_the_parsed_size_bound_holds_for_every_kind_of_json(tmp_path: Path) -> None:
