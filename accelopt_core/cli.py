@@ -138,8 +138,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     task = _task_for(args)
     source = _read_kernel(args)
     profiler = make_profiler(_profiler_settings(args))
+    # the file's absolute path: its folder (or its package's) is what the sandbox shows the kernel
     result = profiler.profile(source, task, args.hardware, check=not args.no_check, seeds=args.seed,
-                              kernel_label=os.path.relpath(args.kernel), kernel_name=args.kernel_name)
+                              kernel_label=os.path.abspath(args.kernel), kernel_name=args.kernel_name)
+    result.kernel = os.path.relpath(args.kernel)
     return _emit(result, args, args.kernel)
 
 

@@ -135,11 +135,14 @@ def cmd_export(memory: Memory, args: argparse.Namespace) -> int:
 
 def cmd_import(memory: Memory, args: argparse.Namespace) -> int:
     notes: list[str] = []
-    count = memory.import_jsonl(args.file, notes)
+    refusals: list[str] = []
+    count = memory.import_jsonl(args.file, notes, refusals)
     print(f"imported {count} new record{'s' * (count != 1)} from {args.file} (lessons marked as imported)")
     for note in notes:
         print(note)
-    return 0
+    for refusal in refusals:  # the rest of the file is in; these records are not (exit 2: fix the file)
+        print(f"accelopt: refused {refusal}", file=sys.stderr)
+    return 2 if refusals else 0
 
 
 def cmd_pin(memory: Memory, args: argparse.Namespace) -> int:

@@ -304,7 +304,8 @@ class Memory:
         """Write a self-contained JSON-lines file for a teammate; returns the number of lines."""
         return transfer.export_jsonl(self, target, what)
 
-    def import_jsonl(self, source: str | Path | IO[str], notes: list[str] | None = None) -> int:
-        """Merge an exported file, all or nothing; returns how many new records were added (`notes` gets
-        what was left out, and why)."""
-        return transfer.import_jsonl(self, source, notes)
+    def import_jsonl(self, source: str | Path | IO[str], notes: list[str] | None = None,
+                     refusals: list[str] | None = None) -> int:
+        """Merge an exported file, every record checked; returns how many new records were added (`notes`
+        gets what was left out, and why; `refusals`, when given, the records refused, by line)."""
+        return transfer.import_jsonl(self, source, notes, refusals)

@@ -410,10 +410,14 @@ class Subscript:
                 continue
             axis, step = item.terms[0]
             axis += ndim - len(item.shape)
-            if step <= 0 or axis in axes:
+            if step == 0 or axis in axes:
                 return None
-            count = self.shape[axis]
-            key.append(slice(item.offset, item.offset + step * (count - 1) + 1, step))
+            last = item.offset + step * (self.shape[axis] - 1)
+            if last < 0:
+                return None
+            # a reversed axis is a negative step: a view too, never a gather's index arrays (a copy with every
+            # dimension reversed made index arrays eight bytes an element each, outside the memory budget)
+            key.append(slice(item.offset, last + (1 if step > 0 else -1) if last or step > 0 else None, step))
             axes.append(axis)
         if any(n != 1 for axis, n in enumerate(self.shape) if axis not in axes):
             return None  # an axis no index steps along: the tile repeats elements (a broadcast gather)

@@ -65,8 +65,7 @@ def load_module(source: str, filename: str, name: str | None = None, folder: str
         tree = parse_source(source, filename)
     except (SyntaxError, RecursionError, MemoryError) as exc:
         raise KernelLoadError(syntax_message(filename, exc)) from None
-    folder = folder or (os.path.dirname(filename) if os.path.isabs(filename) else None)
-    module_name, package, root = _import_identity(tree, filename, folder, name)
+    module_name, package, roots = _import_identity(filename, _kernel_folder(filename, folder), name)
     module = types.ModuleType(module_name)
     module.__file__ = filename
     module.__package__ = package
@@ -75,7 +74,7 @@ def load_module(source: str, filename: str, name: str | None = None, folder: str
     # Python's range inside a kernel is a recorded loop (legacy: sequential_range; new API: unrolled).
     module.range = lambda *args: legacy_language.KernelRange(kind, *args)  # type: ignore[attr-defined]
     module.__accelopt_generation__ = generation  # type: ignore[attr-defined]
-    with nki_imports(), host_package_placeholders(filename), _importable(module, root, registered=not package):
+    with nki_imports(), host_package_placeholders(filename), _importable(module, roots, registered=not package):
         if package:
             _import_in_package(module, code)
         else:
@@ -112,53 +111,71 @@ def _import_in_package(module: types.ModuleType, code: types.CodeType) -> None:
         sys.meta_path.remove(loader)
 
 
-def import_root(source: str, filename: str, folder: str | None = None) -> str | None:
-    """The folder `load_module` puts on sys.path for this kernel (its own, or the root of the package its
-    relative imports name), or None; the sandbox shows the kernel that folder and nothing else of the disk."""
-    folder = folder or (os.path.dirname(filename) if os.path.isabs(filename) else None)
-    try:
-        tree = parse_source(source, filename)
-    except SyntaxError:
-        return folder
-    return _import_identity(tree, filename, folder, None)[2]
+MAX_PACKAGE_DEPTH = 32  # folders of one package, from its top down to the kernel's folder
 
 
-def _import_identity(tree: ast.Module, filename: str, folder: str | None, name: str | None
-                     ) -> tuple[str, str, str | None]:
-    """(module name, package, folder to put on sys.path) for a kernel file. A file with relative
-    imports (`from ..util import x`) is a module of the package its folders name, as deep as its
-    deepest relative import; otherwise a top-level module named after the file."""
+def package_folders(folder: str) -> list[str]:
+    """The package `folder` is part of, decided by the disk alone: the folders from the top package down to
+    `folder`, each holding an `__init__.py` and named like a Python identifier; [] when `folder` is no
+    package. The kernel's source never decides it (an import statement names any folder above it)."""
+    chain: list[str] = []
+    current = os.path.abspath(folder)
+    while (len(chain) < MAX_PACKAGE_DEPTH and os.path.basename(current).isidentifier()
+           and os.path.isfile(os.path.join(current, "__init__.py"))):
+        chain.insert(0, current)
+        current = os.path.dirname(current)
+    return chain
+
+
+def _kernel_folder(filename: str, folder: str | None) -> str | None:
+    return folder or (os.path.dirname(filename) if os.path.isabs(filename) else None)
+
+
+def visible_folder(filename: str, folder: str | None = None) -> str | None:
+    """The one folder of the disk a sandbox shows this kernel, or None: the top of the package its folder
+    is part of (its helpers, relative imports included, are all below it), else its own folder."""
+    folder = _kernel_folder(filename, folder)
+    if folder is None:
+        return None
+    chain = package_folders(folder)
+    return chain[0] if chain else os.path.abspath(folder)
+
+
+def _import_identity(filename: str, folder: str | None, name: str | None) -> tuple[str, str, list[str]]:
+    """(module name, package, folders to put on sys.path) for a kernel file. A file in a package (its
+    folders hold `__init__.py` files) is a module of that package, importable from the folder above its
+    top; its own folder is importable too, as Python makes a script's folder. Otherwise it is a top-level
+    module named after the file."""
     stem = os.path.splitext(os.path.basename(filename))[0]
     module = name or (stem if stem.isidentifier() else "accelopt_kernel")
-    depth = max((node.level for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)), default=0)
-    if folder is None or depth == 0 or name is not None:
-        return module, "", folder
-    parts = os.path.normpath(os.path.abspath(folder)).split(os.sep)
-    packages = parts[len(parts) - depth:]
-    if len(packages) < depth or not all(p.isidentifier() for p in packages):
-        return module, "", folder
-    package = ".".join(packages)
-    return f"{package}.{module}", package, os.sep.join(parts[:len(parts) - depth]) or os.sep
+    if folder is None:
+        return module, "", []
+    chain = package_folders(folder) if name is None else []
+    if not chain:
+        return module, "", [folder]
+    package = ".".join(os.path.basename(part) for part in chain)
+    return f"{package}.{module}", package, [folder, os.path.dirname(chain[0])]
 
 
 @contextmanager
-def _importable(module: types.ModuleType, root: str | None, registered: bool = True) -> Iterator[None]:
-    """The module in sys.modules (put there here when `registered`, else by its import) and `root` first
+def _importable(module: types.ModuleType, roots: list[str], registered: bool = True) -> Iterator[None]:
+    """The module in sys.modules (put there here when `registered`, else by its import) and `roots` first
     on sys.path while the file executes; afterwards they are gone again, with every module imported
-    from below `root` (its helpers)."""
+    from below them (its helpers)."""
     before = set(sys.modules)
     if registered:
         sys.modules[module.__name__] = module
-    if root is not None:
-        sys.path.insert(0, root)
+    sys.path[:0] = roots
     try:
         yield
     finally:
-        if root is not None:
+        for root in roots:
             sys.path.remove(root)
-            inside = os.path.join(os.path.abspath(root), "")
+        if roots:
+            inside = [os.path.join(os.path.abspath(root), "") for root in roots]
             # decide before deleting: a namespace package's __path__ is recomputed from its parent
-            helpers = [added for added in set(sys.modules) - before if _located_in(sys.modules[added], inside)]
+            helpers = [added for added in set(sys.modules) - before
+                       if any(_located_in(sys.modules[added], place) for place in inside)]
             for added in helpers:
                 del sys.modules[added]
         sys.modules.pop(module.__name__, None)

@@ -12,6 +12,7 @@ import math
 import operator
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -559,7 +560,26 @@ class Tile(TensorViews):
         data = self.storage.data
         assert data is not None
         view = self.sub.view(data)
-        return view if view is not None else data[self.sub.numpy_key()]
+        if view is not None:
+            return view
+        with self._gathering():
+            return data[self.sub.numpy_key()]
+
+    @contextmanager
+    def _gathering(self) -> Iterator[None]:
+        """A gather's temporaries held against the replay's memory budget while it runs: an index array
+        per dimension (eight bytes an element), the masks a masked write builds and the elements copied."""
+        sim = running()
+        memory = sim.memory if sim is not None else None
+        nbytes = self.sub.count * (8 * len(self.sub.items) + 2 + self.storage.dtype.itemsize)
+        if memory is None:
+            yield
+            return
+        memory.reserve(nbytes)
+        try:
+            yield
+        finally:
+            memory.release(nbytes)
 
     def write(self, values: np.ndarray | float, mask: np.ndarray | None = None) -> None:
         data = self.storage.data
@@ -568,18 +588,24 @@ class Tile(TensorViews):
         if values.shape != self.shape and values.size == self.size:
             values = values.reshape(self.shape)
         view = self.sub.view(data)
-        if view is not None:  # each element once: a mask selects where to write
-            written = None if self.storage.initialized is None else self.sub.view(self.storage.initialized)
-            if mask is None:
-                view[...] = values
-                if written is not None:
-                    written[...] = True
-                return
-            where = np.broadcast_to(mask, self.shape)
-            np.copyto(view, np.broadcast_to(values, self.shape), casting="unsafe", where=where)
-            if written is not None:
-                written |= where
+        if view is None:
+            with self._gathering():
+                self._scatter(data, values, mask)
             return
+        # each element once: a mask selects where to write
+        written = None if self.storage.initialized is None else self.sub.view(self.storage.initialized)
+        if mask is None:
+            view[...] = values
+            if written is not None:
+                written[...] = True
+            return
+        where = np.broadcast_to(mask, self.shape)
+        np.copyto(view, np.broadcast_to(values, self.shape), casting="unsafe", where=where)
+        if written is not None:
+            written |= where
+
+    def _scatter(self, data: np.ndarray, values: np.ndarray, mask: np.ndarray | None) -> None:
+        """Write through the gather's indices (a subscript that is no strided view of the tensor)."""
         key = self.sub.numpy_key()
         if self.sub.overhang is not None or (mask is not None and self.sub.advanced):
             # write only the masked-in elements (all inside the tensor): gathered indices may repeat,
@@ -606,7 +632,10 @@ class Tile(TensorViews):
         if initialized is None:
             return values
         written = self.sub.view(initialized)
-        return np.where(written if written is not None else initialized[self.sub.numpy_key()], values, 0.0)
+        if written is not None:
+            return np.where(written, values, 0.0)
+        with self._gathering():
+            return np.where(initialized[self.sub.numpy_key()], values, 0.0)
 
     def access(self, nbytes: int | None = None) -> Access:
         storage = self.storage

@@ -165,10 +165,11 @@ def python_folders() -> list[str]:
 
 
 def private_folder(path: str) -> bool:
-    """The root or a folder holding the user's home (binding it would show their files)."""
+    """The root, or a folder holding the user's home or the temporary folder: binding it would show the
+    user's files, or every other evaluation's job folder (a kernel file in /tmp gets no folder at all)."""
     real = os.path.realpath(path)
-    home = os.path.realpath(os.path.expanduser("~"))
-    return real == os.sep or home == real or home.startswith(real.rstrip(os.sep) + os.sep)
+    shared = {os.path.realpath(place) for place in (os.path.expanduser("~"), tempfile.gettempdir(), "/tmp")}
+    return real == os.sep or any(_inside(place, real) for place in shared)
 
 
 def _inside(path: str, root: str) -> bool:

@@ -3,7 +3,8 @@
 The child writes `result.json` and, per recorded run, a `tape-K.stream` (the trace's tape, nki/trace.py,
 in chunks written as the kernel runs) into its job folder; the neuron backend's child writes one `.npy`
 file per output array instead (the hardware's outputs are the measurement there). Nothing in them is
-ever executed: JSON is parsed, arrays are loaded with `allow_pickle=False` as the unsigned integers of
+ever executed: every file is opened with `open_job_file` (no link followed, no blocking on a FIFO, checked
+on its descriptor), JSON is parsed, arrays are memory-mapped after their header as the unsigned integers of
 their element size and only then viewed as the dtype the JSON names (NumPy cannot store ml_dtypes'
 bf16/fp8 in a .npy header; they would come back as opaque `|V2`). The trusted side checks every name,
 path, dtype, shape and size; anything else is a `MalformedResultError`, which the caller turns into one
@@ -13,14 +14,17 @@ failed evaluation.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
-from typing import Any
+import time
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from ..nki import dtypes
+from ..nki.replay import ReplayLimitError
 from ..nki.trace import collector_paused
 
 RESULT_FILE = "result.json"
@@ -76,48 +80,97 @@ class TapeFile:
         self._handle.close()
 
 
+# json.loads's objects take at most 16 bytes per byte of text (a one-character string: 50 bytes for at least 3)
+# plus 72 per list or object (its header and its slot in its parent); measured on lists, objects, strings
+# and numbers, an honest tape takes about half of it
+PARSED_BYTES_PER_BYTE = 16
+PARSED_BYTES_PER_CONTAINER = 72
+
+
+def parsed_size_bound(data: bytes) -> int:
+    """An upper bound of the memory `json.loads(data)` takes, counted without parsing."""
+    return PARSED_BYTES_PER_BYTE * len(data) + PARSED_BYTES_PER_CONTAINER * (data.count(b"[") + data.count(b"{"))
+
+
+class ParseBudget:
+    """The memory the parsed tapes of one evaluation may take, all of them together: each chunk's bound is
+    spent before it is parsed, so a tape of millions of empty entries is refused before it is materialised.
+    Running out is the trusted side's limit (ReplayLimitError), not the kernel's fault."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.spent = 0
+
+    def require(self, name: str, cost: int) -> None:
+        """ReplayLimitError unless `cost` more bytes fit."""
+        if self.spent + cost > self.limit:
+            raise ReplayLimitError(f"{name}: the kernel's traces would take more than "
+                                   f"{self.limit / 2**20:.0f} MiB of memory once read (memory limit)")
+
+    def spend(self, name: str, cost: int) -> None:
+        self.require(name, cost)
+        self.spent += cost
+
+
 class TapeFollower:
     """Trusted side: the chunks of the tape stream a child writes (`TapeFile`), parsed as they become whole.
-    The file must be a plain file of the child's own, within MAX_TRACE_BYTES; its chunks are kept, so what
-    was read once is what every replay of it sees, whatever the child writes over later."""
+    The file must be a plain file of the child's own, within MAX_TRACE_BYTES; it is read in pieces, each
+    chunk's parsed size is charged to `budget` before it is parsed (the declared length alone is refused
+    when it cannot fit). Its chunks are kept, so what was read once is what every replay of it sees,
+    whatever the child writes over later."""
 
-    def __init__(self, folder: str, name: Any):
+    def __init__(self, folder: str, name: Any, budget: ParseBudget | None = None, deadline: float = math.inf):
         if not isinstance(name, str) or not _TAPE_FILE.fullmatch(name):
             raise MalformedResultError(f"tape file name {str(name)[:40]!r} is not one the worker writes")
         self.name = name
         self.path = os.path.join(folder, name)
+        self.budget = budget or ParseBudget(MAX_TRACE_BYTES * PARSED_BYTES_PER_BYTE)
+        self.deadline = deadline  # of the kernel's time limit (time.monotonic), checked before each piece
         self.chunks: list[Any] = []
         self._read = 0  # bytes of the file consumed
-        self._pending = b""
+        self._pending = bytearray()
 
     def poll(self) -> list[Any]:
         """The chunks completed since the last poll (none when the file does not exist yet)."""
         if not os.path.lexists(self.path):
             return []
-        _regular_file(self.path, MAX_TRACE_BYTES)
-        with open(self.path, "rb") as handle:
+        chunks: list[Any] = []
+        with open_job_file(self.path, MAX_TRACE_BYTES) as handle:
             handle.seek(self._read)
-            data = handle.read(MAX_TRACE_BYTES - self._read + 1)
-        self._read += len(data)
-        if self._read > MAX_TRACE_BYTES:
-            raise MalformedResultError(f"{self.name} is larger than {MAX_TRACE_BYTES} bytes")
-        buffer, start, chunks = self._pending + data, 0, []
+            while piece := handle.read(_READ_BYTES):
+                if time.monotonic() > self.deadline:
+                    raise ReplayLimitError(f"{self.name}: reading the kernel's traces did not finish within "
+                                           "its time limit")
+                self._read += len(piece)
+                if self._read > MAX_TRACE_BYTES:
+                    raise MalformedResultError(f"{self.name} is larger than {MAX_TRACE_BYTES} bytes")
+                self._pending += piece
+                chunks += self._whole_chunks()
+        self.chunks += chunks
+        return chunks
+
+    def _whole_chunks(self) -> list[Any]:
+        """Parse the chunks `_pending` holds whole, and keep the rest."""
+        buffer, start, chunks = self._pending, 0, []
         while True:
             newline = buffer.find(b"\n", start, start + _MAX_HEADER)
             if newline < 0:
                 if len(buffer) - start >= _MAX_HEADER:
                     raise MalformedResultError(f"{self.name}: a chunk does not start with its length")
                 break
-            header = buffer[start:newline]
+            header = bytes(buffer[start:newline])
             if not header.isdigit():
                 raise MalformedResultError(f"{self.name}: a chunk does not start with its length")
-            end = newline + 1 + int(header)
+            length = int(header)
+            self.budget.require(self.name, PARSED_BYTES_PER_BYTE * length)  # refused before it is read
+            end = newline + 1 + length
             if end > len(buffer):
                 break
-            chunks.append(_parsed_chunk(self.name, buffer[newline + 1:end]))
+            data = bytes(buffer[newline + 1:end])
+            self.budget.spend(self.name, parsed_size_bound(data))
+            chunks.append(_parsed_chunk(self.name, data))
             start = end
-        self._pending = buffer[start:]
-        self.chunks += chunks
+        del buffer[:start]
         return chunks
 
     def whole_chunks(self) -> bool:
@@ -126,6 +179,7 @@ class TapeFollower:
 
 
 _MAX_HEADER = 12  # a chunk's length in digits and its newline: MAX_TRACE_BYTES has 9 digits
+_READ_BYTES = 4 * 2**20  # read at a time: a tape is never in memory twice as bytes
 
 
 def _parsed_chunk(name: str, data: bytes) -> Any:
@@ -136,9 +190,19 @@ def _parsed_chunk(name: str, data: bytes) -> Any:
         raise MalformedResultError(f"{name}: a chunk is not JSON: {str(exc)[:200]}") from None
 
 
-def read_tape(folder: str, name: Any) -> list[Any]:
-    """Trusted side: every chunk of a tape stream the child has finished writing."""
-    follower = TapeFollower(folder, name)
+def check_tape_names(names: list[str], runs: int) -> None:
+    """A result names exactly the tapes the worker writes for its runs, each once (`tape-0.stream` ...),
+    checked before any is opened: the same tape named six times was parsed six times before the count
+    was compared."""
+    expected = [f"tape-{run}.stream" for run in range(runs)]
+    if names != expected:
+        shown = ", ".join(str(name)[:40] for name in names[:4]) + (", ..." if len(names) > 4 else "")
+        raise MalformedResultError(f"the result names the tapes [{shown}], not the {runs} of its runs")
+
+
+def read_tape(folder: str, name: Any, budget: ParseBudget | None = None, deadline: float = math.inf) -> list[Any]:
+    """Trusted side: every chunk of a tape stream the child has finished writing (`TapeFollower`)."""
+    follower = TapeFollower(folder, name, budget, deadline)
     if not os.path.lexists(follower.path):
         raise MalformedResultError(f"{name} is missing")
     follower.poll()
@@ -153,16 +217,40 @@ def _plain_number(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not plain data")
 
 
-def _regular_file(path: str, limit: int | None = None) -> None:
-    """A file the child wrote itself: regular, one link (not a link to something outside), bounded."""
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_job_file(path: str, limit: int | None = None) -> BinaryIO:
+    """Trusted side: a file the child wrote, open for reading in binary. Opened without following a link
+    and without blocking (a FIFO swapped in cannot hold the parent in `open`), then checked on the open
+    descriptor, never by name first: a regular file, one link (not a link to something outside), at most
+    `limit` bytes. Every read of a job folder's files goes through here."""
+    name = os.path.basename(path)
     try:
-        info = os.lstat(path)
-    except OSError as exc:
-        raise MalformedResultError(f"{os.path.basename(path)} is missing") from exc
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-        raise MalformedResultError(f"{os.path.basename(path)} is not a plain file")
-    if limit is not None and info.st_size > limit:
+        descriptor = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise MalformedResultError(f"{name} is missing") from None
+    except OSError as exc:  # ELOOP: a link; ENXIO: a socket or a FIFO nobody writes
+        raise MalformedResultError(f"{name} is not a plain file ({exc.strerror})") from None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise MalformedResultError(f"{name} is not a plain file")
+        if limit is not None and info.st_size > limit:
+            raise MalformedResultError(f"{name} is larger than {limit} bytes")
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def read_job_file(path: str, limit: int) -> bytes:
+    """The whole of a file the child wrote (`open_job_file`), at most `limit` bytes even if it grows."""
+    with open_job_file(path, limit) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
         raise MalformedResultError(f"{os.path.basename(path)} is larger than {limit} bytes")
+    return data
 
 
 def load_array(folder: str, descriptor: Any) -> np.ndarray:
@@ -177,26 +265,40 @@ def load_array(folder: str, descriptor: Any) -> np.ndarray:
         raise MalformedResultError(f"output dtype {dtype_name!r} is not allowed")
     if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
         raise MalformedResultError(f"output shape {shape!r} is not a list of sizes")
-    path = os.path.join(folder, name)
-    _regular_file(path)
+    with open_job_file(os.path.join(folder, name)) as handle:
+        return _mapped_array(handle, name, dtype, shape).view(dtype)
+
+
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _mapped_array(handle: BinaryIO, name: str, dtype: np.dtype, shape: list[int]) -> np.ndarray:
+    """The .npy array in the open file, memory-mapped read-only, after its header says the storage of
+    `dtype` in `shape` and the file holds exactly its bytes."""
     try:
-        stored = np.load(path, mmap_mode="r" if all(shape) else None, allow_pickle=False)
+        version = np.lib.format.read_magic(handle)
+        if version not in _NPY_HEADERS:
+            raise ValueError(f"format version {version}")
+        stored_shape, fortran, stored_dtype = _NPY_HEADERS[version](handle)
     except (OSError, ValueError) as exc:
         raise MalformedResultError(f"{name} is not a plain .npy array: {exc}") from exc
-    if stored.dtype != _storage(dtype) or list(stored.shape) != shape:
-        raise MalformedResultError(f"{name} holds {stored.dtype}{list(stored.shape)}, not {dtype.name}{shape}")
-    return stored.view(dtype)
+    if stored_dtype != _storage(dtype) or list(stored_shape) != shape:
+        raise MalformedResultError(f"{name} holds {stored_dtype}{list(stored_shape)}, not {dtype.name}{shape}")
+    offset, size = handle.tell(), os.fstat(handle.fileno()).st_size
+    if size != offset + stored_dtype.itemsize * math.prod(shape):
+        raise MalformedResultError(f"{name} does not hold the {math.prod(shape)} elements its header says")
+    if not all(shape):
+        return np.empty(shape, stored_dtype)
+    return np.memmap(handle, stored_dtype, "r", offset, tuple(shape), "F" if fortran else "C")
 
 
 def read_result(folder: str) -> dict[str, Any]:
     """Trusted side: FOLDER/result.json as a dict whose `outputs` (per case, per output) are checked
     arrays."""
-    path = os.path.join(folder, RESULT_FILE)
-    _regular_file(path, MAX_RESULT_BYTES)
+    text = read_job_file(os.path.join(folder, RESULT_FILE), MAX_RESULT_BYTES)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError, RecursionError) as exc:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise MalformedResultError(f"{RESULT_FILE} is not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise MalformedResultError(f"{RESULT_FILE} is not an object")

@@ -49,7 +49,16 @@ from ..tasks import PeakWork
 from .confine import Confinement, sandbox_environment
 from .errors import describe_kernel_exception
 from .guards import guard_violation
-from .handback import OPTIONAL_INT, OPTIONAL_NUMBER, OPTIONAL_TEXT, MalformedResultError, typed, write_result
+from .handback import (
+    MAX_RESULT_BYTES,
+    OPTIONAL_INT,
+    OPTIONAL_NUMBER,
+    OPTIONAL_TEXT,
+    MalformedResultError,
+    read_job_file,
+    typed,
+    write_result,
+)
 from .measure import spill
 from .profiler import (
     CheckingProfiler,
@@ -330,9 +339,8 @@ class NeuronProfiler(CheckingProfiler):
         try:
             subprocess.run([*base[:2], "--output-format", "json", "--output-file", out, *base[2:]], check=True,
                            capture_output=True, timeout=self.view_timeout, cwd=folder, stdin=subprocess.DEVNULL)
-            with open(out, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except (OSError, subprocess.SubprocessError, ValueError):
+            data = json.loads(read_job_file(out, MAX_RESULT_BYTES))
+        except (OSError, subprocess.SubprocessError, ValueError):  # MalformedResultError is a ValueError
             return []  # per-line time is a bonus; the summary already answered
         records = data.get("instruction", []) if isinstance(data, dict) else []
         return lines_from_instructions([r for r in records if isinstance(r, dict)], kernel_file)
@@ -373,12 +381,11 @@ def _artifact(folder: str, name: str, pattern: str) -> str | None:
 def _saved_summary(folder: str) -> dict[str, Any]:
     """nki.profile also leaves summary JSON files; used when the neuron-profile tool is missing."""
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
-        if os.path.islink(path) or os.path.basename(path) == "profile.json":
+        if os.path.basename(path) == "profile.json":
             continue
         try:
-            with open(path, encoding="utf-8") as handle:
-                summary = parse_summary(handle.read())
-        except (OSError, ValueError):
+            summary = parse_summary(read_job_file(path, MAX_RESULT_BYTES).decode("utf-8"))
+        except (OSError, ValueError):  # a link, a FIFO, too large (MalformedResultError), not UTF-8 or JSON
             continue
         if any(name in summary for name in SUMMARY_FIELDS):
             return summary

@@ -16,6 +16,7 @@ import importlib.util
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -34,7 +35,7 @@ from ..tasks import Case, PeakWork, Task, TaskError, load_reference
 from ..tasks.check import compare, fresh_seeds
 from ..tasks.registry import find_task, task_files
 from .guards import guard_violation
-from .handback import MalformedResultError, read_tape
+from .handback import MalformedResultError, ParseBudget, check_tape_names, read_tape
 from .result import ProfileResult
 from .sandbox import MALFORMED, SandboxJob, SandboxLimits, run_sandboxed, sandbox_workdir
 from .seeds import SeedJob, SeedVerdict, SeedWorkers, worker_count
@@ -137,8 +138,10 @@ class Profiler(Protocol):
 
 
 def kernel_folder(kernel_label: str) -> str | None:
-    """The folder of the kernel file when the label names one (its sibling helpers are importable)."""
-    return os.path.dirname(os.path.abspath(kernel_label)) if os.path.isfile(kernel_label) else None
+    """The folder of the kernel file when the label is the absolute path of one (the CLI and the editor
+    name the user's file so; its sibling helpers are importable). Any other label is display text only: a
+    bare name a client sends is never looked up in this process's working folder."""
+    return os.path.dirname(kernel_label) if os.path.isabs(kernel_label) and os.path.isfile(kernel_label) else None
 
 
 def kernel_hash(source: str) -> str:
@@ -357,27 +360,37 @@ class SimulatorProfiler(CheckingProfiler):
                 cases += [references.submit(timing_task.make_case, seed) for seed in result.seeds[len(cases):]]
             # a trace-only timed replay follows the child's tape as it is written, so it ends with the recording
             follow = plan.timing_run not in plan.case_runs or workers > 0
+            # the tapes, parsed, count against the memory budget the replays then have the rest of
+            budget = ParseBudget(self.limits.memory_mb * 2**20)
+            # one time limit for the kernel's stages: its recording, the hand-back, the parse, the replays and
+            # the model (the reference's own work does not count: Replays)
+            deadline = time.monotonic() + self.limits.seconds
             try:
                 with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelopt-sandbox") as sandbox:
                     recorded = sandbox.submit(run_sandboxed, job, workdir, self.limits, cancel)
-                    followed = self._follow(workdir, plan, recorded, result.hardware, kernel_label) if follow else None
+                    followed = (self._follow(workdir, plan, recorded, result.hardware, kernel_label, budget,
+                                             deadline) if follow else None)
                     recording = recorded.result()
                 if recording.error:
                     return self._failed(result, recording.error, recording.error_line, cache_key)
+                check_tape_names(recording.traces, len(plan.runs))
                 # the collector stays paused from the tapes' parsing to the end of their replays: each
                 # collection would rescan their millions of parsed lists (seconds per full-size tape)
                 paused.enter_context(collector_paused())
                 chunks = [followed[1] if isinstance(followed, tuple) and run == plan.timing_run
-                          else read_tape(workdir, name) for run, name in enumerate(recording.traces)]
+                          else read_tape(workdir, name, budget, deadline) for run, name in enumerate(recording.traces)]
             except MalformedResultError as exc:
                 return self._failed(result, f"{MALFORMED}: {exc}", None, None)
+            except ReplayLimitError as exc:
+                return self._failed(result, str(exc), None, None)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             checking = Checking(task, cases, check_task.rtol if self.rtol is None else self.rtol, workers,
                                 cancel) if check else None
             with _one_conclusion_at_a_time:
                 return self._conclude(result, chunks, followed, plan, checking, cache_key, kernel_label, references,
-                                      work)
+                                      work, self.limits.memory_mb * 2**20 - budget.spent,
+                                      max(0.0, deadline - time.monotonic()))
 
     def _failed(self, result: ProfileResult, error: str, line: int | None, cache_key: Any) -> ProfileResult:
         """An evaluation that ends in an error; a kernel's own error (it has a line) is deterministic, so it
@@ -387,33 +400,34 @@ class SimulatorProfiler(CheckingProfiler):
             self.cache[cache_key] = result
         return result
 
-    def _follow(self, workdir: str, plan: RunPlan, recorded: Future[Any], hardware: str, kernel_label: str
-                ) -> tuple[RunResult, list[Any]] | Exception:
+    def _follow(self, workdir: str, plan: RunPlan, recorded: Future[Any], hardware: str, kernel_label: str,
+                budget: ParseBudget, deadline: float) -> tuple[RunResult, list[Any]] | Exception:
         """The timed run's trace-only replay, made while the child records it, with its tape's chunks; or
         what stopped it (judged once the child's own result is known: its error, if any, comes first)."""
         try:
             return replay_while_recorded(workdir, plan.timing_run, plan.runs[plan.timing_run].specs, recorded,
-                                         hardware, kernel_label, self.limits.seconds)
+                                         hardware, kernel_label, deadline - time.monotonic(), budget)
         except (NkiError, TapeError, ReplayLimitError, MalformedResultError) as exc:
             return exc
 
     def _conclude(self, result: ProfileResult, chunks: list[list[Any]],
                   followed: tuple[RunResult, list[Any]] | Exception | None, plan: RunPlan, check: Checking | None,
                   cache_key: Any, kernel_label: str, references: ThreadPoolExecutor,
-                  counted: Future[PeakWork | None]) -> ProfileResult:
-        """Replay the traces (the timed one may be replayed already, `followed`): judge the check's outputs,
-        apply the guards to the timed replay and time it."""
+                  counted: Future[PeakWork | None], memory_bytes: int, seconds: float) -> ProfileResult:
+        """Replay the traces (the timed one may be replayed already, `followed`) within `memory_bytes` and
+        what is left of the time limit, `seconds`: judge the check's outputs, apply the guards to the timed
+        replay and time it."""
         workers = None
         try:
             if isinstance(followed, Exception):
                 raise followed
             tapes = [assemble(tape) for tape in chunks]
-            replays = Replays(tapes, plan, result.hardware, kernel_label, self.limits.seconds,
-                              self.limits.memory_mb * 2**20, followed[0] if followed else None)
+            replays = Replays(tapes, plan, result.hardware, kernel_label, seconds, memory_bytes,
+                              followed[0] if followed else None)
             if check is not None and check.workers:
                 job = SeedJob(check.task, plan.runs[plan.case_runs[0]].specs, check.rtol, result.hardware,
                               kernel_label, self.limits.memory_mb * 2**20)
-                workers = SeedWorkers(check.workers, job, tapes[plan.case_runs[0]], result.seeds, self.limits.seconds)
+                workers = SeedWorkers(check.workers, job, tapes[plan.case_runs[0]], result.seeds, seconds)
             tapes.clear()  # the replays hold what they need: the rest goes before the collector resumes
             if check is not None and workers is None:
                 self._judge(result, check.cases, replays.outputs(check.cases), check.rtol, references)
@@ -422,7 +436,7 @@ class SimulatorProfiler(CheckingProfiler):
             timed = replays.timed()
             if workers is not None:
                 workers.begin(replays.liveness_of(plan.timing_run, timed))
-            report = timing_report(timed, result.hardware)  # while the workers check
+            report = timing_report(timed, result.hardware, replays.seconds_left)  # while the workers check
             if workers is not None:
                 error = _judge_verdicts(result, workers.verdicts(check.cancel if check else None), workers.died)
                 if error is not None:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..nki.loader import import_root
+from ..nki.loader import visible_folder
 from .confine import (
     INSTALL_HINT,
     SOURCE_ROOT,
@@ -399,9 +399,10 @@ def _process_exists(pid: int) -> bool:
 
 
 def kernel_confinement(job: SandboxJob, workdir: str) -> Confinement:
-    """What a simulated kernel sees besides the system and Python: its import folder, read-only, with the
-    reference and other forbidden files covered."""
-    root = import_root(job.kernel_source, job.kernel_filename, job.kernel_folder)
+    """What a simulated kernel sees besides the system and Python: its own folder or its package's, decided
+    by the disk (never by its source), read-only, with the reference and other forbidden files covered;
+    never a folder holding the temporary folder or the home directory (confine.private_folder)."""
+    root = visible_folder(job.kernel_filename, job.kernel_folder)
     return Confinement(workdir=workdir, read_only=(root,) if root else (), hidden=tuple(job.forbidden_paths))
 
 

@@ -18,25 +18,30 @@ cannot depend on data the kernel never saw (dynamic_range's bounds are integers 
 
 from __future__ import annotations
 
+import ctypes
+import math
+import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..hardware import load_hardware
 from ..nki import RunResult, TensorSpec, Trace
 from ..nki.blocks import BlockLiveness
-from ..nki.replay import ReplayLimits, declares_block_tensors, replay
+from ..nki.replay import ReplayLimitError, ReplayLimits, declares_block_tensors, replay
 from ..nki.runner import Launch, storage_root
 from ..nki.tensor import BufferPool
 from ..nki.trace import TapeError, TapeReader
 from ..perfmodel import estimate
 from ..tasks import Case
-from .handback import TapeFollower
+from .handback import ParseBudget, TapeFollower
 from .measure import Run
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -161,11 +166,13 @@ class UnfinishedTapeError(TapeError):
 
 
 def replay_while_recorded(folder: str, run: int, specs: Sequence[TensorSpec], recorded: Future[Any], hardware: str,
-                          kernel_file: str, seconds: float) -> tuple[RunResult, list[Any]]:
+                          kernel_file: str, seconds: float, budget: ParseBudget | None = None
+                          ) -> tuple[RunResult, list[Any]]:
     """The trace-only replay of run `run`'s tape, made while the child records it (each chunk as it is
     written: the replay ends about when the recording does, instead of starting then), and the tape's
-    chunks. `recorded` is the child's run (done once it exited)."""
-    follower = TapeFollower(folder, f"tape-{run}.stream")
+    chunks. `recorded` is the child's run (done once it exited); the chunks' parsed size is charged to
+    `budget`."""
+    follower = TapeFollower(folder, f"tape-{run}.stream", budget, time.monotonic() + seconds)
     last = False
 
     def next_chunks() -> list[Any]:
@@ -197,12 +204,60 @@ def replay_while_recorded(folder: str, run: int, specs: Sequence[TensorSpec], re
     return replayed, follower.chunks
 
 
-def timing_report(run: RunResult, hardware: str) -> dict[str, Any]:
-    """The performance model's report on a replayed trace, with what it says about SPMD launches."""
-    report = estimate(run.trace, load_hardware(hardware)).to_dict()
-    if run.trace.launches:
-        report["spmd"] = spmd_summary(run.trace)
-    return report
+def timing_report(run: RunResult, hardware: str, seconds: float = math.inf) -> dict[str, Any]:
+    """The performance model's report on a replayed trace, with what it says about SPMD launches, within
+    what is left of the kernel's time limit (`within_seconds`)."""
+
+    def model() -> dict[str, Any]:
+        report = estimate(run.trace, load_hardware(hardware)).to_dict()
+        if run.trace.launches:
+            report["spmd"] = spmd_summary(run.trace)
+        return report
+
+    return within_seconds(seconds, "the performance model", model)
+
+
+class _OutOfTimeError(BaseException):
+    """Raised inside a stage's thread once it has run past its time (see `within_seconds`); a
+    BaseException, so that no `except Exception` in the stage's code swallows it and runs on."""
+
+
+def within_seconds(seconds: float, what: str, work: Callable[[], T]) -> T:
+    """`work()`, run on a thread of its own that is stopped once `seconds` have passed: then a
+    ReplayLimitError at once (the trusted side's own stage ran over the kernel's time limit: our limit, not
+    the kernel's fault). The thread stops at its next Python instruction, by an exception raised in it
+    (PyThreadState_SetAsyncExc): the trusted side's own code is bounded without a clock check in every
+    loop of it."""
+    if math.isinf(seconds):
+        return work()
+    lock = threading.Lock()
+    outcome: list[tuple[bool, Any]] = []  # (finished, its value) or (False, what it raised)
+
+    def run() -> None:
+        try:
+            try:
+                ended: tuple[bool, Any] = (True, work())
+            except Exception as exc:  # handed to the waiting thread, which raises it
+                ended = (False, exc)
+            with lock:
+                if not outcome:
+                    outcome.append(ended)
+        except _OutOfTimeError:  # given up on: its outcome no longer matters
+            return
+
+    thread = threading.Thread(target=run, name="accelopt-stage", daemon=True)
+    thread.start()
+    thread.join(max(0.0, seconds))
+    with lock:
+        if not outcome:
+            stop = ctypes.py_object(_OutOfTimeError)
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident or 0), stop)
+            raise ReplayLimitError(f"{what} did not finish within the kernel's time limit "
+                                   f"({max(0.0, seconds):.3g} s were left of it)")
+        finished, value = outcome[0]
+    if not finished:
+        raise value
+    return value
 
 
 def trace_facts(run: RunResult) -> dict[str, Any]:

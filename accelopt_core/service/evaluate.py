@@ -15,7 +15,7 @@ from ..engine import NEURON, SIMULATOR, ProfilerSettings, make_profiler
 from ..profiling import Profiler, TaskRef
 from ..profiling.sandbox import CANCELLED
 from ..tasks import TaskError
-from .spec import EvaluatorConfig, JobSpec, materialize_reference, private_directory
+from .spec import EvaluatorConfig, JobSpec, materialize_reference, private_directory, safe_file_name
 
 log = logging.getLogger("accelopt.service")
 
@@ -92,7 +92,9 @@ class Evaluator:
             profiler = self._profiler(spec.check_variant)
             result = profiler.profile(spec.kernel, self.task_ref(spec), spec.hardware, spec.check,
                                       seeds=list(spec.seeds) if spec.seeds is not None else None,
-                                      kernel_label=spec.kernel_label, kernel_name=spec.kernel_name, cancel=cancel)
+                                      # a client's label is a name to show, never a path to look at
+                                      kernel_label=safe_file_name(spec.kernel_label, "candidate.py"),
+                                      kernel_name=spec.kernel_name, cancel=cancel)
         except TaskError as exc:
             return Outcome("error", message=f"task: {exc}")
         except Exception as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_core.memory import ImportFormatError, Memory
+from accelopt_core.memory import Memory
 
 SLOW = "def kernel(x):\n    return x + 0\n"
 FAST = "def kernel(x):\n    return x\n"
@@ -52,13 +52,14 @@ def test_round_trip_into_fresh_db(memory: Memory, tmp_path: Path) -> None:
     memory.export_jsonl(tmp_path / "team.jsonl")
     with Memory(tmp_path / "fresh.db") as fresh:
         assert fresh.import_jsonl(tmp_path / "team.jsonl") == 2
-        strip = {"id", "search_id", "imported"}
+        strip = {"id", "search_id", "imported", "pinned"}
         got = [{k: v for k, v in e.to_dict().items() if k not in strip} for e in fresh.list_experiences()]
         want = [{k: v for k, v in e.to_dict().items() if k not in strip} for e in memory.list_experiences()]
         assert got == want
         # the same lessons, each labelled as imported (this memory did not measure them)
         assert [e.imported for e in fresh.list_experiences()] == [True, True]
         assert not any(e.imported for e in memory.list_experiences())
+        assert not any(e.pinned for e in fresh.list_experiences())  # pinned there, a local choice here
         assert fresh.kernel_source(fresh.list_experiences()[0].slow_hash) == SLOW
 
 
@@ -97,28 +98,75 @@ def test_import_skips_unknown_kinds_and_blank_lines(memory: Memory) -> None:
     assert memory.import_jsonl(io.StringIO('{"kind": "from-the-future"}\n\n')) == 0
 
 
-def test_import_rejects_bad_json_and_keeps_nothing(memory: Memory, tmp_path: Path) -> None:
+def refused(memory: Memory, *records: dict | str) -> tuple[int, list[str]]:
+    """Import `records` (objects, or raw lines as given); how many were added and the refusals, by line."""
+    text = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records)
+    refusals: list[str] = []
+    return memory.import_jsonl(io.StringIO(text), refusals=refusals), refusals
+
+
+LESSON = {"kind": "experience", "task": "silu", "task_family": "silu", "hardware": "trn1", "slow_hash": "a",
+          "fast_hash": "b", "speedup": 2.0}
+
+
+def test_a_bad_line_is_refused_by_number_and_the_rest_imported(memory: Memory, tmp_path: Path) -> None:
     seed(memory)
     out = io.StringIO()
     memory.export_jsonl(out)
     with Memory(tmp_path / "fresh.db") as fresh:
-        with pytest.raises(ImportFormatError, match="line 3"):
-            fresh.import_jsonl(io.StringIO(out.getvalue() + "not json\n"))
-        assert fresh.list_experiences() == []
-        assert fresh.db["kernels"].count == 0
+        added, refusals = refused(fresh, *out.getvalue().splitlines(), "not json")
+        assert added == 2 and len(fresh.list_experiences()) == 2
+        assert len(refusals) == 1 and refusals[0].startswith("line 3: not JSON")
 
 
-def test_import_rejects_missing_field(memory: Memory) -> None:
-    with pytest.raises(ImportFormatError, match="line 1: missing field 'speedup'"):
-        memory.import_jsonl(io.StringIO('{"kind": "experience", "task": "t", "hardware": "h", '
-                                        '"slow_hash": "a", "fast_hash": "b"}\n'))
+def test_import_refuses_a_missing_field(memory: Memory) -> None:
+    lesson = {k: v for k, v in LESSON.items() if k != "speedup"}
+    assert refused(memory, lesson) == (0, ["line 1: missing field 'speedup'"])
 
 
-def test_import_rejects_source_that_does_not_match_hash(memory: Memory) -> None:
-    record = {"kind": "experience", "task": "silu", "task_family": "silu", "hardware": "trn1", "slow_hash": "a",
-              "fast_hash": "b", "speedup": 2.0, "slow_source": "tampered"}
-    with pytest.raises(ImportFormatError, match="does not match"):
-        memory.import_jsonl(io.StringIO(json.dumps(record) + "\n"))
+def test_import_refuses_a_source_that_does_not_match_its_hash(memory: Memory) -> None:
+    added, refusals = refused(memory, {**LESSON, "slow_source": "tampered"})
+    assert added == 0 and "does not match" in refusals[0] and memory.db["kernels"].count == 0
+
+
+@pytest.mark.parametrize("speedup", [float("inf"), 1e308, -5, 0, float("nan"), "3", True, 1e-9])
+def test_a_speedup_infinite_negative_or_absurd_is_refused(memory: Memory, speedup: object) -> None:
+    """Issue 38: inf, 1e308 and -5 were imported and headed every planner prompt."""
+    added, refusals = refused(memory, {**LESSON, "speedup": speedup})
+    assert added == 0 and refusals and refusals[0].startswith("line 1: speedup")
+    assert memory.list_experiences() == []
+
+
+def test_pinned_is_never_taken_from_a_file(memory: Memory) -> None:
+    """Pinning is a local user's action: a pinned lesson would head every prompt and never be dropped."""
+    assert refused(memory, {**LESSON, "pinned": True}) == (1, [])
+    assert [e.pinned for e in memory.list_experiences()] == [False]
+
+
+@pytest.mark.parametrize("created", ["yesterday", "9999-01-01T00:00:00", 17, "2026-13-40"])
+def test_a_created_time_that_is_no_past_date_is_refused(memory: Memory, created: object) -> None:
+    added, refusals = refused(memory, {**LESSON, "created": created})
+    assert added == 0 and refusals[0].startswith("line 1: created")
+
+
+def test_a_created_time_is_kept_in_utc(memory: Memory) -> None:
+    refused(memory, {**LESSON, "created": "2026-01-02T03:04:05+02:00"})
+    assert memory.list_experiences()[0].created == "2026-01-02T01:04:05.000+00:00"
+
+
+@pytest.mark.parametrize("field", ["summary", "plan", "task", "origin"])
+def test_an_overlong_text_field_is_refused(memory: Memory, field: str) -> None:
+    added, refusals = refused(memory, {**LESSON, field: "x" * 100_000})
+    assert added == 0 and refusals[0].startswith(f"line 1: {field} is longer than")
+
+
+def test_a_speedup_beyond_what_this_memory_measured_is_refused(memory: Memory) -> None:
+    """When this memory profiled both kernels itself, a claim must agree with their latencies."""
+    for kernel_hash, latency in (("a", 2.0), ("b", 1.0)):
+        memory.put_profile(kernel_hash, "silu@x", "trn1", "simulator", "check", {"correct": True,
+                                                                                  "latency_ms": latency})
+    added, refusals = refused(memory, {**LESSON, "speedup": 50.0}, {**LESSON, "fast_hash": "c", "speedup": 1.9})
+    assert added == 1 and refusals == ["line 1: speedup 50 is more than this memory measured (2)"]
 
 
 def test_export_kernels_and_profiles_but_import_only_the_kernels(memory: Memory, tmp_path: Path) -> None:

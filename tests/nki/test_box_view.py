@@ -22,9 +22,10 @@ def box_subscripts(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[object, ...]
         if dim not in grid_dims:
             key.append(draw(st.integers(0, size - 1)))
             continue
-        step = draw(st.integers(1, 3))
-        count = draw(st.integers(1, max(1, (size - 1) // step + 1)))
-        start = draw(st.integers(0, size - 1 - step * (count - 1)))
+        step = draw(st.sampled_from([-3, -2, -1, 1, 2, 3]))  # negative: a reversed axis
+        count = draw(st.integers(1, max(1, (size - 1) // abs(step) + 1)))
+        reach = abs(step) * (count - 1)
+        start = draw(st.integers(0, size - 1 - reach) if step > 0 else st.integers(reach, size - 1))
         expr = arange(count) * step + start
         grid_axis = grid_dims.index(dim) if len(grid_dims) == 2 else 0
         key.append(expr[:, None] if (len(grid_dims) == 2 and grid_axis == 0) else
@@ -38,7 +39,8 @@ def box_subscripts(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[object, ...]
 
 
 def _fits(key: list[object], dims: tuple[int, ...]) -> bool:
-    return all(type(k) is int or k.bounds()[1] < n for k, n in zip(key, dims, strict=True))  # type: ignore[attr-defined]
+    return all(type(k) is int or 0 <= k.bounds()[0] <= k.bounds()[1] < n  # type: ignore[attr-defined]
+               for k, n in zip(key, dims, strict=True))
 
 
 @settings(max_examples=200, deadline=None)

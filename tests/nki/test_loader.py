@@ -13,6 +13,7 @@ import pytest
 
 from accelopt_core.nki import find_kernel, load_kernel, load_module, run_kernel
 from accelopt_core.nki.host_modules import HostPackageMissingError
+from accelopt_core.nki.loader import package_folders, visible_folder
 from accelopt_core.nki.replay import replay
 from accelopt_core.nki.trace import tape_to_plain
 
@@ -109,6 +110,8 @@ def test_a_sibling_helper_module_is_importable_and_left_behind_nowhere(tmp_path)
 
 def test_package_relative_imports_resolve_from_the_folders(tmp_path):
     root = tmp_path / "samples"
+    for package in (root, root / "util", root / "kernels"):
+        write(package / "__init__.py", "")
     write(root / "util" / "factors.py", "def factor():\n    return 7.0\n")
     write(root / "kernels" / "local.py", "OFFSET = 1.0\n")
     path = write(root / "kernels" / "relative.py", with_body("""
@@ -148,6 +151,36 @@ def test_a_package_that_re_exports_its_kernel_module_loads_it_whole(tmp_path):
     x = np.ones((2, 4), np.float32)
     np.testing.assert_array_equal(run_kernel(kernel, [x]).outputs[0], 3 * x)
     assert not any(name == "ops" or name.startswith("ops.") for name in sys.modules)
+
+
+def test_the_package_is_read_from_the_disk_not_from_the_source(tmp_path):
+    """A relative import names any folder above the kernel, even in a function that never runs; only the
+    `__init__.py` files on disk say what package the file is in, and so what the sandbox shows."""
+    kernel_folder = tmp_path / "jobs" / "one"
+    path = write(kernel_folder / "kernel.py", "def unused():\n    from ... import anything\n")
+    assert visible_folder(str(path)) == str(kernel_folder)
+    write(kernel_folder / "__init__.py", "")
+    write(tmp_path / "jobs" / "__init__.py", "")
+    assert visible_folder(str(path)) == str(tmp_path / "jobs")  # the top package, not the folder above it
+    assert package_folders(str(kernel_folder)) == [str(tmp_path / "jobs"), str(kernel_folder)]
+
+
+def test_a_module_of_a_package_still_imports_its_sibling_helpers_by_name(tmp_path):
+    """As Python runs a script, the kernel's own folder is importable though it is a package's module."""
+    write(tmp_path / "lib" / "__init__.py", "")
+    write(tmp_path / "lib" / "scales.py", "FACTOR = 4.0\n")
+    kernel = load_kernel(str(write(tmp_path / "lib" / "uses_helper.py", with_body("""
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+        from scales import FACTOR
+
+
+        @nki.jit
+        def kernel(x):
+    """, "FACTOR"))))
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_array_equal(run_kernel(kernel, [x]).outputs[0], 4 * x)
+    assert not any(name in ("lib", "scales") or name.startswith("lib.") for name in sys.modules)
 
 
 def test_a_copy_of_the_source_finds_its_helpers_through_the_folder_it_names(tmp_path):

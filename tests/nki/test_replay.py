@@ -8,6 +8,7 @@ import base64
 import copy
 import gc
 import json
+import tracemalloc
 import zlib
 from typing import Any
 
@@ -374,3 +375,51 @@ def test_a_finished_replay_leaves_no_garbage_for_the_collector(recorded, x) -> N
     finally:
         gc.enable()
     assert left == []
+
+
+REVERSED = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.arange(128)[:, None], nl.arange(2048)[None, :]
+    nl.store(out, value=nl.load(x[127 - i_p, 2047 - i_f]))
+    return out
+"""
+
+SHEARED = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.arange(128)[:, None], nl.arange(128)[None, :]
+    nl.store(out, value=nl.load(x[i_p, i_p + i_f]))
+    return out
+"""
+
+
+def test_a_copy_with_every_dimension_reversed_is_a_view_not_a_gather(recorded, rng) -> None:
+    """Issue 38: its index arrays (eight bytes an element per dimension) took the parent to 1.75 GiB under
+    a 512 MiB budget; reversed axes are negative strides of a view, with nothing to count."""
+    x = rng.standard_normal((128, 2048)).astype(np.float32)
+    tape, _ = recorded(REVERSED, x)
+    tensors = 3 * x.nbytes  # the input, the loaded tile, the output
+    tracemalloc.start()
+    try:
+        result = replay(tape, [x], "trn1", numeric=True, limits=ReplayLimits(memory_bytes=tensors))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(result.outputs[0], x[::-1, ::-1])
+    assert peak < tensors + x.nbytes // 2, peak  # its two index arrays are 4 times the input
+
+
+def test_a_gather_s_index_arrays_count_against_the_memory_budget(recorded, rng) -> None:
+    """A subscript no view can serve is gathered: its index arrays are held against the budget meanwhile."""
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    tape, _ = recorded(SHEARED, x)
+    tensors = x.nbytes + 2 * 128 * 128 * 4  # the input, the loaded tile, the output
+    gather = 128 * 128 * (2 * 8 + 2 + 4)  # two index arrays, a mask's byte or two, the elements
+    with pytest.raises(ReplayLimitError, match="ran out of memory"):
+        replay(tape, [x], "trn1", numeric=True, limits=ReplayLimits(memory_bytes=tensors + gather // 2))
+    rows = np.arange(128)[:, None] + np.arange(128)[None, :]
+    result = replay(tape, [x], "trn1", numeric=True, limits=ReplayLimits(memory_bytes=tensors + gather))
+    np.testing.assert_array_equal(result.outputs[0], x[np.arange(128)[:, None], rows])

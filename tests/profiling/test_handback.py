@@ -7,19 +7,28 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
+import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from accelopt_core.nki import dtypes
+from accelopt_core.nki.replay import ReplayLimitError
 from accelopt_core.profiling import SandboxLimits, SimulatorProfiler, TaskRef
 from accelopt_core.profiling.handback import (
     DTYPES,
     MalformedResultError,
+    ParseBudget,
     TapeFile,
     TapeFollower,
+    check_tape_names,
     load_array,
+    open_job_file,
+    parsed_size_bound,
+    read_job_file,
     read_result,
     read_tape,
     save_array,
@@ -66,7 +75,7 @@ def test_a_forged_descriptor_is_malformed(tmp_path: Path, changes: dict) -> None
 def test_a_pickled_array_or_a_link_is_malformed(tmp_path: Path) -> None:
     descriptor = _descriptor(tmp_path)
     np.save(tmp_path / "out-0-0.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    with pytest.raises(MalformedResultError, match=r"not a plain \.npy"):
+    with pytest.raises(MalformedResultError, match=r"holds object"):  # its header is read, never its pickle
         load_array(str(tmp_path), descriptor)
     (tmp_path / "out-0-0.npy").unlink()
     outside = tmp_path.parent / "elsewhere.npy"
@@ -125,6 +134,38 @@ def test_a_tape_is_read_chunk_by_chunk_as_it_is_written(tmp_path: Path) -> None:
     assert follower.chunks == [{"a": [1]}, {"b": 2}]
 
 
+def test_a_fifo_in_place_of_any_file_is_refused_without_blocking(tmp_path: Path) -> None:
+    """The tape follower once checked the name, then opened it: a FIFO swapped in between held the parent
+    in open() forever. Each file is opened without blocking and checked on its descriptor."""
+    descriptor = save_array(str(tmp_path), "out-0-0.npy", np.ones((2, 3), dtype=np.float32))
+    for name in ("tape-0.stream", "result.json", "out-0-0.npy", "summary.json"):
+        path = tmp_path / name
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    with ThreadPoolExecutor(1) as pool:
+        attempts = [pool.submit(TapeFollower(str(tmp_path), "tape-0.stream").poll),
+                    pool.submit(read_result, str(tmp_path)), pool.submit(load_array, str(tmp_path), descriptor),
+                    pool.submit(open_job_file, str(tmp_path / "summary.json"))]
+        for attempt in attempts:
+            with pytest.raises(MalformedResultError, match="not a plain file"):
+                attempt.result(timeout=5)
+
+
+def test_an_array_file_must_hold_exactly_the_bytes_its_header_says(tmp_path: Path) -> None:
+    descriptor = _descriptor(tmp_path)
+    with open(tmp_path / "out-0-0.npy", "ab") as handle:
+        handle.write(b"\0" * 4)
+    with pytest.raises(MalformedResultError, match="elements its header says"):
+        load_array(str(tmp_path), descriptor)
+
+
+def test_a_job_file_is_read_up_to_its_limit_only(tmp_path: Path) -> None:
+    (tmp_path / "result.json").write_bytes(b" " * 100)
+    assert read_job_file(str(tmp_path / "result.json"), 100) == b" " * 100
+    with pytest.raises(MalformedResultError, match="larger than 99 bytes"):
+        read_job_file(str(tmp_path / "result.json"), 99)
+
+
 class _Payload:
     """Unpickling this makes a folder: the proof that the parent ran code the kernel chose."""
 
@@ -166,6 +207,65 @@ def test_a_forged_result_file_is_one_failed_evaluation(profiler: SimulatorProfil
     kernel = _writes_from_the_kernel(f"import os\nopen('result.json', 'w').write({forged!r})\nos._exit(0)")
     result = profiler.profile(kernel, TaskRef("silu"))
     assert result.error and "malformed result" in result.error and result.correct is not True
+
+
+def test_a_result_naming_one_tape_many_times_is_refused_before_any_is_read(profiler: SimulatorProfiler) -> None:
+    """Issue 38: the same tape named six times was parsed six times before the count was compared."""
+    forged = json.dumps({"traces": ["tape-0.stream"] * 6})
+    kernel = _writes_from_the_kernel(f"import os\nopen('result.json', 'w').write({forged!r})\nos._exit(0)")
+    result = profiler.profile(kernel, TaskRef("silu"))
+    assert result.error and "names the tapes [tape-0.stream, tape-0.stream" in result.error
+
+
+def test_the_tape_names_are_the_runs_in_order_each_once() -> None:
+    check_tape_names(["tape-0.stream", "tape-1.stream"], 2)
+    for names in (["tape-0.stream"], ["tape-1.stream", "tape-0.stream"], ["tape-0.stream"] * 2, []):
+        with pytest.raises(MalformedResultError, match="not the 2 of its runs"):
+            check_tape_names(names, 2)
+
+
+def test_a_tape_of_empty_entries_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    """Issue 38: 127 MB of empty entries took the parent to 4.2 GB before the entry limit refused them.
+    The parsed size is bounded from the text and charged to the evaluation's budget first."""
+    body = b'{"entries":[' + b",".join([b"[]"] * 2_000_000) + b"]}"
+    (tmp_path / "tape-0.stream").write_bytes(b"%d\n" % len(body) + body)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ReplayLimitError, match="more than 64 MiB"):
+            read_tape(str(tmp_path), "tape-0.stream", ParseBudget(64 * 2**20))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(body)  # the bytes read, never their parsed lists (about 100 MB here)
+
+
+def test_a_chunk_declaring_more_than_the_budget_is_refused_unread(tmp_path: Path) -> None:
+    (tmp_path / "tape-0.stream").write_bytes(b"99999999\n[")
+    with pytest.raises(ReplayLimitError, match="memory limit"):
+        read_tape(str(tmp_path), "tape-0.stream", ParseBudget(2**20))
+
+
+def test_reading_a_tape_past_the_kernel_s_deadline_stops_as_our_limit(tmp_path: Path) -> None:
+    stream = TapeFile(str(tmp_path), 0)
+    stream.write({"format": "accelopt-trace"})
+    stream.close()
+    with pytest.raises(ReplayLimitError, match="did not finish within its time limit"):
+        read_tape(str(tmp_path), stream.name, deadline=time.monotonic() - 1)
+    assert read_tape(str(tmp_path), stream.name, deadline=time.monotonic() + 60) == [{"format": "accelopt-trace"}]
+
+
+def test_the_parsed_size_bound_holds_for_every_kind_of_json(tmp_path: Path) -> None:
+    texts = [b"[" + b",".join([b"[]"] * 50_000) + b"]", b"[" + b",".join([b"{}"] * 50_000) + b"]",
+             json.dumps([f"s{i}" for i in range(50_000)]).encode(), json.dumps([i / 7 for i in range(50_000)]).encode(),
+             json.dumps([[i, [i + 1.5, {"k": i}]] for i in range(20_000)]).encode()]
+    for text in texts:
+        tracemalloc.start()
+        try:
+            parsed = json.loads(text)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert parsed and peak <= parsed_size_bound(text), text[:20]
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float8_e4m3", "float8_e5m2", "int32"])
