@@ -9,6 +9,8 @@ to a materialised NumPy array.
 from __future__ import annotations
 
 import functools
+import hashlib
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -177,6 +179,9 @@ class IndexExpr:
 
     def __repr__(self) -> str:
         return f"IndexExpr(shape={self.shape}, bounds={self.bounds()})"
+
+
+_run_time_keys = itertools.count()  # one key per access whose indices are read at run time
 
 
 class DynamicIndex(IndexExpr):
@@ -420,6 +425,33 @@ class Subscript:
         order = tuple(sorted(range(len(axes)), key=lambda k: axes[k]))
         expand = tuple(slice(None) if axis in axes else None for axis in range(ndim))
         return (*key, Ellipsis), order, expand  # the Ellipsis keeps a view when every index is a number
+
+    def elements(self, dims: tuple[int, ...]) -> tuple[tuple[Any, ...] | None, np.ndarray | None]:
+        """Which elements of the tensor this subscript selects, exactly, so that two accesses sharing a bounding
+        box are told apart (a reuse or a distinct-bytes count taken from `region` alone would be fooled by
+        disjoint strided or gathered pieces of one box): a hashable key, None when the selection is the whole
+        box `region` walked in memory order, and for a gather also its flat indices in a tensor of shape `dims`
+        (sorted, each once).
+        Indices read at run time get a key of their own: their elements are not known while tracing."""
+        if not self.advanced:
+            dense = self.count == math.prod(hi - lo for lo, hi in self.region)
+            return (None if dense else tuple(i if type(i) is int else (i.start, i.stop, i.step) for i in self.items),
+                    None)
+        if any(isinstance(i, DynamicIndex) for i in self.items):
+            return ("run time", next(_run_time_keys)), None
+        if self._box is False:
+            self._box = self._box_plan()
+        if self._box is not None:
+            key, order, _ = self._box  # type: ignore[misc]
+            dense = self.count == math.prod(hi - lo for lo, hi in self.region)
+            if dense and order == tuple(sorted(order)):
+                return None, None
+            return ("box", order, *(i if type(i) is int else (i.start, i.stop, i.step) for i in key[:-1])), None
+        keep = None if self.overhang is None else self.in_bounds()
+        index = tuple(np.broadcast_to(k, self.shape) if keep is None else np.broadcast_to(k, self.shape)[keep]
+                      for k in self.numpy_key())
+        flat = np.ravel_multi_index(index, dims).ravel()
+        return ("gather", self.shape, hashlib.blake2b(flat.tobytes(), digest_size=16).digest()), np.unique(flat)
 
     def numpy_key(self) -> tuple[Any, ...]:
         if not self.advanced:

@@ -243,7 +243,7 @@ def _moved(trace: Trace) -> tuple[bool, set[int]]:
             continue
         reads = inst.reads
         if not repeats:
-            key = (op, *((a.tensor, a.region) for a in reads))
+            key = (op, *((a.tensor, a.region, a.elements) for a in reads))
             repeats = key in seen
             seen.add(key)
         if op != Op.DMA_COPY or reads[0].buffer != "hbm":
@@ -259,7 +259,8 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
     tensors = trace.tensors
     axes = blocks.block_axes  # every other on-chip tensor has its partition axis first
     values: dict[tuple[int, tuple[int, ...]], dict[Region, int]] = {}  # on-chip block -> region -> value
-    hbm_version: dict[int, int] = {}
+    hbm_version: dict[int, int] = {}  # HBM memory (the tensor every view of it reshapes) -> writes to it so far
+    memory = _memory_of(tensors)
     seen: dict[tuple, tuple[int, int, Block, Region]] = {}
     depth_of: dict[int, int] = {}  # value -> depth of the move chain that made it
     candidates: dict[int, tuple[int, Block, Block]] = {}
@@ -272,7 +273,8 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
         if len(writes) < len(inst.writes):  # some write goes to HBM
             for acc in inst.writes:
                 if acc.buffer == "hbm":
-                    hbm_version[acc.tensor] = hbm_version.get(acc.tensor, 0) + 1
+                    root = memory[acc.tensor]
+                    hbm_version[root] = hbm_version.get(root, 0) + 1
         if not _is_move(inst):
             # computed values never repeat here (arithmetic is left as written): forget what was there
             for acc, own in writes:
@@ -289,14 +291,14 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
                 and not attrs.get("indirect"):
             # the common case, a load: its value is the HBM region as last written
             src, out = reads[0], inst.writes[0]
-            ident = (src.tensor, src.region, hbm_version.get(src.tensor, 0))
+            ident = _hbm_ident(src, memory, hbm_version)
             value = hbm_values.get(ident)
             if value is None:
                 value = hbm_values[ident] = next(fresh)
             key: tuple | None = (inst.op, (value,), out.shape, out.dtype, out.nbytes, bool(attrs.get("transpose")))
             made = 1
         else:
-            key = _move_key(inst, tensors, values, hbm_version, hbm_values, fresh)
+            key = _move_key(inst, tensors, memory, values, hbm_version, hbm_values, fresh)
             made = 1 + max((depth_of.get(v, 0) for v in key[1]), default=0) if key is not None else 1
         for acc, own in writes:
             inner = acc.region[axes.get(acc.tensor, 0):]
@@ -332,7 +334,27 @@ def _note_writer(written_by: dict[Block, int], conflicted: set[Block], block: Bl
         conflicted.add(block)
 
 
-def _move_key(inst: Instruction, tensors: dict[int, TensorInfo], values: dict, hbm_version: dict[int, int],
+def _memory_of(tensors: dict[int, TensorInfo]) -> dict[int, int]:
+    """Each tensor's memory: the tensor it views (reshape, dtype view), followed to the one that owns the
+    allocation, else itself. A write through any view changes what every other view of that memory reads."""
+    memory: dict[int, int] = {}
+    for tid, info in tensors.items():
+        root = tid
+        while info is not None and info.alias_of >= 0:
+            root = info.alias_of
+            info = tensors.get(root)
+        memory[tid] = root
+    return memory
+
+
+def _hbm_ident(acc: Access, memory: dict[int, int], hbm_version: dict[int, int]) -> tuple:
+    """What an HBM read reads: the exact elements (bounding box and `Access.elements`, so disjoint pieces of
+    one box differ) as its memory holds them after the writes so far (through whatever view)."""
+    return acc.tensor, acc.region, acc.elements, hbm_version.get(memory.get(acc.tensor, acc.tensor), 0)
+
+
+def _move_key(inst: Instruction, tensors: dict[int, TensorInfo], memory: dict[int, int], values: dict,
+              hbm_version: dict[int, int],
               hbm_values: dict[tuple, int], fresh: itertools.count) -> tuple | None:
     """What the result of a data movement depends on: the op, its flags, its input values and its
     output shape; None when an input's value is not known exactly."""
@@ -342,7 +364,7 @@ def _move_key(inst: Instruction, tensors: dict[int, TensorInfo], values: dict, h
     inputs: list[int] = []
     for acc in inst.reads:
         if acc.buffer == "hbm":
-            ident = (acc.tensor, acc.region, hbm_version.get(acc.tensor, 0))
+            ident = _hbm_ident(acc, memory, hbm_version)
             value = hbm_values.get(ident)
             if value is None:
                 value = hbm_values[ident] = next(fresh)
