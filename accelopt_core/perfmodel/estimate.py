@@ -132,7 +132,8 @@ def _floor_notes(modelled: float, floor: PhysicalFloor, hbm_read: float, hbm_wri
     if modelled < floor.time * (1 - 1e-9):
         notes.append(f"model bug: the schedule takes {modelled * 1e3:.4g} ms, below the physical floor of the executed"
                      f" work ({floor.time * 1e3:.4g} ms, {floor.bound}); the latency is the floor")
-    for side, priced, distinct in (("read", hbm_read, floor.hbm_read_bytes), ("write", hbm_write, floor.hbm_write_bytes)):
+    sides = (("read", hbm_read, floor.hbm_read_bytes), ("write", hbm_write, floor.hbm_write_bytes))
+    for side, priced, distinct in sides:
         if priced < distinct:
             notes.append(f"model bug: {int(priced)} HBM bytes priced to {side}, fewer than the {distinct} distinct"
                          f" bytes the executed DMAs {side}")
