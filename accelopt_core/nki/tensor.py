@@ -559,6 +559,18 @@ class Tile:
         return view if view is not None else data[self.sub.numpy_key()]
 
     def write(self, values: np.ndarray | float, mask: np.ndarray | None = None) -> None:
+        """Write `values` (where `mask`) into the elements of this tile, and into every block placed on the same
+        physical tile (direct allocation, allocation.py): they are one memory."""
+        self._write(values, mask)
+        slots = self.storage.slots
+        if slots is not None:
+            for block, others in slots.sharing(self.sub.region):
+                for array in (self.storage.data, self.storage.initialized):
+                    if array is not None:
+                        for other in others:
+                            array[other] = array[block]
+
+    def _write(self, values: np.ndarray | float, mask: np.ndarray | None = None) -> None:
         data = self.storage.data
         assert data is not None
         values = np.asarray(values)
