@@ -152,3 +152,30 @@ def test_profile_json_carries_the_floor(tmp_path, trn1) -> None:
     fields = estimate(trace, trn1).to_dict()
     assert fields["physical_floor_time"] > 0 and fields["model_below_floor"] is False
     assert fields["hbm_distinct_read_bytes"] == fields["hbm_distinct_write_bytes"] == TENSOR_BYTES
+
+
+def test_live_sizes_tracks_the_largest_total_as_spans_come_and_go() -> None:
+    from accelopt_core.perfmodel.allocator import _LiveSizes
+
+    rng = np.random.default_rng(3)
+    n = 37
+    live, brute = _LiveSizes(n), np.zeros(n)
+    spans = []
+    for _ in range(200):
+        if spans and rng.random() < 0.3:
+            first, last, size = spans.pop(int(rng.integers(len(spans))))
+            size = -size
+        else:
+            first = int(rng.integers(n))
+            last, size = int(rng.integers(first, n)), float(rng.integers(1, 100))
+            spans.append((first, last, size))
+        live.add(first, last, size)
+        brute[first:last + 1] += size
+        assert live.most() == pytest.approx(max(0.0, brute.max()) if spans else 0.0, abs=1e-9)
+
+
+def test_repeated_loads_on_lines_of_their_own_are_each_a_repeat(tmp_path, trn1) -> None:
+    lines = "".join(f"    t{i} = nl.load(x[0:1, 0:1])\n" for i in range(300))
+    trace, _, _ = _run(tmp_path, lines + "    nl.store(out[0:1, 0:1], value=t0)\n")
+    report = estimate(trace, trn1)
+    assert report.hbm_read_bytes == report.hbm_distinct_read_bytes == 4
