@@ -10,7 +10,9 @@ the replay executed), never from the model's decisions, at the profile's peak ra
 - Tensor engine: the matmul flops (transposes excluded: a repeated one may be removed) at the PE array's
   peak for their dtype, 2 x rows x cols per cycle scaled by the dtype's cycle factor;
 - Vector, Scalar, GpSimd: the elements of their arithmetic instructions (copies and transposes excluded,
-  for the same reason) over all lanes at the fastest per-lane rate the profile allows that dtype.
+  for the same reason) over all lanes at the fastest per-lane rate the profile allows that dtype; an
+  instruction the compiler places on Vector or Scalar (its `engines` choices) counts on neither alone, but
+  in "vector+scalar": half the two engines' busy time together, each such instruction on the faster.
 
 No schedule beats the largest of them, so a latency below it is a model bug, which `estimate` reports.
 Elements addressed by indices read at run time are left out: the floor stays a lower bound.
@@ -27,6 +29,7 @@ from accelopt_core.hardware import HardwareProfile
 from accelopt_core.nki.trace import DTYPE_SIZES, Access, Engine, Instruction, Op, TensorInfo, Trace
 
 _COPIES = frozenset({Op.DMA_COPY, Op.NC_TRANSPOSE, Op.TENSOR_COPY})  # data movement the compiler may drop
+_CHOSEN_AMONG = (Engine.VECTOR, Engine.SCALAR)  # the engines an instruction left to the compiler may run on
 
 
 @dataclass(slots=True)
@@ -55,19 +58,29 @@ def physical_floor(trace: Trace, hardware: HardwareProfile) -> PhysicalFloor:
     times.update(dict.fromkeys((Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD), 0.0))
     tensor = hardware.tensor
     per_cycle = 2.0 * tensor.array_rows * tensor.array_cols * tensor.clock_hz
+    shared = 0.0  # busy time of the engines the compiler chooses between, at the fastest of them
     for inst in trace.instructions:
         if inst.engine == Engine.TENSOR:
-            if inst.op == Op.NC_MATMUL and not (inst.attrs and inst.attrs.get("is_transpose")):
+            if inst.op == Op.NC_MATMUL:
                 times["tensor"] += inst.flops * tensor.factor(inst.dtype) / per_cycle
         elif inst.engine in times and inst.op not in _COPIES:
-            times[inst.engine] += _engine_floor(inst, hardware)
+            choices = inst.attrs.get("engines") if inst.attrs else None
+            if choices:
+                shared += min(_engine_floor(inst, hardware, engine) for engine in choices)
+            else:
+                time = _engine_floor(inst, hardware, inst.engine)
+                times[inst.engine] += time
+                if inst.engine in _CHOSEN_AMONG:
+                    shared += time
+    # what the compiler may place on Vector or Scalar keeps the two busy for at least half their joint time
+    times["vector+scalar"] = shared / len(_CHOSEN_AMONG)
     return PhysicalFloor(read, written, times)
 
 
-def _engine_floor(inst: Instruction, hardware: HardwareProfile) -> float:
-    """Seconds one Vector/Scalar/GpSimd instruction needs at least: its elements over all lanes at the
-    fastest rate the engine has for the narrowest data it touches, performance modes included."""
-    spec = hardware.compute_engine(inst.engine)
+def _engine_floor(inst: Instruction, hardware: HardwareProfile, engine: str) -> float:
+    """Seconds one Vector/Scalar/GpSimd instruction needs at least on `engine`: its elements over all lanes at
+    the fastest rate the engine has for the narrowest data it touches, performance modes included."""
+    spec = hardware.compute_engine(engine)
     narrowest = min((DTYPE_SIZES.get(a.dtype, 4) for a in (*inst.reads, *inst.writes)),
                     default=DTYPE_SIZES.get(inst.dtype, 4))
     rate = spec.rate(min(narrowest, DTYPE_SIZES.get(inst.dtype, 4)))

@@ -179,3 +179,12 @@ def test_repeated_loads_on_lines_of_their_own_are_each_a_repeat(tmp_path, trn1) 
     trace, _, _ = _run(tmp_path, lines + "    nl.store(out[0:1, 0:1], value=t0)\n")
     report = estimate(trace, trn1)
     assert report.hbm_read_bytes == report.hbm_distinct_read_bytes == 4
+
+
+def test_work_the_compiler_places_on_vector_or_scalar_counts_on_both_together(tmp_path, trn1) -> None:
+    trace, _, _ = _run(tmp_path, "    nl.store(out, value=nl.multiply(nl.load(x), 2.0))\n")
+    assert trace.instructions[1].attrs["engines"]  # an affine tensor_scalar: the compiler picks the engine
+    floor = physical_floor(trace, trn1)
+    assert floor.times["vector"] == floor.times["scalar"] == 0.0
+    faster = min(trn1.vector.clock_hz, trn1.scalar.clock_hz, key=lambda hz: 1024 / hz)
+    assert floor.times["vector+scalar"] == pytest.approx(1024 / faster / 2)
