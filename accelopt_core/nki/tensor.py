@@ -630,10 +630,8 @@ class Tile:
         else:
             run = moved // max(1, sub.shape[0] if sub.shape else 1)
         region = sub.region if storage.slots is None else storage.slots.region(sub.region)
-        if storage.buffer == HBM:
-            elements, gathered = sub.elements(storage.shape)
-            return Access(storage.id, HBM, storage.dtype_name, sub.shape, region, moved, run, elements, gathered)
-        return Access(storage.id, storage.buffer, storage.dtype_name, sub.shape, region, moved, run)
+        elements, gathered = sub.elements(storage.shape)
+        return Access(storage.id, storage.buffer, storage.dtype_name, sub.shape, region, moved, run, elements, gathered)
 
     # --- arithmetic sugar: tiles combine like the nl functions they stand for ------------------
     def _binary(self, other: Any, op: str, reverse: bool = False) -> Tile:

@@ -314,7 +314,8 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
             made = 1 + max((depth_of.get(v, 0) for v in key[1]), default=0) if key is not None else 1
         for acc, own in writes:
             inner = acc.region[axes.get(acc.tensor, 0):]
-            single = len(own) == 1
+            exact = acc.elements is None  # it writes the whole box `inner`: else what it holds is not known whole
+            single = len(own) == 1 and exact
             earlier = seen.get(key) if key is not None and single else None
             if earlier is not None and earlier[3] == inner and earlier[2] != own[0]:
                 j, value, kept_block, _ = earlier
@@ -333,9 +334,10 @@ def _repeats(trace: Trace, blocks: _BlockIndex, moved: set[int]
                 for b in own:
                     regions = values.get(b)
                     if regions is None:
-                        values[b] = {inner: value}
+                        if exact:
+                            values[b] = {inner: value}
                     else:
-                        _set_value(values, b, inner, value)
+                        _set_value(values, b, inner, value if exact else None)
     return {i: c for i, c in candidates.items() if c[1] not in conflicted}, depth
 
 
@@ -384,6 +386,8 @@ def _move_key(inst: Instruction, tensors: dict[int, TensorInfo], memory: dict[in
             info = tensors.get(acc.tensor)
             if info is None:
                 return None
+            if acc.elements is not None:
+                return None  # not a whole box of the block: which of its values it reads is not followed
             axis = max(0, info.partition_axis)
             block = tuple(lo for lo, _ in acc.region[:axis])
             value = _value_of(values.get((acc.tensor, block)), _inner(acc, info), hbm_values, fresh)
@@ -412,13 +416,15 @@ def _value_of(regions: dict[Region, int] | None, inner: Region, derived: dict[tu
     return None
 
 
-def _set_value(values: dict, block: Block, inner: Region, value: int) -> None:
-    """Record the value now in `inner` of `block`, forgetting the values it overwrote in part."""
+def _set_value(values: dict, block: Block, inner: Region, value: int | None) -> None:
+    """Record the value now in `inner` of `block` (None: written, but not as one known value), forgetting
+    the values it overwrote in part."""
     regions = values.setdefault(block, {})
-    if regions and inner not in regions:
+    if regions and (inner not in regions or value is None):
         for other in [r for r in regions if _overlap(r, inner)]:
             del regions[other]
-    regions[inner] = value
+    if value is not None:
+        regions[inner] = value
 
 
 def _overlap(a: Region, b: Region) -> bool:

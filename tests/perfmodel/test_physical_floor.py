@@ -188,3 +188,30 @@ def test_work_the_compiler_places_on_vector_or_scalar_counts_on_both_together(tm
     assert floor.times["vector"] == floor.times["scalar"] == 0.0
     faster = min(trn1.vector.clock_hz, trn1.scalar.clock_hz, key=lambda hz: 1024 / hz)
     assert floor.times["vector+scalar"] == pytest.approx(1024 / faster / 2)
+
+
+def _copies_of_two_pieces(piece_elements: tuple) -> Trace:
+    """A tile loaded whole, then copied twice from pieces with one bounding box (their exact elements given)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from perf_trace_builder import TraceBuilder
+
+    b = TraceBuilder()
+    x = b.tensor("x", "hbm", (128, 1024))
+    t, u, v = b.tensor("t", "sbuf", (128, 1024)), b.tensor("u", "sbuf", (128, 512)), b.tensor("v", "sbuf", (128, 512))
+    b.dma(x, t)
+    for out, elements in zip((u, v), piece_elements, strict=True):
+        read = dataclasses.replace(b.access(t), shape=(128, 512), nbytes=128 * 512 * 4, elements=elements)
+        b.compute("vector", "tensor_copy", [read], [out])
+    return b.build()
+
+
+def test_copies_of_disjoint_on_chip_pieces_of_one_box_are_both_executed(trn1) -> None:
+    from accelopt_core.perfmodel.allocator import plan_allocation
+
+    disjoint = plan_allocation(_copies_of_two_pieces((("gather", 0), ("gather", 1))), 180224, 16384, 2)
+    assert disjoint.same_as == [-1, -1, -1]
+    # the same box read whole twice is the same value: the second copy is the compiler's to drop
+    same = plan_allocation(_copies_of_two_pieces((None, None)), 180224, 16384, 2)
+    assert same.same_as == [-1, -1, 1]
