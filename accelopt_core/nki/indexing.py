@@ -427,31 +427,37 @@ class Subscript:
         return (*key, Ellipsis), order, expand  # the Ellipsis keeps a view when every index is a number
 
     def elements(self, dims: tuple[int, ...]) -> tuple[tuple[Any, ...] | None, np.ndarray | None]:
-        """Which elements of the tensor this subscript selects, exactly, so that two accesses sharing a bounding
-        box are told apart (a reuse or a distinct-bytes count taken from `region` alone would be fooled by
-        disjoint strided or gathered pieces of one box): a hashable key, None when the selection is the whole
-        box `region` walked in memory order, and for a gather also its flat indices in a tensor of shape `dims`
-        (sorted, each once).
-        Indices read at run time get a key of their own: their elements are not known while tracing."""
+        """Which set of elements of the tensor (of shape `dims`) this subscript selects, exactly, so that two
+        accesses sharing a bounding box are told apart (a reuse or a distinct-bytes count taken from `region`
+        alone would be fooled by disjoint strided or gathered pieces of one box): None when the set is the whole
+        box `region` (in whatever order), else a hashable key equal only for the same set, and for a gather the
+        set's flat indices too (sorted). Indices read at run time get a key of their own: their elements are not
+        known while tracing."""
+        volume = math.prod(hi - lo for lo, hi in self.region)
         if not self.advanced:
-            dense = self.count == math.prod(hi - lo for lo, hi in self.region)
-            return (None if dense else tuple(i if type(i) is int else (i.start, i.stop, i.step) for i in self.items),
-                    None)
+            if self.count == volume:
+                return None, None
+            return tuple(i if type(i) is int else (i.start, i.stop, i.step) for i in self.items), None
         if any(isinstance(i, DynamicIndex) for i in self.items):
             return ("run time", next(_run_time_keys)), None
         if self._box is False:
             self._box = self._box_plan()
-        if self._box is not None:
-            key, order, _ = self._box  # type: ignore[misc]
-            dense = self.count == math.prod(hi - lo for lo, hi in self.region)
-            if dense and order == tuple(sorted(order)):
+        if self._box is not None:  # a strided box: each element once
+            if self.count == volume:
                 return None, None
-            return ("box", order, *(i if type(i) is int else (i.start, i.stop, i.step) for i in key[:-1])), None
+            key = self._box[0]  # type: ignore[index]
+            return ("box", *(i if type(i) is int else (i.start, i.stop, i.step) for i in key[:-1])), None
         keep = None if self.overhang is None else self.in_bounds()
-        index = tuple(np.broadcast_to(k, self.shape) if keep is None else np.broadcast_to(k, self.shape)[keep]
-                      for k in self.numpy_key())
-        flat = np.ravel_multi_index(index, dims).ravel()
-        return ("gather", self.shape, hashlib.blake2b(flat.tobytes(), digest_size=16).digest()), np.unique(flat)
+        box = tuple(hi - lo for lo, hi in self.region)
+        local = tuple((np.broadcast_to(k, self.shape) if keep is None else np.broadcast_to(k, self.shape)[keep]) - lo
+                      for k, (lo, _) in zip(self.numpy_key(), self.region, strict=True))
+        marks = np.zeros(volume, dtype=bool)
+        marks[np.ravel_multi_index(local, box).ravel()] = True
+        if marks.all():
+            return None, None
+        inside = np.unravel_index(np.flatnonzero(marks), box)
+        flat = np.ravel_multi_index(tuple(k + lo for k, (lo, _) in zip(inside, self.region, strict=True)), dims)
+        return ("gather", hashlib.blake2b(np.packbits(marks).tobytes(), digest_size=16).digest()), flat
 
     def numpy_key(self) -> tuple[Any, ...]:
         if not self.advanced:

@@ -132,7 +132,7 @@ def _mark(marks: np.ndarray, unit: int, info: TensorInfo, acc: Access) -> None:
     elif acc.gathered is not None:
         grid.reshape(-1, item)[acc.gathered] = True
     elif kind[0] == "box":
-        grid[tuple(_index(k) for k in kind[2:])] = True
+        grid[tuple(_index(k) for k in kind[1:])] = True
     elif kind[0] != "run time":
         grid[tuple(_index(k) for k in kind)] = True
 
