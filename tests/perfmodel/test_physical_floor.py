@@ -215,3 +215,18 @@ def test_copies_of_disjoint_on_chip_pieces_of_one_box_are_both_executed(trn1) ->
     # the same box read whole twice is the same value: the second copy is the compiler's to drop
     same = plan_allocation(_copies_of_two_pieces((None, None)), 180224, 16384, 2)
     assert same.same_as == [-1, -1, 1]
+
+
+def test_an_access_is_keyed_by_its_set_of_elements(tmp_path) -> None:
+    trace, _, _ = _run(tmp_path, """
+    i_p = nl.arange(128)[:, None, None]
+    whole = nl.load(x[i_p, 128 * nl.arange(8)[None, :, None] + nl.arange(128)[None, None, :]])  # every column
+    half = nl.load(x[nl.arange(128)[:, None], 2 * nl.arange(512)[None, :] + (nl.arange(128)[:, None] % 2)])
+    strided = nl.load(x[:, 0:1024:2])
+    nl.store(out[:, 0:512], value=strided)
+    nl.store(out[:, 512:1024], value=half)
+""")
+    loads = [inst.reads[0] for inst in trace.instructions if inst.reads and inst.reads[0].buffer == "hbm"]
+    assert loads[0].elements is None  # a gather that covers its box is the box
+    assert loads[1].elements[0] == "gather" and len(loads[1].gathered) == 128 * 512
+    assert loads[2].elements == ((0, 128, 1), (0, 1024, 2))
