@@ -9,6 +9,8 @@
 3. The same points on the tutorials' own kernels, as their authors published them (read from a copy of
    aws-neuron/nki-samples: pass its git directory, or set ACCELOPT_NKI_SAMPLES; skipped without one),
    and every step of their optimization chains: is the version measured faster predicted faster?
+4. The physical floor check: for every kernel above, how far the prediction sits above the floor of the
+   work it executed (perfmodel/floor.py), and whether the model flagged itself below it.
 
 Usage: python3 benchmarks/calibration.py [NKI_SAMPLES_GIT_DIR]
 """
@@ -50,6 +52,10 @@ from measured_cases import (  # noqa: E402
     relative_error,
 )
 
+from accelopt_core.perfmodel import PerfReport  # noqa: E402
+
+Timed = tuple[str, PerfReport, float]  # a kernel, its prediction, and its measured latency in ms
+
 
 def _value(counter: str, value: float) -> str:
     if counter.endswith("_active"):
@@ -66,11 +72,11 @@ def _difference(counter: str, model: float, hardware: float) -> str:
     return f"{100 * error:+.1f}%"
 
 
-def calibration_set() -> None:
+def calibration_set() -> list[Timed]:
     tasks = [case["task"] for case in cases()]
     if not tasks:
         print(f"calibration set: skipped ({ABSENT})")
-        return
+        return []
     print("calibration set (trn1, 2025 compiler): predicted | measured | difference")
     by_counter: dict[str, list[float]] = {}
     for task in tasks:
@@ -90,9 +96,10 @@ def calibration_set() -> None:
         scale, unit = (100, " pt") if counter.endswith("_active") else (100, "%")
         print(f"  {counter:20} {scale * statistics.median(errors):+8.1f}{unit}   "
               f"median |error| {scale * statistics.median(abs(e) for e in errors):.1f}{unit}   ({len(errors)} cases)")
+    return [(f"calibration set {task}", predicted(task), measured(task)["latency"]) for task in tasks]
 
 
-def tutorial_points() -> None:
+def tutorial_points() -> list[Timed]:
     print(f"\nNKI tutorial points (2024 compiler)\n{'kernel':30} {'shape':24} {'measured ms':>12} "
           f"{'predicted ms':>13} {'error %':>8}  bottleneck")
     measured_ms: list[float] = []
@@ -109,6 +116,7 @@ def tutorial_points() -> None:
     print(f"\npoints: {len(ALL_POINTS)}   Spearman rank correlation: {spearman(measured_ms, predicted_list):.3f}   "
           f"median |error|: {statistics.median(errors):.1f}%   max |error|: {max(errors):.1f}%   "
           f"within 25%: {sum(e <= 25 for e in errors)}/{len(errors)}")
+    return [(f"tutorial point {point.name}", report(point), point.measured_ms) for point in ALL_POINTS]
 
 
 # a chain step counts when the hardware told the two versions apart by more than this
@@ -129,12 +137,12 @@ def chain_steps(points: list[Point]) -> list[tuple[Point, Point]]:
     return steps
 
 
-def published_chains(mirror: str | None) -> None:
+def published_chains(mirror: str | None) -> list[Timed]:
     points = [p for p in ALL_POINTS if p.published]
     if not mirror:
         print("\ntutorial kernels as published: skipped (pass the git directory of aws-neuron/nki-samples, "
               "or set ACCELOPT_NKI_SAMPLES)")
-        return
+        return []
     from public_samples import LEGACY, export
 
     with tempfile.TemporaryDirectory() as folder:
@@ -142,12 +150,13 @@ def published_chains(mirror: str | None) -> None:
         exported = [export(mirror, LEGACY, path, Path(folder)) for path in files]
         if None in exported:
             print(f"\ntutorial kernels as published: skipped ({mirror} lacks commit {LEGACY[:12]})")
-            return
+            return []
         checkout = Path(folder) / LEGACY[:12]
         print(f"\nNKI tutorial kernels as published (nki-samples {LEGACY[:12]}; 2024 compiler)\n"
               f"{'kernel':30} {'function':32} {'measured ms':>12} {'predicted ms':>13} {'error %':>8} "
               f"{'our version':>12}")
-        predicted = {p: published_report(p, checkout).latency_ms for p in points}
+        reports = {p: published_report(p, checkout) for p in points}
+    predicted = {p: r.latency_ms for p, r in reports.items()}
     errors = []
     for p in points:
         errors.append(abs(predicted[p] / p.measured_ms - 1))
@@ -172,13 +181,40 @@ def published_chains(mirror: str | None) -> None:
     for contradicted, (right, steps) in tally.items():
         print(f"steps {'with' if contradicted else 'without'} a contradicted point, predicted faster by more "
               f"than {100 * _STEP_MARGIN:.0f}%: {right}/{steps}")
+    return [(f"published {p.name}", r, p.measured_ms) for p, r in reports.items()]
+
+
+def floor_check(reports: list[Timed]) -> None:
+    """How far each prediction sits above the physical floor of the work its kernel executed (perfmodel/floor.py):
+    a prediction below it (ratio under 1, flagged by the model as a bug) would be faster than any hardware. The
+    measured time over the floor checks the floor itself: a hardware time below its floor would make it wrong."""
+    if not reports:
+        return
+    print(f"\nphysical floor check (simulated trn1 floors and predictions; measured: trn1 hardware)\n"
+          f"{'kernel':46} {'predicted ms':>13} {'floor ms':>10} {'bound':>13} {'pred/floor':>10} "
+          f"{'meas/floor':>10}  model bug")
+    ratios, below = [], []
+    for name, result, measured_ms in reports:
+        floor_ms = 1e3 * result.physical_floor_time
+        ratio = result.latency_ms / floor_ms if floor_ms else float("inf")
+        hardware = measured_ms / floor_ms if floor_ms else float("inf")
+        ratios.append(ratio)
+        if hardware < 1:
+            below.append(name)
+        print(f"{name:46} {result.latency_ms:13.3f} {floor_ms:10.3f} {result.physical_floor_bound:>13} {ratio:10.2f} "
+              f"{hardware:10.2f}  {'YES' if result.model_below_floor else ''}")
+    flagged = sum(result.model_below_floor for _, result, _ in reports)
+    print(f"kernels: {len(reports)}   model bugs flagged: {flagged}   prediction over floor: min {min(ratios):.2f}   "
+          f"median {statistics.median(ratios):.2f}   max {max(ratios):.2f}   measured below its floor: "
+          f"{len(below)}{' (' + ', '.join(below) + ')' if below else ''}")
 
 
 def main() -> None:
     began = time.perf_counter()
-    calibration_set()
-    tutorial_points()
-    published_chains(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ACCELOPT_NKI_SAMPLES"))
+    reports = calibration_set()
+    reports += tutorial_points()
+    reports += published_chains(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ACCELOPT_NKI_SAMPLES"))
+    floor_check(reports)
     print(f"({time.perf_counter() - began:.1f} s)")
 
 

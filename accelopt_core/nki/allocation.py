@@ -4,15 +4,19 @@ block of an on-chip tensor physically lives.
 A tensor declared `(B..., par_dim(P), F...)` has one logical tile per block index; a placement maps each
 block index to a physical tile: `(start_partition, byte_addr)` in SBUF, `(bank, start_partition,
 byte_addr)` in PSUM. Blocks that map to the same location share one physical tile: that is how a kernel
-declares double buffering or rotation. The simulator keeps each logical block's values (a kernel whose
-rotation overwrites a tile still in use is not detected), but everything it records works on the
-physical tiles: the tensor's footprint is its distinct physical tiles, and every access is recorded
-against the physical tile slots it touches, so the performance model orders the instructions that
-reuse a tile (the rotation the kernel declared) and sees no more capacity than was allocated.
+declares double buffering or rotation. The simulator holds the physical tiles as placed: a write to one
+block is a write to every block sharing its tile, so a kernel whose rotation overwrites a tile still in use
+reads the later block's values, as the hardware would, and fails its check. Everything it records works on
+the physical tiles too: the tensor's footprint is its distinct physical tiles, and every access is recorded
+against the physical tile slots it touches, so the performance model orders the instructions that reuse a
+tile (the rotation the kernel declared) and sees no more capacity than was allocated. Simulation and price
+are of the same tiles: a model that priced the physical tiles while the values of every logical block were
+kept would time an aliasing kernel as fast and call it correct.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -61,10 +65,27 @@ class Slots:
         self.block_ndim = len(block_shape)
         self.slot_of_block = slot_of_block
         self.locations = locations
+        self._members: dict[int, list[tuple[int, ...]]] | None = None  # slot -> the blocks placed on it
 
     @property
     def count(self) -> int:
         return len(self.locations)
+
+    def sharing(self, region: tuple[tuple[int, int], ...]) -> list[tuple[tuple[int, ...], list[tuple[int, ...]]]]:
+        """The blocks a logical region writes that share their physical tile with other blocks, each with those
+        others (empty when every block has a tile of its own)."""
+        if not self.block_ndim or self.count == self.slot_of_block.size:
+            return []
+        if self._members is None:
+            self._members = {}
+            for block in np.ndindex(*self.block_shape):
+                self._members.setdefault(int(self.slot_of_block[block]), []).append(block)
+        out = []
+        for block in itertools.product(*(range(lo, hi) for lo, hi in region[:self.block_ndim])):
+            others = [other for other in self._members[int(self.slot_of_block[block])] if other != block]
+            if others:
+                out.append((block, others))
+        return out
 
     def region(self, region: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
         """A logical region as the physical one it touches: the block dimensions become the range of

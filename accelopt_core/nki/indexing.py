@@ -9,6 +9,8 @@ to a materialised NumPy array.
 from __future__ import annotations
 
 import functools
+import hashlib
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -177,6 +179,9 @@ class IndexExpr:
 
     def __repr__(self) -> str:
         return f"IndexExpr(shape={self.shape}, bounds={self.bounds()})"
+
+
+_run_time_keys = itertools.count()  # one key per access whose indices are read at run time
 
 
 class DynamicIndex(IndexExpr):
@@ -424,6 +429,39 @@ class Subscript:
         order = tuple(sorted(range(len(axes)), key=lambda k: axes[k]))
         expand = tuple(slice(None) if axis in axes else None for axis in range(ndim))
         return (*key, Ellipsis), order, expand  # the Ellipsis keeps a view when every index is a number
+
+    def elements(self, dims: tuple[int, ...]) -> tuple[tuple[Any, ...] | None, np.ndarray | None]:
+        """Which set of elements of the tensor (of shape `dims`) this subscript selects, exactly, so that two
+        accesses sharing a bounding box are told apart (a reuse or a distinct-bytes count taken from `region`
+        alone would be fooled by disjoint strided or gathered pieces of one box): None when the set is the whole
+        box `region` (in whatever order), else a hashable key equal only for the same set, and for a gather the
+        set's flat indices too (sorted). Indices read at run time get a key of their own: their elements are not
+        known while tracing."""
+        volume = math.prod(hi - lo for lo, hi in self.region)
+        if not self.advanced:
+            if self.count == volume:
+                return None, None
+            return tuple(i if type(i) is int else (i.start, i.stop, i.step) for i in self.items), None
+        if any(isinstance(i, DynamicIndex) for i in self.items):
+            return ("run time", next(_run_time_keys)), None
+        if self._box is False:
+            self._box = self._box_plan()
+        if self._box is not None:  # a strided box: each element once
+            if self.count == volume:
+                return None, None
+            key = self._box[0]  # type: ignore[index]
+            return ("box", *(i if type(i) is int else (i.start, i.stop, i.step) for i in key[:-1])), None
+        keep = None if self.overhang is None else self.in_bounds()
+        box = tuple(hi - lo for lo, hi in self.region)
+        local = tuple((np.broadcast_to(k, self.shape) if keep is None else np.broadcast_to(k, self.shape)[keep]) - lo
+                      for k, (lo, _) in zip(self.numpy_key(), self.region, strict=True))
+        marks = np.zeros(volume, dtype=bool)
+        marks[np.ravel_multi_index(local, box).ravel()] = True
+        if marks.all():
+            return None, None
+        inside = np.unravel_index(np.flatnonzero(marks), box)
+        flat = np.ravel_multi_index(tuple(k + lo for k, (lo, _) in zip(inside, self.region, strict=True)), dims)
+        return ("gather", hashlib.blake2b(np.packbits(marks).tobytes(), digest_size=16).digest()), flat
 
     def numpy_key(self) -> tuple[Any, ...]:
         if not self.advanced:

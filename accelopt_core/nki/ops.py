@@ -315,6 +315,35 @@ _LANE_WISE = frozenset({Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD})
 _ACROSS_PARTITIONS = frozenset({Op.NC_TRANSPOSE, Op.TENSOR_PARTITION_REDUCE, Op.NC_STREAM_SHUFFLE})
 
 
+# Which memories each instruction may read and write (NKI ISA): only DMA reaches HBM, and the Tensor engine
+# writes PSUM alone; every other instruction computes from and into SBUF or PSUM. One entry per instruction
+# the trace holds; what an engine cannot reach at all (GpSimd has no PSUM port) is checked on top.
+_ON_CHIP = (SBUF, PSUM)
+MEMORIES: dict[Op, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    **{op: (_ON_CHIP, _ON_CHIP) for op in Op},
+    Op.DMA_COPY: ((HBM, SBUF, PSUM), (HBM, SBUF, PSUM)),
+    Op.NC_MATMUL: (_ON_CHIP, (PSUM,)),
+}
+
+
+def _check_memories(op: Op, engine: str, tiles: tuple[Tile, ...], written: bool) -> None:
+    """Refuse an operand in a memory `op` cannot read (or write, when `written`): a compute instruction
+    given an HBM `dst=` or reduce result would otherwise finish a kernel without the store DMAs it needs."""
+    allowed = MEMORIES[op][1 if written else 0]
+    for t in tiles:
+        if t.buffer not in allowed:
+            verb = "write" if written else "read"
+            hint = "; use nl.store / nisa.dma_copy" if t.buffer == HBM and written else ""
+            raise HardwareRuleError(f"{op} on the {engine} engine cannot {verb} {t.buffer.upper()} ({t.name}): it "
+                                    f"{verb}s {' or '.join(b.upper() for b in allowed)} only{hint}")
+
+
+def _add_write(inst: Instruction, tile: Tile) -> None:
+    """A second output of one instruction (a reduce result, the indices of a match): in a memory it may write."""
+    _check_memories(inst.op, inst.engine, (tile,), written=True)
+    inst.writes = (*inst.writes, tile.access())
+
+
 def _check_lanes(srcs: tuple[Tile, ...], dst: Tile, size: int) -> None:
     """An operand of the output's size on other partitions would need data to cross lanes, which only a
     transpose, a matmul or a DMA does (the ISA requires equal partition sizes)."""
@@ -336,6 +365,8 @@ def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mas
     if mask is not None:
         mask = as_mask(mask)
     shape = work_shape or dst.shape
+    _check_memories(op, engine, srcs, written=False)
+    _check_memories(op, engine, (dst,), written=True)
     if engine == Engine.GPSIMD and (dst.buffer == PSUM or any(t.buffer == PSUM for t in srcs)):
         raise HardwareRuleError(f"{op} on the GpSimd engine cannot access PSUM; use the Vector or Scalar "
                                 "engine for PSUM tiles")
@@ -826,7 +857,7 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
     inst = _record(Engine.SCALAR, Op.ACTIVATION, tuple(srcs), out, mask=mask, fresh=fresh,
                    attrs={"func": name, "reduce": reduces}, work_shape=data.shape)
     if reduce_res is not None:
-        inst.writes = (*inst.writes, reduce_res.access())
+        _add_write(inst, reduce_res)
     if current().numeric:
         x = _f32(data)
         x = x * _operand_values(scale, x.ndim)
@@ -964,7 +995,7 @@ def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, re
     inst = _record(Engine.VECTOR, Op.TENSOR_SCALAR_REDUCE, srcs, out, mask=mask, fresh=fresh,
                    attrs={"op": name0, "reduce_op": reduce_name, "reduce": True}, work_shape=data.shape)
     if reduce_res is not None:
-        inst.writes = (*inst.writes, reduce_res.access())
+        _add_write(inst, reduce_res)
     if current().numeric:
         x = _f32(data)
         b0 = _operand_values(operand0, x.ndim)
@@ -1285,7 +1316,7 @@ def range_select(on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile,
     inst = _record(Engine.VECTOR, Op.RANGE_SELECT, (on_true_tile, bound0, bound1), out, mask=mask, fresh=fresh,
                    attrs={"reduce_op": reduce_name, "reduce": True})
     if reduce_res is not None:
-        inst.writes = (*inst.writes, reduce_res.access())
+        _add_write(inst, reduce_res)
     if current().numeric:
         values = _f32(on_true_tile).reshape(partitions, -1)
         index = np.float32(range_start) + np.arange(values.shape[1], dtype=np.float32)[None, :]
@@ -1495,7 +1526,7 @@ def nc_match_replace8(data: Tile, vals: Tile, imm: Any, *, dst: Tile | None = No
         _output(dst_idx, (partitions, EIGHT), index)
     inst = _record(Engine.VECTOR, Op.NC_MATCH_REPLACE8, (data, vals), out, fresh=fresh, work_shape=data.shape)
     if dst_idx is not None:
-        inst.writes = (*inst.writes, dst_idx.access())  # one instruction, two outputs
+        _add_write(inst, dst_idx)  # one instruction, two outputs
     if current().numeric:
         values = _f32(data).reshape(partitions, free).copy()
         found = np.full((partitions, EIGHT), np.iinfo(index or dtypes.uint32).max, dtype=np.int64)

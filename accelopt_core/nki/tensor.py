@@ -582,6 +582,18 @@ class Tile(TensorViews):
             memory.release(nbytes)
 
     def write(self, values: np.ndarray | float, mask: np.ndarray | None = None) -> None:
+        """Write `values` (where `mask`) into the elements of this tile, and into every block placed on the same
+        physical tile (direct allocation, allocation.py): they are one memory."""
+        self._write(values, mask)
+        slots = self.storage.slots
+        if slots is not None:
+            for block, others in slots.sharing(self.sub.region):
+                for array in (self.storage.data, self.storage.initialized):
+                    if array is not None:
+                        for other in others:
+                            array[other] = array[block]
+
+    def _write(self, values: np.ndarray | float, mask: np.ndarray | None = None) -> None:
         data = self.storage.data
         assert data is not None
         values = np.asarray(values)
@@ -650,7 +662,8 @@ class Tile(TensorViews):
         else:
             run = moved // max(1, sub.shape[0] if sub.shape else 1)
         region = sub.region if storage.slots is None else storage.slots.region(sub.region)
-        return Access(storage.id, storage.buffer, storage.dtype_name, sub.shape, region, moved, run)
+        elements, gathered = sub.elements(storage.shape)
+        return Access(storage.id, storage.buffer, storage.dtype_name, sub.shape, region, moved, run, elements, gathered)
 
     # --- arithmetic sugar: tiles combine like the nl functions they stand for ------------------
     def _binary(self, other: Any, op: str, reverse: bool = False) -> Tile:

@@ -193,6 +193,10 @@ class Access:
     region: tuple[tuple[int, int], ...]
     nbytes: int  # bytes actually read or written (elements x item size)
     contiguous_bytes: int  # longest contiguous run in the tensor's memory layout (DMA efficiency)
+    # which elements exactly (`Subscript.elements`): None when they are the whole `region`, else a key that is
+    # equal only for the same elements, and for a gather their flat indices
+    elements: tuple[Any, ...] | None = field(default=None, compare=False)
+    gathered: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def partitions(self) -> int:

@@ -9,6 +9,7 @@ import numpy as np
 from accelopt_core.hardware import HardwareProfile
 from accelopt_core.nki.trace import Access, Engine, Trace, collector_paused
 from accelopt_core.perfmodel.costs import CostModel
+from accelopt_core.perfmodel.floor import PhysicalFloor, physical_floor
 from accelopt_core.perfmodel.report import PerfReport
 from accelopt_core.perfmodel.scheduler import ENGINES, Schedule, schedule
 
@@ -24,7 +25,8 @@ def estimate(trace: Trace, hardware: HardwareProfile) -> PerfReport:
 def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Schedule) -> PerfReport:
     n = len(trace.instructions)
     plan = sched.plan
-    latency = sched.latency
+    floor = physical_floor(trace, hardware)
+    latency = max(sched.latency, floor.time)
     traffic = _Traffic(trace, plan.dropped, hardware.tensor.fp32_counted_flops_factor)
     codes = np.asarray(sched.engine, dtype=np.int64)
     start = np.asarray(sched.start, dtype=np.float64)
@@ -52,7 +54,8 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         bottleneck = "none"
     idle = {name: max(0.0, 1.0 - fraction(busy[name])) for name in ENGINES}
 
-    notes: list[str] = []
+    bugs = _floor_notes(sched.latency, floor, hbm_read, hbm_write)
+    notes = list(bugs)
     for (engine, op), count in sorted(costs.unknown_ops.items()):
         notes.append(f"{count} '{op}' instruction(s) on {engine} have no documented cost;"
                      " priced as max(MIN_II, N)")
@@ -108,6 +111,12 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
                                     if sched.dma_transfers else 0.0),
         bottleneck=bottleneck,
         bottleneck_summary=_bottleneck_summary(bottleneck, critical, idle),
+        physical_floor_time=floor.time,
+        physical_floor_bound=floor.bound,
+        physical_floor_times=floor.times,
+        hbm_distinct_read_bytes=floor.hbm_read_bytes,
+        hbm_distinct_write_bytes=floor.hbm_write_bytes,
+        model_below_floor=bool(bugs),
         critical_path_time=critical,
         engine_busy_time=busy,
         idle_percent=idle,
@@ -115,6 +124,20 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         loops=_loops(sched, start, end, busy_time),
         notes=notes,
     )
+
+
+def _floor_notes(modelled: float, floor: PhysicalFloor, hbm_read: float, hbm_write: float) -> list[str]:
+    """What of the model's result falls below the executed work's physical floor: each one a model bug."""
+    notes = []
+    if modelled < floor.time * (1 - 1e-9):
+        notes.append(f"model bug: the schedule takes {modelled * 1e3:.4g} ms, below the physical floor of the executed"
+                     f" work ({floor.time * 1e3:.4g} ms, {floor.bound}); the latency is the floor")
+    sides = (("read", hbm_read, floor.hbm_read_bytes), ("write", hbm_write, floor.hbm_write_bytes))
+    for side, priced, distinct in sides:
+        if priced < distinct:
+            notes.append(f"model bug: {int(priced)} HBM bytes priced to {side}, fewer than the {distinct} distinct"
+                         f" bytes the executed DMAs {side}")
+    return notes
 
 
 class _Traffic:

@@ -67,6 +67,16 @@ class PerfReport:
 
     bottleneck: str  # "tensor", "vector", "scalar", "gpsimd", "dma" or "none"
     bottleneck_summary: str
+
+    # the physical floor of the executed work (floor.py): no hardware is faster, so `latency` is never below it
+    physical_floor_time: float = 0.0  # seconds
+    physical_floor_bound: str = "none"  # "hbm", "tensor", "vector", "scalar", "gpsimd" or "none"
+    physical_floor_times: dict[str, float] = field(default_factory=dict)  # seconds per resource
+    hbm_distinct_read_bytes: int = 0  # HBM bytes the executed DMAs read, each once
+    hbm_distinct_write_bytes: int = 0
+    # a model bug: the model priced the kernel below its floor (then `latency` is the floor) or priced fewer
+    # HBM bytes than the executed DMAs move; `notes` says which
+    model_below_floor: bool = False
     critical_path_time: dict[str, float] = field(default_factory=dict)  # seconds per engine
     engine_busy_time: dict[str, float] = field(default_factory=dict)  # seconds per engine
     idle_percent: dict[str, float] = field(default_factory=dict)  # fraction of the latency per engine

@@ -160,3 +160,23 @@ def kernel(a):
         np.testing.assert_array_equal(both.out, a)
         placed = [t.placement[0][1] for t in both.traced.trace.tensors.values() if t.placement is not None]
         assert placed == addresses, loop
+
+
+def test_blocks_on_one_physical_tile_hold_one_value_as_on_hardware(run, rng):
+    # four logical blocks on two tiles, all loaded before any is read: blocks 0 and 1 are overwritten by
+    # blocks 2 and 3 (the simulator holds the tiles as placed, as the model prices them)
+    a = rng.standard_normal((512, 64)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((4, nl.par_dim(128), 64), dtype=a.dtype,
+                     buffer=ncc.sbuf.mod_alloc(base_addr=1024, num_free_tiles=(2,)))
+    for i in nl.affine_range(4):
+        buf[i] = nl.load(a[i * 128:(i + 1) * 128, :])
+    for i in nl.affine_range(4):
+        nl.store(out[i * 128:(i + 1) * 128, :], value=buf[i])
+    return out
+""", a)
+    blocks = a.reshape(4, 128, 64)
+    np.testing.assert_array_equal(both.out.reshape(4, 128, 64), blocks[[2, 3, 2, 3]])
