@@ -204,9 +204,16 @@ def fill_peak(result: ProfileResult, work: PeakWork | None, hardware: str) -> No
     if work is None or not result.latency_ms:
         return
     hw = load_hardware(hardware)
-    result.peak_percent = peak_percent(result.latency_ms / 1000.0, work.mm_flops, work.vec_flops, work.hbm_bytes, hw,
-                                       work.mm_dtype)
+    percent = peak_percent(result.latency_ms / 1000.0, work.mm_flops, work.vec_flops, work.hbm_bytes, hw, work.mm_dtype)
     times = peak_times(work.mm_flops, work.vec_flops, work.hbm_bytes, hw, work.mm_dtype)
+    if percent > 100.0:  # the latency is below what the task's work needs at peak rates: never shown as more
+        result.profile.setdefault("notes", []).append(
+            f"% of peak capped at 100: the {result.latency_ms:.4g} ms latency is below the "
+            f"{1000.0 * max(times.values()):.4g} ms the task's {'counted' if work.counted else 'declared'} work needs "
+            "at the hardware's peak rates, so the kernel executes less work than the task counts (its reference "
+            "does more than the result needs) or these numbers are wrong")
+        percent = 100.0
+    result.peak_percent = percent
     result.bound = max(times, key=lambda k: times[k])
     result.peak_work = asdict(work)
 

@@ -59,3 +59,20 @@ def test_people_read_percent(silu: ProfileResult) -> None:
     vector = as_percent(silu.profile["vector_engine_active_time_percent"])
     assert vector is not None and f"{vector:5.1f}%" in render(silu)
     assert as_percent(None) is None
+
+
+def test_percent_of_peak_never_exceeds_100_and_says_why_when_capped() -> None:
+    """Issue 37: a latency below the task's best time at peak (a kernel doing less than its reference counts,
+    or wrong numbers) shows 100 %, with a note naming both times, never more."""
+    from accelopt_core.profiling.profiler import fill_peak
+    from accelopt_core.tasks import PeakWork
+
+    work = PeakWork(mm_flops=0, vec_flops=0, hbm_bytes=2 ** 30, counted=True)  # 1 GiB: milliseconds at peak
+    fast = ProfileResult("k.py", "t", "trn1", "simulator", correct=True, latency_ms=0.01, profile={"notes": []})
+    fill_peak(fast, work, "trn1")
+    assert fast.peak_percent == 100.0 and fast.bound == "memory"
+    assert fast.profile["notes"][-1].startswith("% of peak capped at 100: the 0.01 ms latency is below the ")
+    assert "counted work" in fast.profile["notes"][-1]
+    slow = ProfileResult("k.py", "t", "trn1", "simulator", correct=True, latency_ms=1000.0, profile={})
+    fill_peak(slow, work, "trn1")
+    assert 0 < slow.peak_percent < 100 and "notes" not in slow.profile
