@@ -3,29 +3,36 @@
 The trace imitates a naive tiled fp32 matmul C = A @ B: for every 128x512 output tile, K/128 pairs
 of loads (a 128x128 stationary tile of A^T and a 128x512 moving tile of B) each followed by a
 matmul accumulating into PSUM, then a PSUM->SBUF copy and a store. At 4096x5120 @ 5120x12288 that
-is about 94k instructions, the size of trace a real NKIBench kernel produces.
+is about 94k instructions, the size of trace a real NKIBench kernel produces; the largest size is about 1M.
+
+A second family is what an untrusted kernel can send the model: N one-element loads of the same element,
+each on a source line of its own (the allocator's reuse analysis and the per-line report see N lines). The
+time of both must grow about linearly; the last lines give the exponent of each family's growth.
 
 Each size prints the best wall time and the best CPU time of the process: on a machine shared with
 other work the wall time grows with the load, the CPU time much less, so pairs of runs compare
 better by it.
 
-Usage: python3 benchmarks/perfmodel_speed.py [--hardware trn1] [--repeat 3]
+Usage: python3 benchmarks/perfmodel_speed.py [--hardware trn1] [--repeat 3]  (the 1M case runs once)
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from accelopt_core.hardware import load_hardware
+from accelopt_core.hardware import HardwareProfile, load_hardware
 from accelopt_core.nki.trace import Access, Instruction, Loop, LoopKind, Op, TensorInfo, Trace
-from accelopt_core.perfmodel import estimate
+from accelopt_core.perfmodel import PerfReport, estimate
 
-SIZES: tuple[tuple[int, int, int], ...] = ((1024, 2048, 3072), (2048, 5120, 6144), (4096, 5120, 12288))
+SIZES: tuple[tuple[int, int, int], ...] = ((1024, 2048, 3072), (2048, 5120, 6144), (4096, 5120, 12288),
+                                           (8192, 14336, 24576))
+LINES = (2500, 5000, 10000, 20000)
 TILE_M, TILE_K, TILE_N = 128, 128, 512
 
 
@@ -94,6 +101,45 @@ def matmul_trace(m: int, k: int, n: int) -> Trace:
     return trace
 
 
+def repeated_loads_trace(count: int) -> Trace:
+    """`count` loads of the same element, each on its own source line, into tiles of their own; one store."""
+    trace = Trace(kernel_file="synthetic_lines.py", kernel_name="lines")
+    trace.tensors[1] = TensorInfo(1, "x", "hbm", (128, 1), "float32", -1, 0, 1, ())
+    trace.tensors[2] = TensorInfo(2, "out", "hbm", (1, 1), "float32", -1, 0, 1, ())
+    box = ((0, 1), (0, 1))
+    for i in range(count):
+        tid = len(trace.tensors) + 1
+        trace.tensors[tid] = TensorInfo(tid, f"t{i}", "sbuf", (1, 1), "float32", 0, 4, 1, ())
+        trace.instructions.append(Instruction(i, "dma", Op.DMA_COPY, (Access(1, "hbm", "float32", (1, 1), box, 4, 4),),
+                                              (Access(tid, "sbuf", "float32", (1, 1), box, 4, 4),), 1, 0, 0, 10 + i,
+                                              (), {"direction": "hbm_to_sbuf", "transpose": False}, "float32"))
+    last = Access(len(trace.tensors), "sbuf", "float32", (1, 1), box, 4, 4)
+    trace.instructions.append(Instruction(count, "dma", Op.DMA_COPY, (last,), (Access(2, "hbm", "float32", (1, 1), box,
+                                                                                      4, 4),),
+                                          1, 0, 0, 10 + count, (), {"direction": "sbuf_to_hbm", "transpose": False},
+                                          "float32"))
+    return trace
+
+
+def timed(trace: Trace, hardware: HardwareProfile, repeat: int) -> tuple[float, float, PerfReport]:
+    """The best wall and CPU seconds of `repeat` runs of the model on `trace`, and its report."""
+    best = best_cpu = float("inf")
+    report = None
+    for _ in range(max(1, repeat)):
+        began, began_cpu = time.perf_counter(), time.process_time()
+        report = estimate(trace, hardware)
+        best = min(best, time.perf_counter() - began)
+        best_cpu = min(best_cpu, time.process_time() - began_cpu)
+    assert report is not None
+    return best, best_cpu, report
+
+
+def growth(points: list[tuple[int, float]]) -> str:
+    """The exponent e of time ~ size**e between the smallest and the largest case (1: linear)."""
+    (n0, t0), (n1, t1) = points[0], points[-1]
+    return f"{math.log(t1 / t0) / math.log(n1 / n0):.2f}" if t0 > 0 and n1 > n0 else "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hardware", default="trn1")
@@ -102,19 +148,18 @@ def main() -> None:
     hardware = load_hardware(args.hardware)
     print(f"{'size (MxKxN)':>22} {'instructions':>12} {'seconds':>8} {'cpu s':>6} {'instr/s':>10} {'model latency':>14}"
           " bottleneck")
-    for m, k, n in SIZES:
-        trace = matmul_trace(m, k, n)
-        best = best_cpu = float("inf")
-        report = None
-        for _ in range(max(1, args.repeat)):
-            began, began_cpu = time.perf_counter(), time.process_time()
-            report = estimate(trace, hardware)
-            best = min(best, time.perf_counter() - began)
-            best_cpu = min(best_cpu, time.process_time() - began_cpu)
-        assert report is not None
+    families: dict[str, list[tuple[int, float]]] = {"tiled matmul": [], "one load a line": []}
+    cases = [(f"{m}x{k}x{n}", "tiled matmul", lambda m=m, k=k, n=n: matmul_trace(m, k, n)) for m, k, n in SIZES]
+    cases += [(f"{count} lines", "one load a line", lambda count=count: repeated_loads_trace(count)) for count in LINES]
+    for label, family, make in cases:
+        trace = make()
+        best, best_cpu, report = timed(trace, hardware, 1 if len(trace.instructions) > 500_000 else args.repeat)
         count = len(trace.instructions)
-        print(f"{f'{m}x{k}x{n}':>22} {count:>12} {best:>8.3f} {best_cpu:>6.3f} {count / best:>10.0f} "
+        families[family].append((count, best_cpu))
+        print(f"{label:>22} {count:>12} {best:>8.3f} {best_cpu:>6.3f} {count / best:>10.0f} "
               f"{report.latency_ms:>11.3f} ms {report.bottleneck}")
+    for family, points in families.items():
+        print(f"{family}: CPU time grows as instructions^{growth(points)}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -94,11 +95,18 @@ def distinct_hbm_bytes(trace: Trace) -> tuple[int, int]:
     byte map per allocation, through whichever view (reshape, dtype view) they name it."""
     tensors = trace.tensors
     by_memory: dict[int, list[tuple[int, Access]]] = {}  # HBM allocation -> (side, access) of every view
+    seen: set[tuple[int, int, tuple[tuple[int, int], ...], Any]] = set()  # a tile loaded again marks nothing new
     for inst in trace.instructions:
         for side, accesses in enumerate((inst.reads, inst.writes)):
             for acc in accesses:
-                if acc.buffer == "hbm" and acc.tensor in tensors:
-                    by_memory.setdefault(_memory(tensors, acc.tensor), []).append((side, acc))
+                if acc.buffer != "hbm" or acc.tensor not in tensors:
+                    continue
+                if acc.gathered is None:
+                    key = (side, acc.tensor, acc.region, acc.elements)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                by_memory.setdefault(_memory(tensors, acc.tensor), []).append((side, acc))
     totals = [0, 0]
     for root, accesses in by_memory.items():
         unit = math.gcd(*(DTYPE_SIZES.get(tensors[acc.tensor].dtype, 4) for _, acc in accesses))
