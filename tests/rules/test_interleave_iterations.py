@@ -5,6 +5,7 @@ names renamed per copy); the same instructions, the waits between them hidden.""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from kernel_styles import SHAPES, source
 from rule_eval import assert_same, profile
 
@@ -50,3 +51,21 @@ def test_accumulating_loops_and_values_used_after_the_loop_are_left_alone(tmp_pa
     assert RULE.plan(matmul, profile(matmul, SHAPES["tutorial_matmul"], tmp_path)) == []
     leaked = source("tutorial_chain").replace("    return out", "    nl.store(out[0:128, :], value=c)\n    return out")
     assert RULE.plan(leaked, profile(leaked, [(512, 512)], tmp_path)) == []
+
+
+@pytest.mark.parametrize("loop", ["nl.static_range", "range"])
+def test_static_and_python_range_loops_are_interleaved_too(tmp_path, loop):
+    """Issue 40: a rule that works on one loop form works on the others public kernels write."""
+    text = source("tutorial_chain").replace("nl.affine_range(rows // 128)", f"{loop}(rows // 128)")
+    (plan,) = RULE.plan(text, profile(text, [(512, 512)], tmp_path))
+    new = RULE.apply(text, plan)
+    assert f"for r in {loop}((rows // 128) // 2):" in new and "a_1 = nl.multiply(t_1, 2.0)" in new
+    assert_same(text, new, _arrays([(512, 512)]), tmp_path)
+
+
+def test_a_python_loop_passing_a_value_to_its_next_iteration_is_left_alone(tmp_path):
+    chained = "        c = nl.maximum(b, a)\n        c = nl.add(c, prev)\n        prev = c\n"
+    start = "    prev = nl.zeros((128, cols), dtype=x.dtype, buffer=nl.sbuf)\n    for r in range"
+    text = source("tutorial_chain").replace("nl.affine_range(rows // 128)", "range(rows // 128)").replace(
+        "        c = nl.maximum(b, a)\n", chained).replace("    for r in range", start)
+    assert RULE.plan(text, profile(text, [(512, 512)], tmp_path)) == []

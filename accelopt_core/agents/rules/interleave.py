@@ -10,9 +10,10 @@ element-wise code: v13 from v12, v14 from v13, ...) pays that wait at every step
 interleaved, `s1(0), s1(1), s2(0), s2(1), ...`, the engine issues `s1(1)` while `s1(0)`'s result
 lands: the same instructions, the waits hidden.
 
-Legal for an `affine_range` loop (iterations independent) with a trip count divisible by two whose
-body has no inner loop and no accumulation; names the body binds are renamed per copy (and must not
-be used after the loop), everything it writes through an index is indexed by the loop variable.
+Legal for an `affine_range` loop (iterations independent), or a `static_range` or Python `range` loop that
+passes no value from one iteration to the next (no name read before the body binds it), with a trip count
+divisible by two whose body has no inner loop and no accumulation; names the body binds are renamed per copy
+(and must not be used after the loop), everything it writes through an index is indexed by the loop variable.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from . import cst_util as u
 from .analysis import KernelModel, Loop, model_of
 from .base import Plan
 
+# loops whose iterations the rule may reorder once it has found no value passed between them (a
+# sequential_range says there is one)
+_INDEPENDENT = ("affine", "static", "range")
 _FACTOR = 2
 _MIN_CHAIN = 3  # statements on one engine that depend on each other, for the wait to matter
 
@@ -46,8 +50,8 @@ def _candidates(model: KernelModel, known: int | None = None) -> list[tuple[Loop
 
 
 def _problem(model: KernelModel, loop: Loop, trips: int | None) -> str | None:
-    if loop.kind != "affine" or loop.var is None:
-        return "not an affine_range loop"
+    if loop.kind not in _INDEPENDENT or loop.var is None:
+        return "not an affine_range, static_range or range loop"
     if trips is None or trips < _FACTOR or trips % _FACTOR:
         return f"the trip count is not a known multiple of {_FACTOR}"
     body = u.code_statements(loop.node)
@@ -57,6 +61,9 @@ def _problem(model: KernelModel, loop: Loop, trips: int | None) -> str | None:
     if any(r.kind == "accumulate" for op in ops for r in op.refs):
         return "the body accumulates across iterations"
     bound = {r.name for op in ops for r in op.refs if r.kind == "bind"}
+    carried = _carried(ops, bound)
+    if carried:  # a Python loop may hand a value to its next iteration: then the copies depend on each other
+        return f"`{carried}` carries a value from one iteration to the next"
     after = [op for op in model.ops if op.order > max(o.order for o in ops) and loop not in op.loops]
     if any(r.name in bound for op in after for r in op.refs):
         return "a name the body binds is used after the loop"
@@ -66,6 +73,17 @@ def _problem(model: KernelModel, loop: Loop, trips: int | None) -> str | None:
                 return f"`{ref.name}` is written at a place that does not follow the loop"
     if _longest_chain(ops) < _MIN_CHAIN:
         return "no chain of dependent instructions on one engine"
+    return None
+
+
+def _carried(ops: list[Any], bound: set[str]) -> str | None:
+    """A name the body reads before it binds it (so it reads the previous iteration's value), or None."""
+    seen: set[str] = set()
+    for op in ops:
+        for ref in op.refs:
+            if ref.kind != "bind" and ref.name in bound and ref.name not in seen:
+                return ref.name
+        seen |= {r.name for r in op.refs if r.kind == "bind"}
     return None
 
 
