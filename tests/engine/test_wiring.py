@@ -18,7 +18,7 @@ from accelopt_core.engine import (
     check_variant,
     make_profiler,
     profile_cache,
-    quick_fixes,
+    rewrites,
     search_agents,
     task_family,
 )
@@ -165,8 +165,8 @@ class _Rule:
         return source + f"# {self.name}\n"
 
 
-def test_quick_fixes_skip_a_rule_that_fails_to_plan_and_keep_the_agents_order() -> None:
+def test_rewrites_skip_a_rule_that_fails_to_plan_and_keep_the_agents_order() -> None:
     rules = [_Rule("low", 0.1), _Rule("broken", 0.9, fails=True), _Rule("high", 0.5)]
-    assert [f.rule for f in quick_fixes(rules, KERNEL, None, 5)] == ["high", "low"]  # type: ignore[arg-type]
+    assert [plan.rule for plan, _ in rewrites(rules, KERNEL, None, 5)] == ["high", "low"]  # type: ignore[arg-type]
     with pytest.raises(RuntimeError):
         RuleAgent(rules).ranked_plans(KERNEL, None)  # type: ignore[arg-type]
