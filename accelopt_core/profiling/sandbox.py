@@ -67,6 +67,11 @@ class SandboxLimits:
     # full size, bmm, writes 5 x 1 GiB)
     disk_mb: int = 16384
     allow_unconfined: bool = False
+    # the trusted side's own budget for one evaluation's replays (its check and its timing), which running out
+    # of leaves a kernel unchecked, never failed: None, the seconds grow with the task's inputs
+    # (profiler.check_seconds) and the memory is `memory_mb`'s
+    check_seconds: float | None = None
+    check_memory_mb: int | None = None
 
 
 @dataclass

@@ -85,3 +85,22 @@ def test_optimize_the_named_kernel_of_a_file_with_several(tmp_path: Path) -> Non
     original_v1, original_v2 = versions.split("def kernel_v2(")
     assert v1 == original_v1  # the other version, untouched
     assert v2 != original_v2  # the named one, rewritten
+
+
+def test_a_kernel_our_check_cannot_finish_is_optimized_not_refused(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A check budget too small for any kernel (a full-size kernel on a busy machine): the search still runs
+    from the timed baseline, says it is unchecked and how to raise the limit, and keeps no unchecked rewrite."""
+    from accelopt_core import cli
+    from accelopt_core.profiling.profiler import CheckBudget
+
+    monkeypatch.setattr(CheckBudget, "of", staticmethod(lambda limits, specs, seeds: CheckBudget(300.0, 1024)))
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    kernel = tmp_path / "k.py"
+    kernel.write_text(KERNEL)
+    code = cli.main(["optimize", str(kernel), "--reference", str(tmp_path / "ref.py"), "--preset", "quick",
+                     "--iterations", "1", "--workers", "1", "--db", str(tmp_path / "m.db")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "baseline timed but unchecked (the check needs more than 0 MB here)" in err
+    assert "before: unchecked: the check needs more than 0 MB here (raise it with --memory-mb)" in out
+    assert "speedup 1.00x" in out and (tmp_path / "k.optimized.py").read_text() == KERNEL
