@@ -220,12 +220,12 @@ class CheckBudget:
     @staticmethod
     def of(limits: SandboxLimits, specs: Sequence[TensorSpec], seeds: int) -> CheckBudget:
         """The limits' own check budget where they set one; else the kernel's time limit, or more for a task
-        whose `seeds` replays of `specs`-sized inputs need more (a full-size check grows with its data), and
-        the kernel's memory limit."""
+        whose `seeds` replays of `specs`-sized inputs need more (a full-size check grows with its data) up to
+        `limits.longest_check()`, and the kernel's memory limit."""
         seconds = limits.check_seconds
         if seconds is None:
             inputs = sum(math.prod(s.shape) * s.dtype.itemsize for s in specs)
-            seconds = max(limits.seconds, max(seeds, 1) * inputs / CHECK_BYTES_PER_SECOND)
+            seconds = min(limits.longest_check(), max(limits.seconds, max(seeds, 1) * inputs / CHECK_BYTES_PER_SECOND))
         memory_mb = limits.check_memory_mb if limits.check_memory_mb is not None else limits.memory_mb
         return CheckBudget(seconds, memory_mb * 2**20)
 

@@ -80,13 +80,17 @@ def test_unchecked_survives_the_result_dict(task: TaskRef) -> None:
     assert again.to_dict() == result.to_dict()
 
 
-def test_the_default_check_time_grows_with_the_inputs() -> None:
+def test_the_default_check_time_grows_with_the_inputs_up_to_a_ceiling() -> None:
     small = [TensorSpec((128, 128), np.dtype(np.float32))]
-    large = [TensorSpec((32768, 32768), np.dtype(np.float32))]  # 4 GiB
-    assert CheckBudget.of(SandboxLimits(seconds=300), small, 5).seconds == 300
-    assert CheckBudget.of(SandboxLimits(seconds=300), large, 5).seconds > CheckBudget.of(
-        SandboxLimits(seconds=300), large, 1).seconds > 300
-    assert CheckBudget.of(SandboxLimits(seconds=300, check_seconds=7), large, 5).seconds == 7
+    large = [TensorSpec((8192, 8192), np.dtype(np.float32))]  # 256 MiB
+    huge = [TensorSpec((32768, 32768), np.dtype(np.float32))]  # 4 GiB
+    limits = SandboxLimits(seconds=300)
+    assert CheckBudget.of(limits, small, 5).seconds == 300
+    assert CheckBudget.of(limits, large, 5).seconds > CheckBudget.of(limits, large, 2).seconds > 300
+    assert CheckBudget.of(limits, huge, 5).seconds == limits.longest_check() == 1200
+    assert limits.longest_evaluation() >= limits.seconds + limits.longest_check()  # what watchdogs allow
+    given = SandboxLimits(seconds=300, check_seconds=7)
+    assert CheckBudget.of(given, huge, 5).seconds == given.longest_check() == 7
 
 
 def test_a_seed_worker_out_of_our_memory_leaves_the_kernel_unchecked_and_timed(
