@@ -140,7 +140,8 @@ def measure(name: str, seeds: int, seconds: float) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", nargs="*", help="kernel names or parts of them (lora, calibration/gqa_full)")
+    parser.add_argument("--only", nargs="*", help="kernel names or parts of them (lora, calibration/gqa_full), "
+                        "measured in this order")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1800.0, help="the check's limit (high: to measure)")
     parser.add_argument("--json")
@@ -149,7 +150,8 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.one, args.seeds, args.seconds)))
         return
-    names = [n for n in kernels() if not args.only or any(part in n for part in args.only)]
+    table = list(kernels())
+    names = list(dict.fromkeys(n for part in args.only for n in table if part in n)) if args.only else table
     print(f"{'kernel':32} {'trace s':>8} {'check s':>8} {'peak MiB':>9} {'replay s':>9} {'numpy s':>8} {'ratio':>7}"
           "  verdict", flush=True)
     rows = []

@@ -484,6 +484,8 @@ class BeamSearch:
         base = Candidate(source, kernel_hash(source), result)
         if result.error:
             raise SearchError(f"the kernel to optimize fails: {result.error}")
+        if result.latency_ms is None:  # not even timed within our limits: there is nothing to beat
+            raise SearchError(f"the kernel to optimize cannot be timed here: {result.unchecked}")
         if not result.correct and not result.unchecked:
             raise SearchError(f"the kernel to optimize gives wrong results: {result.check_message}")
         self.evaluated[base.hash] = base

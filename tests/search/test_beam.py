@@ -412,3 +412,10 @@ def test_a_baseline_our_check_cannot_finish_is_optimized_and_only_checked_kernel
     assert result.base.result.error is None and result.base.latency_ms
     assert "baseline timed but unchecked (the check needs more than 0 MB here)" in events[0].message
     assert result.best.result.correct and result.speedup > 1.0
+
+
+def test_a_baseline_our_limits_cannot_even_time_is_refused_with_the_limit() -> None:
+    profiler = CountingProfiler()
+    profiler.limits = replace(profiler.limits, check_seconds=0.0)
+    with pytest.raises(SearchError, match="cannot be timed here: the timing needs more than 0 s here"):
+        BeamSearch(profiler, [ScriptedAgent()], CONFIG).run(SILU, TASK)
