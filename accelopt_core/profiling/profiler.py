@@ -116,7 +116,8 @@ class Profiler(Protocol):
     """Checks and times kernels on one backend: what the search, the CLI, the language server and the
     service ask of the simulator, a Trainium host, the profiling service's client or a cache in front of one.
 
-    `profile` never raises for a kernel's faults (they come back as `ProfileResult.error`). `seeds`: the
+    `profile` never raises for a kernel's faults (they come back as `ProfileResult.error`), nor for a check that
+    needs more than the backend's own limits (`ProfileResult.unchecked`, the kernel still timed). `seeds`: the
     check's seeds instead of fresh ones (the result is then not cached); `kernel_label`: the file name
     results and errors show (its folder's helpers are importable); `kernel_name`: the kernel function in
     the file; `cancel`: set, it stops a running evaluation. `at_timed_size`: this backend checking on one
