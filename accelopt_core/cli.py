@@ -108,8 +108,9 @@ def _profiler_settings(args: argparse.Namespace) -> ProfilerSettings:
 def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = SandboxLimits()
     parser.add_argument("--seconds", type=positive, help=f"seconds the kernel's run, and the check, may take "
-                        f"(default: {defaults.seconds:g} for the run; for the check {defaults.seconds:g}, or more "
-                        "for a task with large inputs: a second per MiB of inputs per seed)")
+                        f"(default: {defaults.seconds:g} for the run; for the check {defaults.seconds:g}, or for a "
+                        f"task with large inputs a second per MiB of inputs per seed, up to "
+                        f"{defaults.longest_check():g})")
     parser.add_argument("--memory-mb", type=int, help=f"memory the kernel's run, and the check, may use, in MiB "
                         f"(default {defaults.memory_mb})")
 
