@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .blas import single_threaded_blas
-from .engine import PLANNERS, REMOTE, ProfilerSettings, make_profiler
+from .engine import PLANNERS, REMOTE, ProfilerSettings, limits_of, make_profiler
 from .hardware import available_hardware
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
 from .nki.loader import check_source, declared_hardware, read_source
 from .profiling import ProfileResult, SandboxLimits, TaskRef
 from .profiling.confine import INSTALL_HINT, isolation_problem, unconfined_allowed
-from .report import render
+from .report import CLI_LIMIT_KNOBS, render
 from .search.config import PRESETS, describe_presets
 from .service.cli import add_serve_arguments, run_serve
 from .tasks import TaskError
@@ -31,6 +31,7 @@ from .tasks.task import parse_grid
 EXIT_KERNEL_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_WRONG_RESULTS = 3
+EXIT_UNCHECKED = 4  # the kernel ran and was timed; checking it needs more than our --seconds / --memory-mb
 
 
 class CliError(Exception):
@@ -102,6 +103,10 @@ def _emit(result: ProfileResult, args: argparse.Namespace, kernel_path: str) -> 
         if say:
             print(f"accelopt: wrong results: {result.check_message}", file=sys.stderr)
         return EXIT_WRONG_RESULTS
+    if result.unchecked:
+        if say:
+            print(f"accelopt: {result.unchecked_text(*CLI_LIMIT_KNOBS)}", file=sys.stderr)
+        return EXIT_UNCHECKED
     return 0
 
 
@@ -131,7 +136,25 @@ def _profiler_settings(args: argparse.Namespace) -> ProfilerSettings:
             raise CliError("--backend remote needs --service-url and --token-file")
         return ProfilerSettings(REMOTE, args.service_url, read_source(args.token_file).strip())
     # the user's own file, named on the command line: where bubblewrap cannot run it still runs, with a warning
-    return ProfilerSettings(seeds=args.seeds or 5, rtol=args.rtol, limits=SandboxLimits(allow_unconfined=True))
+    return ProfilerSettings(seeds=args.seeds or 5, rtol=args.rtol, limits=limits_of(args.seconds, args.memory_mb,
+                                                                                         allow_unconfined=True))
+
+
+def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = SandboxLimits()
+    parser.add_argument("--seconds", type=positive, help=f"seconds the kernel's run, and the check, may take "
+                        f"(default: {defaults.seconds:g} for the run; for the check {defaults.seconds:g}, or for a "
+                        f"task with large inputs a second per MiB of inputs per seed, up to "
+                        f"{defaults.longest_check():g})")
+    parser.add_argument("--memory-mb", type=int, help=f"memory the kernel's run, and the check, may use, in MiB "
+                        f"(default {defaults.memory_mb})")
+
+
+def positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -160,7 +183,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     options = argparse.Namespace(kernel=kernel_path, kernel_name=None, hardware=args.hardware, preset=args.preset,
                                  iterations=None, beam_width=None, workers=None, replay_steps=None, time_budget=None,
                                  planner="rules", llm=False, out=None, resume=None, db=args.db, json=None,
-                                 backend="simulator")
+                                 backend="simulator", seconds=None, memory_mb=None)
     return run_optimize(options, source, TaskRef(name=files.name))
 
 
@@ -208,9 +231,11 @@ def _add_backend_arguments(parser: argparse.ArgumentParser, backend_help: str) -
 def _add_profile_parser(sub: Any) -> None:
     profile = sub.add_parser("profile", help="check a kernel against its task and profile it",
                              description="Exit codes: 0 ok, 1 the kernel failed to run, 2 bad input, "
-                             "3 wrong results.")
+                             "3 wrong results, 4 unchecked: the kernel ran and was timed, but checking it needs "
+                             "more than --seconds / --memory-mb allow here.")
     _add_task_arguments(profile)
     _add_launch_arguments(profile)
+    _add_limit_arguments(profile)
     _add_backend_arguments(profile, "where to profile: the built-in simulator or a profiling service (--service-url)")
     profile.add_argument("--no-check", action="store_true", help="skip the numeric check (trace-only mode)")
     profile.add_argument("--seeds", type=positive_int, help="number of random seeds to check (default 5)")
@@ -240,6 +265,7 @@ def _add_optimize_parser(sub: Any) -> None:
                               description="Exit codes: 0 done, 1 the kernel to optimize fails, 2 bad input.")
     _add_task_arguments(optimize)
     _add_launch_arguments(optimize)
+    _add_limit_arguments(optimize)
     _add_search_size_arguments(optimize)
     optimize.add_argument("--planner", choices=PLANNERS,
                           help="who proposes rewrites: the rule-based optimizer, the LLM agents, or both in one "

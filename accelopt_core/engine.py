@@ -57,6 +57,17 @@ class ProfilerSettings:
     neuron_options: tuple[tuple[str, Any], ...] = ()  # keyword arguments of NeuronProfiler
 
 
+def limits_of(seconds: float | None, memory_mb: int | None, allow_unconfined: bool = False) -> SandboxLimits:
+    """The limits a user's --seconds and --memory-mb set: for the kernel's own run and the check alike, exactly
+    as given; the defaults where not given (the check's time then grows with the task's inputs)."""
+    given: dict[str, Any] = {}
+    if seconds is not None:
+        given.update(seconds=seconds, check_seconds=seconds)
+    if memory_mb is not None:
+        given.update(memory_mb=memory_mb, check_memory_mb=memory_mb)
+    return SandboxLimits(allow_unconfined=allow_unconfined, **given)
+
+
 def make_profiler(settings: ProfilerSettings, cache: Cache | None = None) -> Profiler:
     """The profiler the settings describe, caching in `cache` (None: a cache for this profiler alone). A remote
     profiler takes no cache: the service keeps its own, and its results carry the service's backend."""

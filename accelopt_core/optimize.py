@@ -18,6 +18,7 @@ from .engine import (
     SearchAgents,
     check_variant,
     kernel_family_name,
+    limits_of,
     make_profiler,
     profile_cache,
     search_agents,
@@ -26,7 +27,7 @@ from .engine import (
 from .memory import Memory
 from .nki.loader import check_source, read_source
 from .profiling import TaskRef, measured_on
-from .report import counted, what_bounds
+from .report import CLI_LIMIT_KNOBS, counted, what_bounds
 from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, SearchResult, preset
 
 NO_ENDPOINT = "no LLM endpoint configured: using the rule-based optimizer"
@@ -83,6 +84,8 @@ def summary_lines(result: SearchResult, hardware: str) -> list[str]:
              f"speedup {result.speedup:.2f}x after {counted(result.evaluated, 'evaluated candidate')} in "
              f"{result.seconds:.0f} s"
              + (" (cancelled)" if result.cancelled else "")]
+    if base.unchecked:
+        lines.append(f"before: {base.unchecked_text(*CLI_LIMIT_KNOBS)}; only a kernel checked correct replaced it")
     steps = result.lineage[1:] if improved(result) else []
     if steps:
         lines.append("rewrites in the best kernel:")
@@ -112,7 +115,7 @@ def profiler_settings(args: argparse.Namespace, config: SearchConfig, variant: s
         token = read_source(args.token_file).strip()
         return ProfilerSettings(REMOTE, args.service_url, token, check_variant=variant,
                                 allow_fallback=args.allow_fallback)
-    return ProfilerSettings(seeds=config.seeds, check_variant=variant)
+    return ProfilerSettings(seeds=config.seeds, check_variant=variant, limits=limits_of(args.seconds, args.memory_mb))
 
 
 def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:

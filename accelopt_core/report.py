@@ -31,8 +31,13 @@ def _bar(percent: float, width: int = 24) -> str:
     return "█" * filled + "·" * (width - filled)
 
 
-def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) -> str:
-    """The summary, engine activity bars and the most expensive kernel lines."""
+CLI_LIMIT_KNOBS = ("--seconds", "--memory-mb")  # how the command line raises the check's time and memory
+
+
+def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8,
+           limit_knobs: tuple[str, str] = CLI_LIMIT_KNOBS) -> str:
+    """The summary, engine activity bars and the most expensive kernel lines; an unchecked kernel names the
+    knob that raises the limit it ran out of (`limit_knobs`: time's, memory's)."""
     p = result.profile
     out = [f"kernel    {result.kernel}",
            f"task      {result.task}    {measured_on(result)}"]
@@ -41,7 +46,9 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8) 
     if result.error:
         out.append(f"error     {result.error}")
         return "\n".join(out)
-    if result.correct is None:
+    if result.unchecked:
+        out.append(f"check     {result.unchecked_text(*limit_knobs)}")
+    elif result.correct is None:
         out.append("check     skipped (--no-check)")
     elif result.correct:
         out.append(f"check     correct on {counted(len(result.seeds), 'seed')} (relative L2 error "

@@ -99,7 +99,7 @@ def format_table(rows: Sequence[BenchRow], hardware: str) -> str:
             continue
         latency = f"{r.latency_ms:.3f} ms" if r.latency_ms is not None else "-"
         peak = f"{r.peak_percent:.1f}" if r.peak_percent is not None else "-"
-        correct = "-" if r.correct is None else ("yes" if r.correct else "NO")
+        correct = "unchecked" if r.unchecked else "-" if r.correct is None else ("yes" if r.correct else "NO")
         lines.append(f"{row.task:<24} {latency:>11} {peak:>7} {r.bound or '-':>7} {r.bottleneck or '-':>10} "
                      f"{correct:>8} {row.seconds:6.1f}s")
     mean = geometric_mean([row.result.peak_percent or 0 for row in rows if not row.result.error])

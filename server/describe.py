@@ -10,7 +10,7 @@ from accelopt_core.profiling import ProfileResult, measured_on
 from accelopt_core.report import counted
 
 from .findings import line_share, trip_counts
-from .format import flops, fraction, ms, nbytes, percent
+from .format import EDITOR_LIMIT_KNOBS, flops, fraction, ms, nbytes, percent
 from .kernels import KernelFile, Loop, analyze
 from .state import KernelDocument
 
@@ -29,6 +29,8 @@ def check_text(doc: KernelDocument) -> str:
         return "checking…" if doc.phase == "checking" else "not checked yet"
     if checked.error:
         return f"fails: {checked.error}"
+    if checked.unchecked:
+        return checked.unchecked_text(*EDITOR_LIMIT_KNOBS)
     if checked.correct:
         detail = f", max abs error {checked.max_abs_error:.2g}" if checked.max_abs_error is not None else ""
         return f"✓ correct on {counted(len(checked.seeds), 'seed')}{detail}"
@@ -127,6 +129,8 @@ def summary_markdown(doc: KernelDocument) -> str | None:
     if result.error:
         where = f" (line {result.error_line})" if result.error_line else ""
         return f"{title}\n\nthe kernel fails{where}: {result.error}"
+    if result.unchecked and result.latency_ms is None:
+        return f"{title}\n\n{result.unchecked_text(*EDITOR_LIMIT_KNOBS)}"
     p = result.profile
     bound = f" ({result.bound_text()})" if result.bound else ""
     rows = [
@@ -201,7 +205,8 @@ def report(doc: KernelDocument, hardware: str, backend: str) -> dict[str, Any]:
                    if doc.search is not None else {"running": False}),
         "lastSearch": doc.last_search,
         "history": search_history(doc),
-        "text": render(result, doc.path if not doc.outdated else None) if result is not None else "",
+        "text": render(result, doc.path if not doc.outdated else None, limit_knobs=EDITOR_LIMIT_KNOBS)
+        if result is not None else "",
     }
 
 

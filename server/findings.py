@@ -9,7 +9,7 @@ from typing import Any
 
 from accelopt_core.profiling import ProfileResult
 
-from .format import fix_gain, fraction, ms, nbytes
+from .format import EDITOR_LIMIT_KNOBS, fix_gain, fraction, ms, nbytes
 from .kernels import KernelFile, TaskLink
 
 ERROR, WARNING, INFO, HINT = "error", "warning", "information", "hint"
@@ -138,6 +138,10 @@ def from_results(kernel: KernelFile, source: str, trace: ProfileResult | None, c
             errors.append(f"relative L2 error {checked.rel_l2_error:.3g}")
         suffix = f" ({', '.join(errors)})" if errors else ""
         out.append(Finding(def_line, WARNING, "wrong-results", f"wrong results: {detail}{suffix}",
+                           kernel.name_start, kernel.name_start + len(kernel.function or "")))
+    unchecked = checked if checked is not None and checked.unchecked else trace if trace and trace.unchecked else None
+    if unchecked is not None:  # our limit, not the kernel's fault: said, never as an error
+        out.append(Finding(def_line, INFO, "unchecked", unchecked.unchecked_text(*EDITOR_LIMIT_KNOBS),
                            kernel.name_start, kernel.name_start + len(kernel.function or "")))
     if result is not None and result.latency_ms is not None:
         out.extend(bottlenecks(kernel, source, result))

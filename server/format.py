@@ -60,6 +60,10 @@ def headline(result: ProfileResult) -> str:
     return " · ".join(parts)
 
 
+# how the editor raises the check's time and memory (its settings, as docs/neovim.md names them)
+EDITOR_LIMIT_KNOBS = ("the sandboxSeconds setting", "the sandboxMemoryMb setting")
+
+
 def short_error(text: str, limit: int = 90) -> str:
     """The first line of an error, cut to fit a lens."""
     first = text.strip().splitlines()[0] if text.strip() else "unknown error"

@@ -365,9 +365,9 @@ class Session:
         """One profile in the worker; None when it produced no verdict on the kernel."""
         source = snap.source
         payload = self._payload(doc, snap, check, variant)
-        seconds = self.settings.sandbox_seconds
+        limits = SandboxLimits(self.settings.sandbox_seconds, self.settings.sandbox_memory_mb)
         job = self.profile_lane.submit("profile", payload, priority=1 if check else 0,
-                                       timeout=seconds + (600.0 if check else 120.0))
+                                       timeout=limits.seconds + (limits.longest_check() + 600.0 if check else 120.0))
         self.stats["profile_jobs"] += 1
         try:
             value = await job.future

@@ -38,7 +38,13 @@ MAX_TILE_ELEMENTS = 2**28  # one operand of one instruction; the largest honest 
 
 
 class ReplayLimitError(Exception):
-    """The replay needed more memory or time than the trusted side gives it."""
+    """The replay needed more memory or time than the trusted side gives it: the trusted side's own limit,
+    not the kernel's fault. `resource` says which ran out, "seconds" or "memory", so that what a user is told
+    names the limit to raise."""
+
+    def __init__(self, message: str, resource: str = "seconds"):
+        super().__init__(message)
+        self.resource = resource
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ class _Replay:
                         self.entry(position, entries[position])
                         position += 1
         except MemoryError as exc:
-            raise ReplayLimitError(f"the replay ran out of memory: {exc}") from None
+            raise ReplayLimitError(f"the replay ran out of memory: {exc}", "memory") from None
         finally:
             pop()
             self._let_go()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
+import math
 import os
 import shutil
 import threading
@@ -120,7 +121,8 @@ class Profiler(Protocol):
     """Checks and times kernels on one backend: what the search, the CLI, the language server and the
     service ask of the simulator, a Trainium host, the profiling service's client or a cache in front of one.
 
-    `profile` never raises for a kernel's faults (they come back as `ProfileResult.error`). `seeds`: the
+    `profile` never raises for a kernel's faults (they come back as `ProfileResult.error`), nor for a check that
+    needs more than the backend's own limits (`ProfileResult.unchecked`, the kernel still timed). `seeds`: the
     check's seeds instead of fresh ones (the result is then not cached); `kernel_label`: the file name
     results and errors show (its folder's helpers are importable); `kernel_name`: the kernel function in
     the file; `cancel`: set, it stops a running evaluation. `at_timed_size`: this backend checking on one
@@ -216,6 +218,31 @@ def fill_peak(result: ProfileResult, work: PeakWork | None, hardware: str) -> No
     result.peak_percent = percent
     result.bound = max(times, key=lambda k: times[k])
     result.peak_work = asdict(work)
+
+
+# How many bytes of a check's inputs the trusted side replays and judges per second, per seed, at the least:
+# the default check budget of a large task grows with its inputs at this rate (benchmarks/check_speed.py)
+CHECK_BYTES_PER_SECOND = 1 << 20
+
+
+@dataclass(frozen=True)
+class CheckBudget:
+    """What the trusted side's replays of one evaluation may use: the check's limit of ours, not the kernel's."""
+
+    seconds: float
+    memory_bytes: int
+
+    @staticmethod
+    def of(limits: SandboxLimits, specs: Sequence[TensorSpec], seeds: int) -> CheckBudget:
+        """The limits' own check budget where they set one; else the kernel's time limit, or more for a task
+        whose `seeds` replays of `specs`-sized inputs need more (a full-size check grows with its data) up to
+        `limits.longest_check()`, and the kernel's memory limit."""
+        seconds = limits.check_seconds
+        if seconds is None:
+            inputs = sum(math.prod(s.shape) * s.dtype.itemsize for s in specs)
+            seconds = min(limits.longest_check(), max(limits.seconds, max(seeds, 1) * inputs / CHECK_BYTES_PER_SECOND))
+        memory_mb = limits.check_memory_mb if limits.check_memory_mb is not None else limits.memory_mb
+        return CheckBudget(seconds, memory_mb * 2**20)
 
 
 def input_shapes(timed: Sequence[TensorSpec], checked: Sequence[TensorSpec] | None) -> dict[str, list[list[int]]]:
@@ -358,6 +385,7 @@ class SimulatorProfiler(CheckingProfiler):
                 case_specs = [specs_of(case) for case in cases]
             result.input_shapes = input_shapes(specs, case_specs[0] if case_specs else None)
             plan = plan_runs(case_specs, check_task.launch, specs, timing_task.launch)
+            budget = CheckBudget.of(self.limits, case_specs[0] if case_specs else specs, len(result.seeds))
             job = SandboxJob(kernel_source, list(plan.runs), hardware, self._forbidden(timing_task), kernel_name,
                              kernel_label, kernel_folder(kernel_label))
             workdir = sandbox_workdir()
@@ -367,15 +395,15 @@ class SimulatorProfiler(CheckingProfiler):
                 cases += [references.submit(timing_task.make_case, seed) for seed in result.seeds[len(cases):]]
             # a trace-only timed replay follows the child's tape as it is written, so it ends with the recording
             follow = plan.timing_run not in plan.case_runs or workers > 0
-            # the tapes, parsed, count against the memory budget the replays then have the rest of
-            budget = ParseBudget(self.limits.memory_mb * 2**20)
+            # the tapes, parsed, count against the kernel's memory limit; the replays then have the rest of the check's
+            parsed = ParseBudget(self.limits.memory_mb * 2**20)
             # one time limit for the kernel's stages: its recording, the hand-back, the parse, the replays and
-            # the model (the reference's own work does not count: Replays)
-            deadline = time.monotonic() + self.limits.seconds
+            # the model (the reference's own work does not count: Replays), the check's budget of ours
+            deadline = time.monotonic() + budget.seconds
             try:
                 with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelopt-sandbox") as sandbox:
                     recorded = sandbox.submit(run_sandboxed, job, workdir, self.limits, cancel)
-                    followed = (self._follow(workdir, plan, recorded, result.hardware, kernel_label, budget,
+                    followed = (self._follow(workdir, plan, recorded, result.hardware, kernel_label, parsed,
                                              deadline) if follow else None)
                     recording = recorded.result()
                 if recording.error:
@@ -385,18 +413,18 @@ class SimulatorProfiler(CheckingProfiler):
                 # collection would rescan their millions of parsed lists (seconds per full-size tape)
                 paused.enter_context(collector_paused())
                 chunks = [followed[1] if isinstance(followed, tuple) and run == plan.timing_run
-                          else read_tape(workdir, name, budget, deadline) for run, name in enumerate(recording.traces)]
+                          else read_tape(workdir, name, parsed, deadline) for run, name in enumerate(recording.traces)]
             except MalformedResultError as exc:
                 return self._failed(result, f"{MALFORMED}: {exc}", None, None)
-            except ReplayLimitError as exc:
-                return self._failed(result, str(exc), None, None)
+            except ReplayLimitError as exc:  # the hand-back needs more than our limits: nothing to show
+                return self._unchecked(result, exc, "timing", budget)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             checking = Checking(task, cases, check_task.rtol if self.rtol is None else self.rtol, workers,
                                 cancel) if check else None
             with _one_conclusion_at_a_time:
                 return self._conclude(result, chunks, followed, plan, checking, cache_key, kernel_label, references,
-                                      work, self.limits.memory_mb * 2**20 - budget.spent,
+                                      work, budget, max(0, budget.memory_bytes - parsed.spent),
                                       max(0.0, deadline - time.monotonic()))
 
     def _failed(self, result: ProfileResult, error: str, line: int | None, cache_key: Any) -> ProfileResult:
@@ -420,11 +448,15 @@ class SimulatorProfiler(CheckingProfiler):
     def _conclude(self, result: ProfileResult, chunks: list[list[Any]],
                   followed: tuple[RunResult, list[Any]] | Exception | None, plan: RunPlan, check: Checking | None,
                   cache_key: Any, kernel_label: str, references: ThreadPoolExecutor,
-                  counted: Future[PeakWork | None], memory_bytes: int, seconds: float) -> ProfileResult:
+                  counted: Future[PeakWork | None], budget: CheckBudget, memory_bytes: int, seconds: float
+                  ) -> ProfileResult:
         """Replay the traces (the timed one may be replayed already, `followed`) within `memory_bytes` and
         what is left of the time limit, `seconds`: judge the check's outputs, apply the guards to the timed
-        replay and time it."""
+        replay and time it. A check that runs out of the trusted side's own limits (`budget`) leaves the kernel
+        unchecked, still timed (by a trace-only replay of its own budget where the timed run was to be a checked
+        one)."""
         workers = None
+        limit: ReplayLimitError | None = None
         try:
             if isinstance(followed, Exception):
                 raise followed
@@ -433,19 +465,25 @@ class SimulatorProfiler(CheckingProfiler):
                               followed[0] if followed else None)
             if check is not None and check.workers:
                 job = SeedJob(check.task, plan.runs[plan.case_runs[0]].specs, check.rtol, result.hardware,
-                              kernel_label, self.limits.memory_mb * 2**20)
+                              kernel_label, budget.memory_bytes)
                 workers = SeedWorkers(check.workers, job, tapes[plan.case_runs[0]], result.seeds, seconds)
             tapes.clear()  # the replays hold what they need: the rest goes before the collector resumes
             if check is not None and workers is None:
-                self._judge(result, check.cases, replays.outputs(check.cases), check.rtol, references)
+                try:
+                    self._judge(result, check.cases, replays.outputs(check.cases), check.rtol, references)
+                except ReplayLimitError as exc:
+                    limit = exc
                 if result.error:
                     return result
-            timed = replays.timed()
+            timed = replays.timed(renewed=budget.seconds if limit is not None else None)
             if workers is not None:
                 workers.begin(replays.liveness_of(plan.timing_run, timed))
             report = timing_report(timed, result.hardware, replays.seconds_left)  # while the workers check
             if workers is not None:
-                error = _judge_verdicts(result, workers.verdicts(check.cancel if check else None), workers.died)
+                try:
+                    error = _judge_verdicts(result, workers.verdicts(check.cancel if check else None), workers.died)
+                except ReplayLimitError as exc:
+                    error, limit = None, exc
                 if error is not None:
                     result.correct = None
                     return self._failed(result, error[0], error[1], cache_key)  # cached only with a kernel line
@@ -458,7 +496,9 @@ class SimulatorProfiler(CheckingProfiler):
         except MalformedResultError as exc:
             result.correct = None
             return self._failed(result, f"{MALFORMED}: {exc}", None, None)
-        except (ReplayLimitError, ShapeDriftError) as exc:
+        except ReplayLimitError as exc:  # the timing itself needs more than our limits: nothing to show
+            return self._unchecked(result, exc, "timing", budget)
+        except ShapeDriftError as exc:
             result.correct = None
             return self._failed(result, str(exc), None, None)
         finally:
@@ -466,12 +506,30 @@ class SimulatorProfiler(CheckingProfiler):
                 workers.close()
         work = counted.result()
         violation = guard_violation(trace_facts(timed), work)
+        _fill_timing(result, report, work, result.hardware)
         if violation:
             result.correct = False
             result.check_message = violation
-        _fill_timing(result, report, work, result.hardware)
+        elif limit is not None:
+            return self._unchecked(result, limit, "check", budget)  # a limit of ours: not cached
         if cache_key is not None:
             self.cache[cache_key] = result
+        return result
+
+    @staticmethod
+    def _unchecked(result: ProfileResult, limit: ReplayLimitError, stage: str, budget: CheckBudget) -> ProfileResult:
+        """The kernel left unchecked because the trusted side's `stage` ("check" or "timing") needed more than
+        this profiler's limit: not the kernel's fault, so no error and no verdict, and not cached (a higher
+        limit may check it)."""
+        result.correct, result.rel_l2_error, result.max_abs_error = None, None, None
+        result.check_message = None
+        memory = limit.resource == "memory"
+        seconds = f"{budget.seconds:.0f}" if budget.seconds >= 10 else f"{budget.seconds:.2g}"
+        gigabytes = budget.memory_bytes / 2**30
+        amount = (f"{gigabytes:.3g} GB" if gigabytes >= 1 else f"{budget.memory_bytes / 2**20:.0f} MB") if memory \
+            else f"{seconds} s"
+        result.unchecked = f"the {stage} needs more than {amount} here"
+        result.unchecked_limit = "memory" if memory else "seconds"
         return result
 
 
@@ -490,7 +548,8 @@ class Checking:
 def _judge_verdicts(result: ProfileResult, verdicts: list[SeedVerdict], died: str | None
                     ) -> tuple[str, int | None] | None:
     """Fill the check from the workers' verdicts, in seed order; an error (and its kernel line, for the
-    kernel's own) where a seed could not be checked; TaskError where the reference failed."""
+    kernel's own) where a seed could not be checked; TaskError where the reference failed; `ReplayLimitError`
+    where a seed ran out of our limits."""
     result.correct, result.rel_l2_error, result.max_abs_error = True, 0.0, 0.0
     for verdict in verdicts:
         seed = result.seeds[verdict.index]
@@ -502,7 +561,9 @@ def _judge_verdicts(result: ProfileResult, verdicts: list[SeedVerdict], died: st
             return verdict.problem or "", verdict.line
         if verdict.kind == "reference":  # the reference's own code failed: bad input, as in the profiler's process
             raise TaskError(f"{verdict.problem} (seed {seed})")
-        prefix = {"tape": f"{MALFORMED}: its trace ", "limit": "", "drift": f"seed {seed}: "}
+        if verdict.kind == "limit":  # the worker's replay ran out of our limits, as the profiler's own would
+            raise ReplayLimitError(verdict.problem or "", verdict.resource or "seconds")
+        prefix = {"tape": f"{MALFORMED}: its trace ", "drift": f"seed {seed}: "}
         return prefix.get(verdict.kind, "") + (verdict.problem or ""), None
     if died is not None or len(verdicts) < len(result.seeds):
         return died or f"the check's workers answered for {len(verdicts)} of {len(result.seeds)} seeds", None

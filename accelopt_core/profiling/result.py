@@ -74,6 +74,10 @@ class ProfileResult:
     # the inputs' shapes the kernel ran with: "timed" (the timing size), "checked" (the check size, if checked)
     input_shapes: dict[str, list[list[int]]] = field(default_factory=dict)
     nki_api: str | None = None  # the NKI the kernel is written for, read from its source ("NKI 0.7+ (...)")
+    # why the kernel is not checked although it did nothing wrong: the trusted side ran out of its own limit
+    # (`the check needs more than 300 s here`); `unchecked_limit` names it, "seconds" or "memory"
+    unchecked: str | None = None
+    unchecked_limit: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -94,6 +98,14 @@ class ProfileResult:
     def peak_counted(self) -> bool:
         """The peak comes from the reference's own NumPy work, counted while it ran (no declared peak_work)."""
         return bool(self.peak_work and self.peak_work.get("counted"))
+
+    def unchecked_text(self, seconds_knob: str, memory_knob: str) -> str:
+        """`unchecked: the check needs more than 60 s here (raise it with --seconds)`, naming the knob of the
+        front end that shows it; empty when the kernel is not unchecked for a limit of ours."""
+        if not self.unchecked:
+            return ""
+        knob = memory_knob if self.unchecked_limit == "memory" else seconds_knob
+        return f"unchecked: {self.unchecked} (raise it with {knob})"
 
     def bound_text(self) -> str:
         """`the task is matmul-bound at peak`, and where its work came from when it was counted; for people."""
@@ -126,6 +138,8 @@ class ProfileResult:
             "error_line": self.error_line,
             "input_shapes": self.input_shapes,
             "nki_api": self.nki_api,
+            "unchecked": self.unchecked,
+            "unchecked_limit": self.unchecked_limit,
         }
         return {**head, **self.profile, "lines": self.lines}
 
@@ -134,7 +148,8 @@ class ProfileResult:
         own = {k: data.get(k) for k in ("kernel", "function", "task", "hardware", "backend", "latency_ms", "correct",
                                          "peak_percent", "bottleneck", "bound", "peak_work", "rel_l2_error",
                                          "max_abs_error",
-                                         "check_message", "error", "error_line", "nki_api")}
+                                         "check_message", "error", "error_line", "nki_api", "unchecked",
+                                         "unchecked_limit")}
         skip = set(own) | {"seeds", "lines", "input_shapes", "result_format", "calibrated"}
         profile = {k: v for k, v in data.items() if k not in skip}
         version = data.get("result_format")

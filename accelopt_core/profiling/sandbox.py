@@ -53,6 +53,9 @@ _BLOCKED_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
                    "os.chmod", "os.chown", "shutil.rmtree", "os.symlink", "os.link", "os.truncate")
 
 
+CHECK_GROWTH = 4  # a default check budget grows with its task's inputs up to this many times the kernel's limit
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
     """Resource limits for one evaluation. `memory_mb` 0 means no address-space limit (the Neuron runtime
@@ -67,6 +70,20 @@ class SandboxLimits:
     # full size, bmm, writes 5 x 1 GiB)
     disk_mb: int = 16384
     allow_unconfined: bool = False
+    # the trusted side's own budget for one evaluation's replays (its check and its timing), which running out
+    # of leaves a kernel unchecked, never failed: None, the seconds grow with the task's inputs from `seconds`
+    # up to CHECK_GROWTH times it (profiler.CheckBudget) and the memory is `memory_mb`'s
+    check_seconds: float | None = None
+    check_memory_mb: int | None = None
+
+    def longest_check(self) -> float:
+        """The most seconds the check of any task may be given: what a watchdog over a whole evaluation allows."""
+        return self.check_seconds if self.check_seconds is not None else CHECK_GROWTH * self.seconds
+
+    def longest_evaluation(self) -> float:
+        """A watchdog's bound on one whole evaluation: the kernel's run, its check, and as long again as the
+        run plus two minutes for the rest (drawing inputs, the references, the comparison)."""
+        return 2 * self.seconds + self.longest_check() + 120
 
 
 @dataclass

@@ -70,8 +70,9 @@ class SeedJob:
 @dataclass
 class SeedVerdict:
     """One seed's check, or why it could not be made. `kind`: "checked", "kernel" (the kernel's own error
-    at `line`), "tape" (the trace does not replay), "limit", "drift" (the reference's shapes changed) or
-    "reference" (the reference failed)."""
+    at `line`), "tape" (the trace does not replay), "limit" (the replay ran out of the trusted side's
+    `resource`, "seconds" or "memory"), "drift" (the reference's shapes changed) or "reference" (the
+    reference failed)."""
 
     index: int
     kind: str
@@ -80,6 +81,7 @@ class SeedVerdict:
     problem: str | None = None
     line: int | None = None
     seconds: float = 0.0
+    resource: str | None = None
 
 
 def worker_count(specs: Sequence[TensorSpec], seeds: int) -> int:
@@ -281,7 +283,7 @@ def _check_seed(index: int, seconds: float, job: SeedJob, reader: Any, pool: Any
     except TapeError as exc:
         return SeedVerdict(index, "tape", problem=str(exc), seconds=time.monotonic() - started)
     except ReplayLimitError as exc:
-        return SeedVerdict(index, "limit", problem=str(exc), seconds=time.monotonic() - started)
+        return SeedVerdict(index, "limit", problem=str(exc), seconds=time.monotonic() - started, resource=exc.resource)
     spent = time.monotonic() - started
     outputs = [o for o in replayed.outputs if o is not None]
     del replayed

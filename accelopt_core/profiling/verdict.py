@@ -152,10 +152,13 @@ class Replays:
             self.liveness[run] = BlockLiveness.of(traced.trace)
         return self.liveness.get(run)
 
-    def timed(self) -> RunResult:
-        """The run that is timed: a checked replay at the timed size, else a trace-only replay of it."""
+    def timed(self, renewed: float | None = None) -> RunResult:
+        """The run that is timed: a checked replay at the timed size, else a trace-only replay of it, with
+        `renewed` seconds of its own when given (a check that ran out of the budget leaves it none)."""
         self.recycled = None  # the checks are over: their arrays go
         if self._timed is None:
+            if renewed is not None:
+                self.seconds_left = renewed
             specs = self.plan.runs[self.plan.timing_run].specs
             self._timed = self._replay(self.plan.timing_run, specs, numeric=False)
         return self._timed

@@ -297,7 +297,7 @@ class BeamSearch:
                     in_check.pop(id(item), None)
                     if check or result.error:
                         if not (self.cancel.is_set() and result.error):  # killed mid-run: no verdict
-                            finish(item, result, "")
+                            finish(item, result, f" ({result.unchecked})" if result.unchecked else "")
                     else:
                         heapq.heappush(waiting, (result.latency_ms if result.latency_ms is not None else
                                                  float("inf"), next(order), item, result))
@@ -367,8 +367,8 @@ class BeamSearch:
             result = self._timed(lambda: verifier.profile(candidate.source, task, hardware,
                                                           kernel_name=self.kernel_name, cancel=self.cancel),
                                  kernel=candidate.hash)
-            if self.cancel.is_set() and result.error:
-                return
+            if (self.cancel.is_set() and result.error) or result.unchecked:
+                return  # left unverified, so it is not kept: our limits are no verdict on it
             if not result.correct:
                 result.correct = False
                 result.check_message = f"at the size it is timed: {result.error or result.check_message}"
@@ -535,7 +535,9 @@ class BeamSearch:
         base = Candidate(source, kernel_hash(source), result)
         if result.error:
             raise SearchError(f"the kernel to optimize fails: {result.error}")
-        if not result.correct:
+        if result.latency_ms is None:  # not even timed within our limits: there is nothing to beat
+            raise SearchError(f"the kernel to optimize cannot be timed here: {result.unchecked}")
+        if not result.correct and not result.unchecked:
             raise SearchError(f"the kernel to optimize gives wrong results: {result.check_message}")
         self.evaluated[base.hash] = base
         self._base = base
@@ -545,7 +547,9 @@ class BeamSearch:
             search_id = self.memory.start_search(context.task, hardware, asdict(self.config), base.hash,
                                                  "+".join(a.name for a in self.agents))
             self._record(search_id, base)
-        self._emit("started", 0, base, "baseline evaluated")
+        self._emit("started", 0, base, "baseline evaluated" if not result.unchecked else
+                   f"baseline timed but unchecked ({result.unchecked}): the search goes on, every kernel it keeps "
+                   "checked as far as the budget allows")
         return search_id, [base], 0
 
     def _resume(self, search_id: int, task: TaskRef) -> tuple[int, list[Candidate], int]:

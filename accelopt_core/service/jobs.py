@@ -310,7 +310,9 @@ class JobManager:
             self._seconds_per_evaluation = 0.8 * self._seconds_per_evaluation + 0.2 * seconds
             if outcome.kind == "result" and outcome.result is not None:
                 result = outcome.result
-                deterministic = result.get("error") is None or result.get("error_line") is not None
+                # a kernel's own error (it has a line) or a verdict is what any run gives; a limit of ours is not
+                deterministic = ((result.get("error") is None and result.get("unchecked") is None)
+                                 or result.get("error_line") is not None)
                 if evaluation.key is not None and deterministic and not outcome.child_killed:
                     self._cache[evaluation.key] = result
                     while len(self._cache) > self.cache_size:

@@ -153,7 +153,7 @@ class RayRunner:
         self.config = config
         self.slots = slots or 0
         self.num_cpus = num_cpus
-        self.job_timeout = job_timeout if job_timeout is not None else config.limits.seconds * 3 + 120
+        self.job_timeout = job_timeout if job_timeout is not None else config.limits.longest_evaluation()
         self._busy: list[bool] = []
 
     def start(self) -> None:

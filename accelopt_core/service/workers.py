@@ -142,7 +142,7 @@ class ProcessRunner:
         self.slots = slots
         self.config = config
         # the sandbox bounds the kernel; this bounds the rest (reference, comparison) of a stuck worker
-        self.job_timeout = job_timeout if job_timeout is not None else config.limits.seconds * 3 + 120
+        self.job_timeout = job_timeout if job_timeout is not None else config.limits.longest_evaluation()
         self.cancel_grace = cancel_grace
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[_Worker | None] = [None] * slots

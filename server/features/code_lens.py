@@ -30,12 +30,16 @@ def headline_title(doc: KernelDocument) -> str | None:
         return "AccelOpt: profiling…" if doc.phase != "idle" else None
     if result.error:
         text = f"kernel fails: {short_error(result.error, 70)}"
+    elif result.unchecked and result.latency_ms is None:  # even its timing needs more than our limits
+        text = f"unchecked: {short_error(result.unchecked, 70)}"
     else:
         text = headline(result)
         if doc.checked is not None and doc.checked.correct is False:
             text += " · ✗ wrong results"
         elif doc.checked is not None and doc.checked.correct:
             text += f" · ✓ {counted(len(doc.checked.seeds), 'seed')}"
+        elif doc.checked is not None and doc.checked.unchecked:
+            text += f" · unchecked: {short_error(doc.checked.unchecked, 50)}"
         elif doc.phase == "checking":
             text += " · checking…"
     if doc.outdated:

@@ -134,3 +134,22 @@ def test_a_search_that_finds_nothing_writes_nothing_and_json_goes_to_stdout(tmp_
                              timeout=600)
     assert to_file.returncode == 0 and json.loads((tmp_path / "summary.json").read_text())["written"] is None
     assert "nothing written" in to_file.stdout
+
+
+def test_a_kernel_our_check_cannot_finish_is_optimized_not_refused(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A check budget too small for any kernel (a full-size kernel on a busy machine): the search still runs
+    from the timed baseline, says it is unchecked and how to raise the limit, and keeps no unchecked rewrite."""
+    from accelopt_core import cli
+    from accelopt_core.profiling.profiler import CheckBudget
+
+    monkeypatch.setattr(CheckBudget, "of", staticmethod(lambda limits, specs, seeds: CheckBudget(300.0, 1024)))
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    kernel = tmp_path / "k.py"
+    kernel.write_text(KERNEL)
+    code = cli.main(["optimize", str(kernel), "--reference", str(tmp_path / "ref.py"), "--preset", "quick",
+                     "--iterations", "1", "--workers", "1", "--db", str(tmp_path / "m.db")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "baseline timed but unchecked (the check needs more than 0 MB here)" in err
+    assert "before: unchecked: the check needs more than 0 MB here (raise it with --memory-mb)" in out
+    assert "speedup 1.00x" in out and not (tmp_path / "k.optimized.py").exists()

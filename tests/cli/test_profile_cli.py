@@ -275,3 +275,31 @@ def test_a_failure_is_said_once_at_a_terminal_and_again_on_stderr_for_scripts(fi
     assert b"error " in shown
     piped = accelopt(*command[3:])
     assert piped.returncode == 1 and _one_line(piped).startswith("accelopt: ")
+
+
+def test_a_kernel_our_check_cannot_finish_is_unchecked_not_failed(files: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit code 4, its timing shown, the limit that ran out and the flag that raises it named (a tiny check
+    budget stands in for a full-size kernel on a busy machine)."""
+    from accelopt_core import cli
+    from accelopt_core.profiling.profiler import CheckBudget
+
+    monkeypatch.setattr(CheckBudget, "of", staticmethod(lambda limits, specs, seeds: CheckBudget(300.0, 1024)))
+    code = cli.main(["profile", str(files / "add.py"), "--reference", str(files / "add_ref.py"), "--json"])
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert code == cli.EXIT_UNCHECKED == 4
+    assert data["error"] is None and data["correct"] is None and data["latency_ms"] > 0
+    assert data["unchecked"] == "the check needs more than 0 MB here" and data["unchecked_limit"] == "memory"
+    assert err.strip() == "accelopt: unchecked: the check needs more than 0 MB here (raise it with --memory-mb)"
+
+
+def test_seconds_and_memory_flags_set_the_kernel_s_limits_and_the_check_s() -> None:
+    from accelopt_core import cli
+
+    args = cli.build_parser().parse_args(["profile", "k.py", "--task", "silu", "--seconds", "42", "--memory-mb", "900"])
+    limits = cli._profiler_settings(args).limits
+    assert (limits.seconds, limits.check_seconds, limits.memory_mb, limits.check_memory_mb) == (42, 42, 900, 900)
+    defaults = cli._profiler_settings(cli.build_parser().parse_args(["profile", "k.py", "--task", "silu"])).limits
+    assert defaults.check_seconds is None and defaults.check_memory_mb is None  # the check's time grows with the task
+    assert cli.build_parser().parse_args(["optimize", "k.py", "--task", "silu", "--seconds", "9"]).seconds == 9

@@ -24,3 +24,13 @@ def test_bench_rejects_unknown_tasks() -> None:
     run = subprocess.run([sys.executable, "-m", "accelopt", "bench", "--small", "--tasks", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "unknown NKIBench task" in run.stderr
+
+
+def test_a_baseline_our_check_could_not_finish_reads_unchecked_not_failed() -> None:
+    from accelopt_core.profiling import ProfileResult
+    from nkibench.bench import BenchRow, format_table
+
+    result = ProfileResult("lora.py", "lora", "trn1", "simulator", latency_ms=2.5, peak_percent=40.0,
+                           unchecked="the check needs more than 1200 s here", unchecked_limit="seconds")
+    row = format_table([BenchRow("lora", result, 1.0)], "trn1").splitlines()[3]
+    assert row.startswith("lora") and "2.500 ms" in row and "unchecked" in row and "ERROR" not in row

@@ -3,6 +3,7 @@ cancellation and resume after kill -9."""
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import subprocess
@@ -393,3 +394,31 @@ def test_under_a_tight_budget_a_leader_waits_for_the_waves_timings() -> None:
     BeamSearch(profiler, [TwoWinsAgent()], config).run("x = 1\n", TASK)
     # the small win led while the big one was timed, but the budget held one more check, not two
     assert profiler.checked == ["x = 1\n", "x = 1\n# faster\n# faster\n"]
+
+
+class BaselineOutOfOurLimits(CountingProfiler):
+    """The real profiler, with a check budget too small for the baseline alone (a full-size baseline on a busy
+    machine): every other kernel is checked as usual."""
+
+    def profile(self, source, *args, **kwargs):  # type: ignore[no-untyped-def]
+        own = copy.copy(self)
+        if source == SILU:
+            own.limits = replace(self.limits, check_memory_mb=0)
+        return CountingProfiler.profile(own, source, *args, **kwargs)
+
+
+def test_a_baseline_our_check_cannot_finish_is_optimized_and_only_checked_kernels_replace_it() -> None:
+    events: list[SearchEvent] = []
+    result = BeamSearch(BaselineOutOfOurLimits(), [ScriptedAgent()], replace(CONFIG, iterations=1), None,
+                        events.append).run(SILU, TASK)
+    assert result.base.result.unchecked == "the check needs more than 0 MB here"
+    assert result.base.result.error is None and result.base.latency_ms
+    assert "baseline timed but unchecked (the check needs more than 0 MB here)" in events[0].message
+    assert result.best.result.correct and result.speedup > 1.0
+
+
+def test_a_baseline_our_limits_cannot_even_time_is_refused_with_the_limit() -> None:
+    profiler = CountingProfiler()
+    profiler.limits = replace(profiler.limits, check_seconds=0.0)
+    with pytest.raises(SearchError, match="cannot be timed here: the timing needs more than 0 s here"):
+        BeamSearch(profiler, [ScriptedAgent()], CONFIG).run(SILU, TASK)

@@ -144,3 +144,22 @@ def test_errors_are_failures_and_not_cached() -> None:
         assert manager.submit(spec(10)).status == "done"  # now from the cache
     finally:
         manager.stop()
+
+
+def test_a_kernel_unchecked_for_our_limits_is_done_with_its_timing_and_not_cached() -> None:
+    """The service's own limit is no verdict on the kernel: the job is done, its result says unchecked, and
+    the next job on the same kernel checks it again (it may have the time then)."""
+    unchecked = {"kernel": "k.py", "error": None, "error_line": None, "correct": None, "latency_ms": 1.5,
+                 "unchecked": "the check needs more than 300 s here", "unchecked_limit": "seconds"}
+    runner = ScriptedRunner(outcomes=[Outcome("result", result=unchecked)])
+    runner.release.set()
+    manager = JobManager(runner, "simulator")
+    manager.start()
+    try:
+        state = wait_status(manager, manager.submit(spec(11)).id, "done")
+        assert state["result"]["unchecked"] == "the check needs more than 300 s here"
+        assert state["result"]["latency_ms"] == 1.5 and state["error"] is None
+        assert wait_status(manager, manager.submit(spec(11)).id, "done")["cached"] is False
+        assert len(runner.runs) == 2
+    finally:
+        manager.stop()
