@@ -385,7 +385,9 @@ class SimulatorProfiler(CheckingProfiler):
                 case_specs = [specs_of(case) for case in cases]
             result.input_shapes = input_shapes(specs, case_specs[0] if case_specs else None)
             plan = plan_runs(case_specs, check_task.launch, specs, timing_task.launch)
-            budget = CheckBudget.of(self.limits, case_specs[0] if case_specs else specs, len(result.seeds))
+            # a check's budget may grow with its data; a timing alone has the kernel's own limits
+            budget = (CheckBudget.of(self.limits, case_specs[0], len(result.seeds)) if case_specs
+                      else CheckBudget(self.limits.seconds, self.limits.memory_mb * 2**20))
             job = SandboxJob(kernel_source, list(plan.runs), hardware, self._forbidden(timing_task), kernel_name,
                              kernel_label, kernel_folder(kernel_label))
             workdir = sandbox_workdir()
