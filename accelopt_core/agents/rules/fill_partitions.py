@@ -87,8 +87,8 @@ class _Reader:
     def fold(self) -> _Fold | str:
         loop = self.loop
         trips = _trip_counts(self.model, loop) or self.known
-        if loop.kind != "affine" or loop.var is None or not trips:
-            return "not an affine_range loop with a known trip count"
+        if loop.kind != "affine" or loop.var is None or not trips or not loop.counted:
+            return "not an affine_range loop over a count with a known trip count"
         bound_outside = {r.name for op in self.model.ops if op.call and op.call.startswith(("nl.", "nisa."))
                          and loop not in op.loops for r in op.writes if r.kind == "bind"}
         for op in self.ops:

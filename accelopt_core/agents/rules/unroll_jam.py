@@ -113,6 +113,8 @@ def _jam(model: KernelModel, outer: cst.For, known: int | None) -> _Jam | str | 
         return None
     name, target = found
     loop = model.loop(outer)
+    if not loop.counted:
+        return "the output loop is not written as a count (`affine_range(n)`)"
     trips = next((t for t in (loop.trips, model.profile_trips.get(loop.line), known) if t is not None), None)
     if trips is None or trips < 2 or trips != int(trips):
         return "the output loop has no static trip count above 1"
