@@ -153,3 +153,10 @@ def test_a_value_handed_to_the_next_iteration_is_found_in_every_loop_form(body, 
             text = text.replace("    for a in", "    prev = nl.zeros((128, 512), dtype=x.dtype)\n    for a in")
         model = model_of(text)
         assert why in (model.carried(model.loops[0]) or "")
+
+
+def test_reading_a_tensor_s_dtype_or_shape_is_not_using_its_values():
+    text = LOOP_FORMS.replace("{header}", "range(0, 1024, 128)").replace(
+        "value=t)", "value=nl.copy(t, dtype=out.dtype))")
+    model = model_of(text)
+    assert model.carried(model.loops[0]) is None

@@ -507,8 +507,10 @@ class KernelModel:
                     places.setdefault(ref.name, set()).add(ref.text)
             fresh |= {r.name for r in op.refs if r.kind == "bind"}
         for op in ops:
+            described = _described(op.stmt)
             for ref in op.refs:
-                if ref.name in places and (len(places[ref.name]) > 1 or ref.text not in places[ref.name]):
+                if ref.name in places and id(ref.node) not in described and (
+                        len(places[ref.name]) > 1 or ref.text not in places[ref.name]):
                     return f"`{ref.name}` is used at another place than an iteration writes it"
         return None
 
@@ -631,6 +633,20 @@ def _module_constants(module: cst.Module) -> dict[str, cst.BaseExpression]:
         if name is not None and isinstance(node, cst.Assign):
             out[name] = node.value
     return out
+
+
+def _described(stmt: cst.CSTNode) -> set[int]:
+    """The ids of names a statement reads only for their description (`out.dtype`, `x.shape`), not
+    their values."""
+    found: set[int] = set()
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and node.attr.value in ("dtype", "shape") and isinstance(
+                node.value, cst.Name):
+            found.add(id(node.value))
+        stack.extend(u.children(node))
+    return found
 
 
 def _keyword_names(op: Op) -> set[str]:
