@@ -482,6 +482,14 @@ class KernelModel:
             return f"its arguments depend on `{sorted(extra)[0]}`"
         return None
 
+    def reorder_problem(self, loop: Loop) -> str | None:
+        """Why the iterations of `loop` may not run in another order (or together), or None: an
+        `affine_range` promises they are independent, a `static_range` or Python `range` loop must
+        be shown to carry nothing (`carried`), a `sequential_range` says it does."""
+        if loop.kind not in ("affine", "static", "range"):
+            return "not an affine_range, static_range or range loop"
+        return self.carried(loop) if loop.kind != "affine" else None
+
     def carried(self, loop: Loop) -> str | None:
         """How an iteration of `loop` may use a value an earlier one made, or None when none is found: a
         name read (or accumulated) before the body binds it afresh, something written at a place that

@@ -61,10 +61,6 @@ def _free_reads(statements: Sequence[cst.CSTNode]) -> tuple[set[str], set[str]]:
     return free, bound
 
 
-# loop forms whose iterations may run in another order once no value is found carried between them
-_REORDERABLE = ("affine", "static", "range")
-
-
 def nest_problem(outer: cst.For, inner: cst.For, model: KernelModel | None = None) -> str | None:
     """Why the two loops cannot be swapped, or None when they can. A `static_range` or `range` loop
     needs `model` (of the function holding the loops) to show it carries no value between iterations."""
@@ -77,13 +73,11 @@ def nest_problem(outer: cst.For, inner: cst.For, model: KernelModel | None = Non
     if not outer_var or not inner_var or outer_var == inner_var:
         return "the loop variables are not two distinct names"
     for loop in (outer, inner):
-        kind = u.loop_kind(loop)
-        if kind not in _REORDERABLE:
-            return "both loops must be affine_range, static_range or range (a sequential_range carries a value)"
-        if kind != "affine":
-            carried = model.carried(model.loop(loop)) if model is not None else "no analysis of its iterations"
-            if carried:
-                return f"`for {u.loop_var(loop)}`: {carried}"
+        if u.loop_kind(loop) == "affine":
+            continue
+        why = model.reorder_problem(model.loop(loop)) if model is not None else "no analysis of its iterations"
+        if why:
+            return f"`for {u.loop_var(loop)}`: {why}"
     prefix = body[:-1]
     written_before = {outer_var} | set().union(*(u.names_written(s) for s in prefix))
     if u.names_in(inner.iter) & written_before:

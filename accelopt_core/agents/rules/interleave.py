@@ -27,9 +27,6 @@ from . import cst_util as u
 from .analysis import KernelModel, Loop, model_of
 from .base import Plan
 
-# loops whose iterations the rule may reorder once it has found no value passed between them (a
-# sequential_range says there is one)
-_INDEPENDENT = ("affine", "static", "range")
 _FACTOR = 2
 _MIN_CHAIN = 3  # statements on one engine that depend on each other, for the wait to matter
 
@@ -51,8 +48,9 @@ def _candidates(model: KernelModel, known: int | None = None) -> list[tuple[Loop
 
 
 def _problem(model: KernelModel, loop: Loop, trips: int | None) -> str | None:
-    if loop.kind not in _INDEPENDENT or loop.var is None:
-        return "not an affine_range, static_range or range loop"
+    reordered = model.reorder_problem(loop)
+    if reordered or loop.var is None:  # a Python loop handing a value to its next iteration: the copies depend
+        return reordered or "the loop has no variable"
     if trips is None or trips < _FACTOR or trips % _FACTOR:
         return f"the trip count is not a known multiple of {_FACTOR}"
     body = u.code_statements(loop.node)
@@ -61,10 +59,6 @@ def _problem(model: KernelModel, loop: Loop, trips: int | None) -> str | None:
     ops = [op for op in model.ops_in(loop) if not u.is_marker(op.stmt)]
     if any(r.kind == "accumulate" for op in ops for r in op.refs):
         return "the body accumulates across iterations"
-    if loop.kind != "affine":  # a Python loop may hand a value to its next iteration: the copies would depend
-        carried = model.carried(loop)
-        if carried:
-            return carried
     if not loop.counted and (loop.start is None or loop.step is None):
         return "the loop's start or step is not a known integer"
     bound = {r.name for op in ops for r in op.refs if r.kind == "bind"}
