@@ -99,18 +99,23 @@ def nests(module: cst.Module) -> list[Nest]:
     """Every swappable pair of nested loops in the module."""
     found = []
     for func in u.functions(module):
-        model: KernelModel | None = None
         for site in u.sites(func):
             stmt = site.stmt
             if isinstance(stmt, cst.For):
                 body = u.block_statements(stmt)
                 if not body or not isinstance(body[-1], cst.For):
                     continue
-                if model is None and {u.loop_kind(stmt), u.loop_kind(body[-1])} - {"affine"}:
-                    model = model_of(module, function=func.name.value)  # only Python loops need it
-                if nest_problem(stmt, body[-1], model) is None:
+                if nest_problem(stmt, body[-1], nest_model(module, func, stmt, body[-1])) is None:
                     found.append(Nest(stmt, body[-1]))
     return found
+
+
+def nest_model(module: cst.Module, func: cst.FunctionDef, *loops: cst.For) -> KernelModel | None:
+    """The analysis of `func` when one of `loops` is not an `affine_range` (its iterations must be
+    shown independent), else None: affine loops need none."""
+    if all(u.loop_kind(loop) == "affine" for loop in loops):
+        return None
+    return model_of(module, function=func.name.value)
 
 
 def swapped(nest: Nest) -> cst.For:
