@@ -90,3 +90,11 @@ def test_a_loop_of_two_steps_is_unrolled_to_its_two_values(tmp_path):
     new = RULE.apply(text, plan)
     assert "for r in" not in new and "x[64 - 64:64 + 64, :]" in new and "x[192 - 64:192 + 64, :]" in new
     assert_same(text, new, _arrays([(256, 512)]), tmp_path)
+
+
+def test_a_loop_with_a_start_and_no_step_gets_a_step_of_two(tmp_path):
+    text = source("tutorial_chain").replace("nl.affine_range(rows // 128)", "range(0, rows // 128)")
+    (plan,) = RULE.plan(text, profile(text, [(512, 512)], tmp_path))
+    new = RULE.apply(text, plan)
+    assert "for r in range(0, rows // 128, 2):" in new and "x[(r + 1) * 128:((r + 1) + 1) * 128, :]" in new
+    assert_same(text, new, _arrays([(512, 512)]), tmp_path)
