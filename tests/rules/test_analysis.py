@@ -160,3 +160,31 @@ def test_reading_a_tensor_s_dtype_or_shape_is_not_using_its_values():
         "value=t)", "value=nl.copy(t, dtype=out.dtype))")
     model = model_of(text)
     assert model.carried(model.loops[0]) is None
+
+
+GRIDS = '''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((512, 512), dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:128, 0:512]
+    g = nl.mgrid[0:128, 256:512]
+    for r in nl.affine_range(4):
+        t = nl.load(x[r * 128 + i_p, i_f])
+        nl.store(out[r * 128 + g.p, g.x], value=t)
+    return out
+'''
+
+
+def test_legacy_index_grids_are_element_ranges_like_arange():
+    """Issue 40: `nl.mgrid` unpacked into names, or used through `.p` / `.x`, reads as `nl.arange` does."""
+    model = model_of(GRIDS)
+    assert _element(model, "r * 128 + i_p") == Affine.of(0, {"r": 128}, [(1, 128)])
+    assert _element(model, "i_f") == Affine.of(0, ranges=[(1, 512)])
+    assert _element(model, "g.x") == Affine.of(256, ranges=[(1, 256)])
+    assert _element(model, "r * 128 + g.p") == _element(model, "r * 128 + nl.arange(128)[:, None]")
+    load = next(op for op in model.ops if op.call == "nl.load")
+    assert load.refs[1].index == (Affine.of(0, {"r": 128}, [(1, 128)]), Affine.of(0, ranges=[(1, 512)]))

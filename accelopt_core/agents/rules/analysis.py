@@ -193,6 +193,7 @@ class Tensor:
         return self.par_axis > 0 and self.buffer in ("sbuf", "psum")
 
 
+_GRID_AXES = {"p": 0, "x": 1}  # `nl.mgrid[...]`'s partition and free axis, by attribute
 ALLOCATORS = frozenset({"nl.ndarray", "nl.zeros", "nl.ones", "nl.full", "nl.empty", "nl.shared_constant"})
 _DMA = frozenset({"nl.load", "nl.store", "nisa.dma_copy", "nisa.dma_transpose", "nl.load_transpose2d",
                   "nl.atomic_rmw"})
@@ -221,6 +222,7 @@ class KernelModel:
         self.pos: Mapping[cst.CSTNode, CodeRange] = u.positions(module)
         self.aliases = _aliases(module, fn)
         self.env = {**_module_constants(module), **u.single_assignments(fn)}
+        self.grids = self._grid_names(fn)
         self.loops: list[Loop] = []
         self.ops: list[Op] = []
         self.loop_of: dict[int, Loop] = {}
@@ -382,6 +384,8 @@ class KernelModel:
         if isinstance(expr, cst.Name):
             if expr.value in self._loop_vars:
                 return self._loop_vars[expr.value]
+            if expr.value in self.grids:
+                return self.grids[expr.value]
             if expr.value in self.env:
                 return self.affine(self.env[expr.value], depth + 1)
             return None
@@ -413,8 +417,41 @@ class KernelModel:
             return None
         if isinstance(expr, cst.Call):
             return self._arange(expr)
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.attr.value in _GRID_AXES:
+            grid = self.env.get(expr.value.value)  # `i = nl.mgrid[0:128, 0:512]`, then `i.p`, `i.x`
+            if grid is not None and self._is_grid(grid):
+                return self._grid_axis(grid, _GRID_AXES[expr.attr.value])  # type: ignore[arg-type]
         value = u.static_value(expr, self.env) if isinstance(expr, cst.Attribute) else None
         return Affine(int(value)) if value is not None and value == int(value) else None
+
+    def _is_grid(self, expr: cst.BaseExpression) -> bool:
+        return isinstance(expr, cst.Subscript) and canonical_name(u.dotted(expr.value), self.aliases) == "nl.mgrid"
+
+    def _grid_axis(self, grid: cst.Subscript, axis: int) -> Affine | None:
+        """Axis `axis` of `nl.mgrid[a:b, c:d]` as an element range: `a:b` is a + [0, b - a)."""
+        if axis >= len(grid.slice) or not isinstance(grid.slice[axis].slice, cst.Slice):
+            return None
+        part = grid.slice[axis].slice
+        assert isinstance(part, cst.Slice)
+        lower = u.static_value(part.lower, self.env) if part.lower is not None else 0.0
+        upper = u.static_value(part.upper, self.env) if part.upper is not None else None
+        if part.step is not None or lower is None or upper is None or lower != int(lower) or upper != int(upper):
+            return None
+        return Affine.of(int(lower), ranges=((1, int(upper - lower)),))
+
+    def _grid_names(self, fn: cst.FunctionDef) -> dict[str, Affine | None]:
+        """Names bound once by unpacking an index grid, `i_p, i_f = nl.mgrid[0:128, 0:512]`, as the
+        element range of their axis."""
+        found: dict[str, Affine | None] = {}
+        for node in u.walk(fn):
+            if not isinstance(node, cst.Assign) or len(node.targets) != 1 or not self._is_grid(node.value):
+                continue
+            target = node.targets[0].target
+            if isinstance(target, cst.Tuple | cst.List):
+                for axis, element in enumerate(target.elements):
+                    if isinstance(element.value, cst.Name) and u.binding_count(fn, element.value.value) == 1:
+                        found[element.value.value] = self._grid_axis(node.value, axis)  # type: ignore[arg-type]
+        return found
 
     def _arange(self, call: cst.Call) -> Affine | None:
         if canonical_name(u.dotted(call.func), self.aliases) != "nl.arange" or len(call.args) != 1:
