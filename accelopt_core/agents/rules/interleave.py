@@ -11,7 +11,8 @@ interleaved, `s1(0), s1(1), s2(0), s2(1), ...`, the engine issues `s1(1)` while 
 lands: the same instructions, the waits hidden.
 
 Legal for an `affine_range` loop (iterations independent), or a `static_range` or Python `range` loop that
-passes no value from one iteration to the next (the shared analysis' `carried`), written `range(n)` or
+passes no value from one iteration to the next (the shared analysis' `carried`, asked of every form: it
+also finds a tensor written at a place that does not follow the loop), written `range(n)` or
 `range(start, stop, step)` with static start and step, with a trip count
 divisible by two whose body has no inner loop and no accumulation; names the body binds are renamed per copy
 (and must not be used after the loop), everything it writes through an index is indexed by the loop variable.
@@ -48,9 +49,11 @@ def _candidates(model: KernelModel, known: int | None = None) -> list[tuple[Loop
 
 
 def _problem(model: KernelModel, loop: Loop, trips: int | None) -> str | None:
-    reordered = model.reorder_problem(loop)
-    if reordered or loop.var is None:  # a Python loop handing a value to its next iteration: the copies depend
-        return reordered or "the loop has no variable"
+    # a value handed to the next iteration would tie the copies together (and the renamed copies would
+    # read names nothing binds), whatever the loop form promises
+    reordered = model.reorder_problem(loop) or model.carried(loop)
+    if reordered:
+        return reordered
     if trips is None or trips < _FACTOR or trips % _FACTOR:
         return f"the trip count is not a known multiple of {_FACTOR}"
     body = u.code_statements(loop.node)
@@ -65,10 +68,6 @@ def _problem(model: KernelModel, loop: Loop, trips: int | None) -> str | None:
     after = [op for op in model.ops if op.order > max(o.order for o in ops) and loop not in op.loops]
     if any(r.name in bound for op in after for r in op.refs):
         return "a name the body binds is used after the loop"
-    for op in ops:
-        for ref in op.writes:
-            if ref.kind == "write" and ref.name not in bound and loop.var not in u.names_in(ref.node):
-                return f"`{ref.name}` is written at a place that does not follow the loop"
     if _longest_chain(ops) < _MIN_CHAIN:
         return "no chain of dependent instructions on one engine"
     return None
