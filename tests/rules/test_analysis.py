@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 
 import libcst as cst
+import pytest
 from kernel_styles import SHAPES, source
 from rule_eval import profile
 
@@ -88,3 +89,102 @@ def test_the_profile_says_what_each_statement_costs(tmp_path):
     assert load.engine == "dma" and model.cost(load).get("dma", 0.0) > 0
     assert model.trip(load.loops[0]) == 2
     assert model_of(text, prof) is model  # built once, shared by every rule
+
+
+LOOP_FORMS = '''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+TILE = 128
+
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((1024, 512), dtype=x.dtype, buffer=nl.shared_hbm)
+    for a in {header}:
+        t = nl.load(x[a:a + 128, :])
+        nl.store(out[a:a + 128, :], value=t)
+    return out
+'''
+
+
+@pytest.mark.parametrize(("header", "trips", "form"), [
+    ("range(8)", 8, Affine.of(0, {"a": 1})),
+    ("range(0, 1024, TILE)", 8, Affine.of(0, {"a": 128})),
+    ("range(256, 1024, 128)", 6, Affine.of(256, {"a": 128})),
+    ("range(3, 10)", 7, Affine.of(3, {"a": 1})),
+    ("nl.affine_range(0, 1024, 128)", 8, Affine.of(0, {"a": 128})),
+    ("nl.static_range(128, 1024, 256)", 4, Affine.of(128, {"a": 256})),
+    ("nl.sequential_range(1, 1024, 512)", 2, Affine.of(1, {"a": 512})),
+])
+def test_every_loop_form_has_a_trip_count_and_an_affine_variable(header, trips, form):
+    """Issue 40: `range(start, stop, step)` in every loop form is a loop whose variable in iteration k
+    is start + step * k, so index questions work on it as on `affine_range(n)`."""
+    model = model_of(LOOP_FORMS.replace("{header}", header))
+    (loop,) = model.loops
+    assert loop.trips == trips and (loop.start, loop.step) == (form.const, form.coeff("a"))
+    assert loop.counted == (header == "range(8)")
+    assert _element(model, "a:a + 128") == Span(form, 128)
+
+
+def test_a_loop_start_or_step_that_is_not_a_known_integer_leaves_the_variable_not_understood():
+    model = model_of(LOOP_FORMS.replace("{header}", "range(x.shape[0] // 2, 1024, 128)"))
+    (loop,) = model.loops
+    assert loop.trips is None and loop.start is None and loop.step == 128
+    assert _element(model, "a:a + 128") is None  # never guessed as a + 0
+
+
+@pytest.mark.parametrize("header", ["range(0, 1024, 128)", "nl.static_range(8)", "nl.sequential_range(0, 1024, 128)",
+                                    "nl.affine_range(0, 1024, 128)"])
+def test_a_loop_passing_nothing_between_iterations_carries_nothing(header):
+    model = model_of(LOOP_FORMS.replace("{header}", header))
+    assert model.carried(model.loops[0]) is None
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("        t = nl.add(t, prev)\n        prev = t\n", "`prev` carries a value"),
+    ("        nl.store(out[0:128, :], value=t)\n", "`out` is written at a place that does not follow"),
+    ("        nl.store(out[a + 128:a + 256, :], value=nl.load(out[a:a + 128, :]))\n", "`out` is used at another place"),
+])
+def test_a_value_handed_to_the_next_iteration_is_found_in_every_loop_form(body, why):
+    for header in ("range(0, 896, 128)", "nl.static_range(0, 896, 128)"):
+        text = LOOP_FORMS.replace("{header}", header).replace("        nl.store(out[a:a + 128, :], value=t)\n", body)
+        if "prev" in body:
+            text = text.replace("    for a in", "    prev = nl.zeros((128, 512), dtype=x.dtype)\n    for a in")
+        model = model_of(text)
+        assert why in (model.carried(model.loops[0]) or "")
+
+
+def test_reading_a_tensor_s_dtype_or_shape_is_not_using_its_values():
+    text = LOOP_FORMS.replace("{header}", "range(0, 1024, 128)").replace(
+        "value=t)", "value=nl.copy(t, dtype=out.dtype))")
+    model = model_of(text)
+    assert model.carried(model.loops[0]) is None
+
+
+GRIDS = '''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((512, 512), dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:128, 0:512]
+    g = nl.mgrid[0:128, 256:512]
+    for r in nl.affine_range(4):
+        t = nl.load(x[r * 128 + i_p, i_f])
+        nl.store(out[r * 128 + g.p, g.x], value=t)
+    return out
+'''
+
+
+def test_legacy_index_grids_are_element_ranges_like_arange():
+    """Issue 40: `nl.mgrid` unpacked into names, or used through `.p` / `.x`, reads as `nl.arange` does."""
+    model = model_of(GRIDS)
+    assert _element(model, "r * 128 + i_p") == Affine.of(0, {"r": 128}, [(1, 128)])
+    assert _element(model, "i_f") == Affine.of(0, ranges=[(1, 512)])
+    assert _element(model, "g.x") == Affine.of(256, ranges=[(1, 256)])
+    assert _element(model, "r * 128 + g.p") == _element(model, "r * 128 + nl.arange(128)[:, None]")
+    load = next(op for op in model.ops if op.call == "nl.load")
+    assert load.refs[1].index == (Affine.of(0, {"r": 128}, [(1, 128)]), Affine.of(0, ranges=[(1, 512)]))

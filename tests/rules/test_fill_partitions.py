@@ -5,11 +5,12 @@ and loops that reduce, multiply matrices, share a tile or do not divide stay as 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from kernel_styles import SHAPES, source
 from rule_eval import assert_same, profile
 
 from accelopt_core.agents.rules.analysis import model_of
-from accelopt_core.agents.rules.fill_partitions import FillPartitions
+from accelopt_core.agents.rules.fill_partitions import FillPartitions, _Fold, _Reader
 
 RULE = FillPartitions()
 
@@ -65,3 +66,23 @@ def test_full_tiles_matmuls_and_shared_tiles_stay():
     assert RULE.plan(shared, None) == []  # every iteration stores block 0: not its own block
     crossing = source("compiler_rotary").replace("256 * i1 + nl.arange(256)", "256 * i0 + nl.arange(256)", 1)
     assert RULE.plan(crossing, None) == []  # the loop variable reaches a free-dimension index
+
+
+@pytest.mark.parametrize("loop", ["nl.static_range", "range"])
+def test_static_and_python_range_loops_are_stacked_too(tmp_path, loop):
+    """Issue 40: the rotary tutorial's loop written in the other forms public kernels use."""
+    text = source("tutorial_rotary").replace("nl.affine_range(x0.shape[1] // 512)", f"{loop}(x0.shape[1] // 512)")
+    shapes = SHAPES["tutorial_rotary"]
+    (plan,) = RULE.plan(text, profile(text, shapes, tmp_path, checked=[(64, 1024)] * 4))
+    new = RULE.apply(text, plan)
+    assert f"for c in {loop}((x0.shape[1] // 512) // 2):" in new
+    assert_same(text, new, _arrays(shapes), tmp_path)
+
+
+def test_a_python_loop_handing_a_value_to_the_next_iteration_is_not_stacked():
+    text = source("tutorial_rotary").replace("nl.affine_range(x0.shape[1] // 512)", "range(x0.shape[1] // 512)")
+    carried = text.replace("        nl.store(out1[0:64, c * 512:(c + 1) * 512], value=second)\n",
+                           "        nl.store(out1[0:64, 0:512], value=second)\n")  # the last iteration's wins
+    model = model_of(carried)
+    assert "`out1` is written at a place that does not follow the loop" in _Reader(model, model.loops[0], [2]).fold()
+    assert isinstance(_Reader(model_of(text), model_of(text).loops[0], [2]).fold(), _Fold)

@@ -161,3 +161,27 @@ def test_a_loop_that_recomputes_an_earlier_one_goes_and_its_readers_read_the_fir
     assert dropped.latency_ms <= before.latency_ms  # this small kernel's time is its DMA's
     changed = text.replace("nl.load(v1[128 * i2 +", "nl.load(v2[128 * i2 +")  # not the same data any more
     assert [p for p in rule.plan(changed, None) if "drop" in p.params] == []
+
+
+@pytest.mark.parametrize("loop", ["nl.static_range", "range"])
+def test_a_recomputing_loop_goes_in_every_loop_form(tmp_path: Path, loop: str) -> None:
+    """Issue 40: the same duplicate written with static_range or Python range loops."""
+    text = source("compiler_twice").replace("nl.affine_range(2)", f"{loop}(2)")
+    (drop,) = [p for p in FuseLoops().plan(text, None) if "drop" in p.params]
+    assert drop.params == {"drop": "i2", "keep": "i0", "iter": f"{loop}(2)"}
+    after = FuseLoops().apply(text, drop)
+    assert "for i2 in" not in after
+    shapes = [(256, 512), (256, 512)]
+    rng = np.random.default_rng(9)
+    assert_same(text, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+
+
+def test_a_python_loop_whose_iterations_read_each_other_s_blocks_is_not_dropped() -> None:
+    """Every iteration reads the block iteration 0 wrote: the analysis finds a value handed between
+    iterations of a Python loop (an affine_range promises there is none) and the rule declines."""
+    text = source("compiler_twice")
+    for i, block in (("i0", "v4"), ("i2", "v6")):
+        text = text.replace(f"data={block}[{i}, nl.arange(128)", f"data={block}[0, nl.arange(128)")
+    assert [p for p in FuseLoops().plan(text, None) if "drop" in p.params]
+    python = text.replace("nl.affine_range(2)", "range(2)")
+    assert [p for p in FuseLoops().plan(python, None) if "drop" in p.params] == []

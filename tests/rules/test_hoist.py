@@ -280,3 +280,18 @@ def test_apply_refuses_a_plan_for_another_kernel() -> None:
     plan = rule.plan(GAIN, None)[0]
     with pytest.raises(RuleError):
         rule.apply(NOTHING, plan)
+
+
+@pytest.mark.parametrize("loop", ["nl.static_range", "range"])
+def test_swaps_static_and_python_range_loops_too(tmp_path: Path, loop: str) -> None:
+    """Issue 40: the row and column loops written in the other forms public kernels use."""
+    text = ROWS_FIRST.replace("nl.affine_range(m_size // tile_m)", f"{loop}(m_size // tile_m)").replace(
+        "nl.affine_range(n_size // tile_n)", f"{loop}(n_size // tile_n)")
+    shapes = [(256, 512), (512, 16384)]
+    rule = HoistInvariant()
+    plan = next(p for p in rule.plan(text, profile(text, shapes, tmp_path)) if p.params["stmt"].startswith("b_tile="))
+    assert plan.params["interchange"]["outer_var"] == "m"
+    after = rule.apply(text, plan)
+    assert after.index("for n in") < after.index("b_tile_buf[k] = nl.load") < after.index("for m in")
+    rng = np.random.default_rng(3)
+    assert_same(text, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)

@@ -69,3 +69,32 @@ def test_a_python_loop_passing_a_value_to_its_next_iteration_is_left_alone(tmp_p
     text = source("tutorial_chain").replace("nl.affine_range(rows // 128)", "range(rows // 128)").replace(
         "        c = nl.maximum(b, a)\n", chained).replace("    for r in range", start)
     assert RULE.plan(text, profile(text, [(512, 512)], tmp_path)) == []
+
+
+@pytest.mark.parametrize("loop", ["range", "nl.static_range", "nl.affine_range"])
+def test_a_loop_with_a_start_and_a_step_is_interleaved_by_doubling_its_step(tmp_path, loop):
+    """Public kernels write `for r in range(0, rows, 128)` and index `x[r:r + 128]`: the second copy is
+    `r + 128`, the header steps twice as far."""
+    text = source("tutorial_chain").replace("nl.affine_range(rows // 128)", f"{loop}(0, rows, 128)").replace(
+        "r * 128:(r + 1) * 128", "r:r + 128")
+    (plan,) = RULE.plan(text, profile(text, [(512, 512)], tmp_path))
+    new = RULE.apply(text, plan)
+    assert f"for r in {loop}(0, rows, 2 * (128)):" in new and "x[(r + 128):(r + 128) + 128, :]" in new
+    assert_same(text, new, _arrays([(512, 512)]), tmp_path)
+
+
+def test_a_loop_of_two_steps_is_unrolled_to_its_two_values(tmp_path):
+    text = source("tutorial_chain").replace("nl.affine_range(rows // 128)", "range(64, rows, 128)").replace(
+        "r * 128:(r + 1) * 128", "r - 64:r + 64")
+    (plan,) = RULE.plan(text, profile(text, [(256, 512)], tmp_path))
+    new = RULE.apply(text, plan)
+    assert "for r in" not in new and "x[64 - 64:64 + 64, :]" in new and "x[192 - 64:192 + 64, :]" in new
+    assert_same(text, new, _arrays([(256, 512)]), tmp_path)
+
+
+def test_a_loop_with_a_start_and_no_step_gets_a_step_of_two(tmp_path):
+    text = source("tutorial_chain").replace("nl.affine_range(rows // 128)", "range(0, rows // 128)")
+    (plan,) = RULE.plan(text, profile(text, [(512, 512)], tmp_path))
+    new = RULE.apply(text, plan)
+    assert "for r in range(0, rows // 128, 2):" in new and "x[(r + 1) * 128:((r + 1) + 1) * 128, :]" in new
+    assert_same(text, new, _arrays([(512, 512)]), tmp_path)

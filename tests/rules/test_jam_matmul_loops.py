@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from kernel_styles import SHAPES, source
 from rule_eval import assert_same, profile, trace
 
@@ -75,3 +76,24 @@ def test_the_transpose_nl_matmul_makes_of_an_unchanged_operand_is_made_once_per_
                    or (i.op == "nc_matmul" and (i.attrs or {}).get("is_transpose")))
 
     assert transposes(new) == transposes(text) // 2  # once per (m, k) instead of per (m, n, k)
+
+
+@pytest.mark.parametrize("loop", ["nl.static_range", "range"])
+def test_output_loops_in_static_and_python_range_form_jam_too(tmp_path, loop):
+    """Issue 40: the tutorial matmul's output loop written in the other forms public kernels use."""
+    text = source("tutorial_matmul").replace("nl.affine_range(n_size // 512)", f"{loop}(n_size // 512)")
+    shapes = SHAPES["tutorial_matmul"]
+    (plan,) = RULE.plan(text, profile(text, shapes, tmp_path))
+    new = RULE.apply(text, plan)
+    assert "acc[n] += nl.matmul(lhs, w, transpose_x=True)" in new
+    rng = np.random.default_rng(6)
+    assert_same(text, new, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+
+
+def test_a_python_output_loop_storing_every_tile_to_one_place_does_not_jam(tmp_path):
+    """The last tile's store wins: the order of a Python loop's iterations matters (an affine_range
+    promises it does not, and jams)."""
+    one_place = source("tutorial_matmul").replace("n * 512:(n + 1) * 512], value=result)", "0:512], value=result)")
+    assert len(RULE.plan(one_place, profile(one_place, SHAPES["tutorial_matmul"], tmp_path))) == 1
+    text = one_place.replace("nl.affine_range(n_size // 512)", "range(n_size // 512)")
+    assert RULE.plan(text, profile(text, SHAPES["tutorial_matmul"], tmp_path)) == []

@@ -98,6 +98,15 @@ class Loop:
     line: int
     parent: Loop | None = field(repr=False)
     depth: int
+    # the variable's value in iteration k is start + step * k (None: not evident from the header)
+    start: int | None = 0
+    step: int | None = 1
+
+    @property
+    def counted(self) -> bool:
+        """Whether the header is a plain count (`range(n)`), the form rules rewrite by changing `n`."""
+        args = u.loop_args(self.node)
+        return self.kind is not None and len(args) == 1 and args[0].keyword is None
 
     @property
     def chain(self) -> tuple[Loop, ...]:
@@ -184,6 +193,7 @@ class Tensor:
         return self.par_axis > 0 and self.buffer in ("sbuf", "psum")
 
 
+_GRID_AXES = {"p": 0, "x": 1}  # `nl.mgrid[...]`'s partition and free axis, by attribute
 ALLOCATORS = frozenset({"nl.ndarray", "nl.zeros", "nl.ones", "nl.full", "nl.empty", "nl.shared_constant"})
 _DMA = frozenset({"nl.load", "nl.store", "nisa.dma_copy", "nisa.dma_transpose", "nl.load_transpose2d",
                   "nl.atomic_rmw"})
@@ -212,12 +222,13 @@ class KernelModel:
         self.pos: Mapping[cst.CSTNode, CodeRange] = u.positions(module)
         self.aliases = _aliases(module, fn)
         self.env = {**_module_constants(module), **u.single_assignments(fn)}
+        self.grids = self._grid_names(fn)
         self.loops: list[Loop] = []
         self.ops: list[Op] = []
         self.loop_of: dict[int, Loop] = {}
         self.tensors: dict[str, Tensor] = {p.name.value: Tensor(p.name.value, "hbm", (), 0, None)
                                            for p in fn.params.params}
-        self._loop_vars: set[str] = set()
+        self._loop_vars: dict[str, Affine | None] = {}  # each loop variable's value as a form of itself
         self._walk(fn, None)
         self._refs: dict[str, list[tuple[Op, Ref]]] = {}
         for op in self.ops:
@@ -246,18 +257,31 @@ class KernelModel:
                 self._op(stmt, loop)
 
     def _loop(self, node: cst.For, parent: Loop | None) -> None:
-        args = u.loop_args(node)
+        start, stop, step = self._bounds(node)
         trips = None
-        if u.loop_kind(node) is not None and len(args) == 1 and args[0].keyword is None:
-            value = u.static_value(args[0].value, self.env)
-            trips = int(value) if value is not None and value == int(value) else None
+        if start is not None and stop is not None and step:
+            trips = max(0, -((start - stop) // step))  # the length of range(start, stop, step)
         loop = Loop(node, u.loop_var(node), u.loop_kind(node), trips, u.line_of(node, self.pos), parent,
-                    parent.depth + 1 if parent else 0)
+                    parent.depth + 1 if parent else 0, start, step)
         self.loops.append(loop)
         self.loop_of[id(node)] = loop
         if loop.var:
-            self._loop_vars.add(loop.var)
+            form = (Affine.of(start, {loop.var: step}) if start is not None and step is not None else None)
+            # two loops binding one name at different starts or steps: the name has no single form
+            self._loop_vars[loop.var] = form if self._loop_vars.get(loop.var, form) == form else None
         self._walk(node, loop)
+
+    def _bounds(self, node: cst.For) -> tuple[int | None, int | None, int | None]:
+        """(start, stop, step) of a `range`-like header, each None when not a static integer: `range(n)`,
+        `range(a, b)` and `range(a, b, s)` in every loop form; (None, None, None) for other iterables."""
+        args = u.loop_args(node)
+        if u.loop_kind(node) is None or not 1 <= len(args) <= 3 or any(a.keyword is not None for a in args):
+            return None, None, None
+        values = [u.static_value(a.value, self.env) for a in args]
+        ints = [int(v) if v is not None and v == int(v) else None for v in values]
+        if len(ints) == 1:
+            return 0, ints[0], 1
+        return ints[0], ints[1], ints[2] if len(ints) == 3 else 1
 
     def _op(self, stmt: cst.SimpleStatementLine, loop: Loop | None) -> None:
         chain = loop.chain if loop else ()
@@ -359,7 +383,9 @@ class KernelModel:
             return Affine(int(expr.evaluated_value))
         if isinstance(expr, cst.Name):
             if expr.value in self._loop_vars:
-                return Affine.of(coeffs={expr.value: 1})
+                return self._loop_vars[expr.value]
+            if expr.value in self.grids:
+                return self.grids[expr.value]
             if expr.value in self.env:
                 return self.affine(self.env[expr.value], depth + 1)
             return None
@@ -391,8 +417,41 @@ class KernelModel:
             return None
         if isinstance(expr, cst.Call):
             return self._arange(expr)
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.attr.value in _GRID_AXES:
+            grid = self.env.get(expr.value.value)  # `i = nl.mgrid[0:128, 0:512]`, then `i.p`, `i.x`
+            if grid is not None and self._is_grid(grid):
+                return self._grid_axis(grid, _GRID_AXES[expr.attr.value])  # type: ignore[arg-type]
         value = u.static_value(expr, self.env) if isinstance(expr, cst.Attribute) else None
         return Affine(int(value)) if value is not None and value == int(value) else None
+
+    def _is_grid(self, expr: cst.BaseExpression) -> bool:
+        return isinstance(expr, cst.Subscript) and canonical_name(u.dotted(expr.value), self.aliases) == "nl.mgrid"
+
+    def _grid_axis(self, grid: cst.Subscript, axis: int) -> Affine | None:
+        """Axis `axis` of `nl.mgrid[a:b, c:d]` as an element range: `a:b` is a + [0, b - a)."""
+        if axis >= len(grid.slice) or not isinstance(grid.slice[axis].slice, cst.Slice):
+            return None
+        part = grid.slice[axis].slice
+        assert isinstance(part, cst.Slice)
+        lower = u.static_value(part.lower, self.env) if part.lower is not None else 0.0
+        upper = u.static_value(part.upper, self.env) if part.upper is not None else None
+        if part.step is not None or lower is None or upper is None or lower != int(lower) or upper != int(upper):
+            return None
+        return Affine.of(int(lower), ranges=((1, int(upper - lower)),))
+
+    def _grid_names(self, fn: cst.FunctionDef) -> dict[str, Affine | None]:
+        """Names bound once by unpacking an index grid, `i_p, i_f = nl.mgrid[0:128, 0:512]`, as the
+        element range of their axis."""
+        found: dict[str, Affine | None] = {}
+        for node in u.walk(fn):
+            if not isinstance(node, cst.Assign) or len(node.targets) != 1 or not self._is_grid(node.value):
+                continue
+            target = node.targets[0].target
+            if isinstance(target, cst.Tuple | cst.List):
+                for axis, element in enumerate(target.elements):
+                    if isinstance(element.value, cst.Name) and u.binding_count(fn, element.value.value) == 1:
+                        found[element.value.value] = self._grid_axis(node.value, axis)  # type: ignore[arg-type]
+        return found
 
     def _arange(self, call: cst.Call) -> Affine | None:
         if canonical_name(u.dotted(call.func), self.aliases) != "nl.arange" or len(call.args) != 1:
@@ -458,6 +517,46 @@ class KernelModel:
         extra = _keyword_names(op) & varying
         if extra:
             return f"its arguments depend on `{sorted(extra)[0]}`"
+        return None
+
+    def reorder_problem(self, loop: Loop) -> str | None:
+        """Why the iterations of `loop` may not run in another order (or together), or None: an
+        `affine_range` promises they are independent, a `static_range` or Python `range` loop must
+        be shown to carry nothing (`carried`), a `sequential_range` says it does."""
+        if loop.kind not in ("affine", "static", "range"):
+            return "not an affine_range, static_range or range loop"
+        return self.carried(loop) if loop.kind != "affine" else None
+
+    def carried(self, loop: Loop) -> str | None:
+        """How an iteration of `loop` may use a value an earlier one made, or None when none is found: a
+        name read (or accumulated) before the body binds it afresh, something written at a place that
+        does not follow the loop variable, or a tensor read or written at more than the one place an
+        iteration writes it. A `range`, `static_range` or `sequential_range` loop must be free of these
+        for its iterations to run in another order (an `affine_range` promises it)."""
+        if loop.var is None:
+            return "the loop has no variable"
+        ops = [op for op in self.ops_in(loop) if not u.is_marker(op.stmt)]
+        bound = {r.name for op in ops for r in op.refs if r.kind == "bind"}
+        following = u.dependents([op.stmt for op in ops], {loop.var}) | {loop.var}
+        fresh: set[str] = set()
+        places: dict[str, set[str | None]] = {}
+        for op in ops:
+            for ref in op.refs:
+                if ref.kind == "bind" or ref.name in fresh:
+                    continue
+                if ref.name in bound:
+                    return f"`{ref.name}` carries a value from one iteration to the next"
+                if ref.kind in ("write", "accumulate"):
+                    if ref.index is None or not (u.names_in(ref.node) - {ref.name}) & following:
+                        return f"`{ref.name}` is written at a place that does not follow the loop"
+                    places.setdefault(ref.name, set()).add(ref.text)
+            fresh |= {r.name for r in op.refs if r.kind == "bind"}
+        for op in ops:
+            described = _described(op.stmt)
+            for ref in op.refs:
+                if ref.name in places and id(ref.node) not in described and (
+                        len(places[ref.name]) > 1 or ref.text not in places[ref.name]):
+                    return f"`{ref.name}` is used at another place than an iteration writes it"
         return None
 
     def repeated_loads(self) -> list[tuple[Op, Loop]]:
@@ -579,6 +678,20 @@ def _module_constants(module: cst.Module) -> dict[str, cst.BaseExpression]:
         if name is not None and isinstance(node, cst.Assign):
             out[name] = node.value
     return out
+
+
+def _described(stmt: cst.CSTNode) -> set[int]:
+    """The ids of names a statement reads only for their description (`out.dtype`, `x.shape`), not
+    their values."""
+    found: set[int] = set()
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and node.attr.value in ("dtype", "shape") and isinstance(
+                node.value, cst.Name):
+            found.add(id(node.value))
+        stack.extend(u.children(node))
+    return found
 
 
 def _keyword_names(op: Op) -> set[str]:

@@ -4,10 +4,11 @@ processes two (or four) iterations at once, stacked on the partitions.
 An engine instruction takes about as long for 64 partitions as for 128: its cost is the free size
 (nki-facts A.5, elements per cycle per partition). A kernel whose tiles are `nl.par_dim(64)` (rotary
 embedding on half of a head dimension of 128, a 64-wide head) leaves half of every engine idle.
-When each iteration of an `affine_range` loop does the same element-wise work on its own P-row
-tiles, iteration `f*i + k` can live in partitions `k*P .. (k+1)*P` of one `f*P`-row tile: the loads
-and stores are issued per stacked iteration (the same bytes, f times fewer per statement), every
-engine instruction covers f iterations, and the loop runs T/f times.
+When each iteration of a loop (an `affine_range`, or a `static_range` or Python `range` loop that hands
+no value between iterations) does the same element-wise work on its own P-row tiles, iteration `f*i + k`
+can live in partitions `k*P .. (k+1)*P` of one `f*P`-row tile: the loads and stores are issued per
+stacked iteration (the same bytes, f times fewer per statement), every engine instruction covers f
+iterations, and the loop runs T/f times.
 
 Legal when the loop body only loads, stores, allocates and computes element-wise (no matmul,
 transpose, partition reduction or broadcast), every on-chip tensor it touches is its own (declared
@@ -87,8 +88,11 @@ class _Reader:
     def fold(self) -> _Fold | str:
         loop = self.loop
         trips = _trip_counts(self.model, loop) or self.known
-        if loop.kind != "affine" or loop.var is None or not trips:
-            return "not an affine_range loop with a known trip count"
+        why = self.model.reorder_problem(loop)
+        if why:  # stacked iterations run together
+            return why
+        if loop.var is None or not trips or not loop.counted:
+            return "not a loop over a count with a known trip count"
         bound_outside = {r.name for op in self.model.ops if op.call and op.call.startswith(("nl.", "nisa."))
                          and loop not in op.loops for r in op.writes if r.kind == "bind"}
         for op in self.ops:

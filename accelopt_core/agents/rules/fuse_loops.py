@@ -211,8 +211,9 @@ def _loop_vars(loop: cst.For) -> list[str]:
 def _same_work(model: KernelModel, first: cst.For, second: cst.For,
                between: Sequence[cst.BaseStatement]) -> dict[str, str] | None:
     """{tensor of `second`: tensor of `first`} when `second` computes exactly what `first` did."""
-    if u.flat(u.code_of(first.iter)) != u.flat(u.code_of(second.iter)) or u.loop_kind(first) != "affine":
-        return None
+    if u.flat(u.code_of(first.iter)) != u.flat(u.code_of(second.iter)) or any(
+            model.reorder_problem(model.loop(loop)) for loop in (first, second)):
+        return None  # a loop handing values between iterations starts from what the code before it left
     vars1, vars2 = _loop_vars(first), _loop_vars(second)
     if len(vars1) != len(vars2) or set(vars1) & set(vars2) or "" in vars1 + vars2:
         return None

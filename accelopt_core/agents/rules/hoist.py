@@ -33,7 +33,7 @@ from libcst.metadata import CodeRange
 from ...profiling import ProfileResult
 from . import cst_util as u
 from .base import Plan, RuleError
-from .interchange import Nest, interchange, nest_params, nest_problem
+from .interchange import Nest, interchange, nest_model, nest_params, nest_problem
 
 SBUF_BUDGET = 96 * 1024  # bytes per partition a hoisted block may take without a profile: half of trn1's
 DEFAULT_ITEMSIZE = 4  # an unknown dtype is assumed float32, the widest common one
@@ -435,12 +435,12 @@ class HoistInvariant:
         if best is not None and (best[1] > 0 or ctx.latency is None):
             plans.append(self._plan(best[0], best[1], ctx, analysis.pos))
         if _is_load(_value(site.stmt)) and (best is None or best[0].target is not site.loops[0]):
-            swapped = self._with_interchange(module, ctx, site, best[0].target if best else None)
+            swapped = self._with_interchange(module, ctx, analysis.func, site, best[0].target if best else None)
             if swapped is not None and swapped.priority > (plans[0].priority if plans else -1.0):
                 plans.append(swapped)
         return plans
 
-    def _with_interchange(self, module: cst.Module, ctx: _Context, site: u.Site,
+    def _with_interchange(self, module: cst.Module, ctx: _Context, func: cst.FunctionDef, site: u.Site,
                           limit: cst.For | None) -> Plan | None:
         """The best plan that swaps a loop with the one inside it, then buffers the load out of the
         loop that went inside."""
@@ -449,7 +449,7 @@ class HoistInvariant:
         found: Plan | None = None
         stmt_key = u.flat(u.code_of(u.small(site.stmt) or site.stmt))
         for outer, inner in itertools.pairwise(chain[:stop + 1]):
-            if nest_problem(outer, inner) is not None:
+            if nest_problem(outer, inner, nest_model(module, func, outer, inner)) is not None:
                 continue
             params = nest_params(Nest(outer, inner))
             swapped = ctx.swapped(module, params, u.line_of(outer, ctx.pos))

@@ -8,7 +8,10 @@ The inner loop must be the last statement of the outer loop's body. Statements b
 row tile's own loads and transposes, in a matmul) move into the new inner loop and are recomputed
 for every iteration of the new outer loop: allowed only when they write nothing but variables they
 bind themselves and read nothing the inner loop writes. Both loops must be `affine_range` (no
-loop-carried dependency), so the order of their iterations is free.
+loop-carried dependency), or a `static_range` or Python `range` loop in which the shared analysis finds
+no value handed from one iteration to the next (`KernelModel.carried`), so the order of their iterations
+is free: the outer loop's iterations are then independent of each other, and so are the inner loop's
+within one of them.
 """
 
 from __future__ import annotations
@@ -58,8 +61,9 @@ def _free_reads(statements: Sequence[cst.CSTNode]) -> tuple[set[str], set[str]]:
     return free, bound
 
 
-def nest_problem(outer: cst.For, inner: cst.For) -> str | None:
-    """Why the two loops cannot be swapped, or None when they can."""
+def nest_problem(outer: cst.For, inner: cst.For, model: KernelModel | None = None) -> str | None:
+    """Why the two loops cannot be swapped, or None when they can. A `static_range` or `range` loop
+    needs `model` (of the function holding the loops) to show it carries no value between iterations."""
     body = u.block_statements(outer)
     if not body or body[-1] is not inner:
         return "the inner loop is not the last statement of the outer loop"
@@ -68,8 +72,12 @@ def nest_problem(outer: cst.For, inner: cst.For) -> str | None:
     outer_var, inner_var = u.loop_var(outer), u.loop_var(inner)
     if not outer_var or not inner_var or outer_var == inner_var:
         return "the loop variables are not two distinct names"
-    if u.loop_kind(outer) != "affine" or u.loop_kind(inner) != "affine":
-        return "both loops must be affine_range (their iterations are then independent)"
+    for loop in (outer, inner):
+        if u.loop_kind(loop) == "affine":
+            continue
+        why = model.reorder_problem(model.loop(loop)) if model is not None else "no analysis of its iterations"
+        if why:
+            return f"`for {u.loop_var(loop)}`: {why}"
     prefix = body[:-1]
     written_before = {outer_var} | set().union(*(u.names_written(s) for s in prefix))
     if u.names_in(inner.iter) & written_before:
@@ -95,9 +103,19 @@ def nests(module: cst.Module) -> list[Nest]:
             stmt = site.stmt
             if isinstance(stmt, cst.For):
                 body = u.block_statements(stmt)
-                if body and isinstance(body[-1], cst.For) and nest_problem(stmt, body[-1]) is None:
+                if not body or not isinstance(body[-1], cst.For):
+                    continue
+                if nest_problem(stmt, body[-1], nest_model(module, func, stmt, body[-1])) is None:
                     found.append(Nest(stmt, body[-1]))
     return found
+
+
+def nest_model(module: cst.Module, func: cst.FunctionDef, *loops: cst.For) -> KernelModel | None:
+    """The analysis of `func` when one of `loops` is not an `affine_range` (its iterations must be
+    shown independent), else None: affine loops need none."""
+    if all(u.loop_kind(loop) == "affine" for loop in loops):
+        return None
+    return model_of(module, function=func.name.value)
 
 
 def swapped(nest: Nest) -> cst.For:
@@ -148,13 +166,13 @@ def invariant_loads(model: KernelModel, nest: Nest) -> list[Op]:
 
 
 class InterchangeLoops:
-    """Swap two nested affine loops so loads become invariant of the new inner loop; the swap alone moves
-    nothing out of a loop (hoist_invariant_loads does that next), and its plan says so."""
+    """Swap two nested loops whose iterations are independent so loads become invariant of the new inner
+    loop; the swap alone moves nothing out of a loop (hoist_invariant_loads does that next), and its plan says so."""
 
     name = "interchange_loops"
-    summary = ("Swap two nested affine loops (row and column tiles of a matmul) so the weight loads no longer "
-               "depend on the inner loop; the swap only prepares a hoist, which then loads them once per outer "
-               "iteration: fewer HBM bytes for a DMA-bound kernel.")
+    summary = ("Swap two nested loops with independent iterations (row and column tiles of a matmul) so the "
+               "weight loads no longer depend on the inner loop; the swap only prepares a hoist, which then loads "
+               "them once per outer iteration: fewer HBM bytes for a DMA-bound kernel.")
 
     def plan(self, source: str, profile: ProfileResult | None) -> list[Plan]:
         model = model_of(source, profile)

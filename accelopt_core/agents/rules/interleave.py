@@ -11,7 +11,9 @@ interleaved, `s1(0), s1(1), s2(0), s2(1), ...`, the engine issues `s1(1)` while 
 lands: the same instructions, the waits hidden.
 
 Legal for an `affine_range` loop (iterations independent), or a `static_range` or Python `range` loop that
-passes no value from one iteration to the next (no name read before the body binds it), with a trip count
+passes no value from one iteration to the next (the shared analysis' `carried`, asked of every form: it
+also finds a tensor written at a place that does not follow the loop), written `range(n)` or
+`range(start, stop, step)` with static start and step, with a trip count
 divisible by two whose body has no inner loop and no accumulation; names the body binds are renamed per copy
 (and must not be used after the loop), everything it writes through an index is indexed by the loop variable.
 """
@@ -26,9 +28,6 @@ from . import cst_util as u
 from .analysis import KernelModel, Loop, model_of
 from .base import Plan
 
-# loops whose iterations the rule may reorder once it has found no value passed between them (a
-# sequential_range says there is one)
-_INDEPENDENT = ("affine", "static", "range")
 _FACTOR = 2
 _MIN_CHAIN = 3  # statements on one engine that depend on each other, for the wait to matter
 
@@ -50,8 +49,11 @@ def _candidates(model: KernelModel, known: int | None = None) -> list[tuple[Loop
 
 
 def _problem(model: KernelModel, loop: Loop, trips: int | None) -> str | None:
-    if loop.kind not in _INDEPENDENT or loop.var is None:
-        return "not an affine_range, static_range or range loop"
+    # a value handed to the next iteration would tie the copies together (and the renamed copies would
+    # read names nothing binds), whatever the loop form promises
+    reordered = model.reorder_problem(loop) or model.carried(loop)
+    if reordered:
+        return reordered
     if trips is None or trips < _FACTOR or trips % _FACTOR:
         return f"the trip count is not a known multiple of {_FACTOR}"
     body = u.code_statements(loop.node)
@@ -60,30 +62,14 @@ def _problem(model: KernelModel, loop: Loop, trips: int | None) -> str | None:
     ops = [op for op in model.ops_in(loop) if not u.is_marker(op.stmt)]
     if any(r.kind == "accumulate" for op in ops for r in op.refs):
         return "the body accumulates across iterations"
+    if not loop.counted and (loop.start is None or loop.step is None):
+        return "the loop's start or step is not a known integer"
     bound = {r.name for op in ops for r in op.refs if r.kind == "bind"}
-    carried = _carried(ops, bound)
-    if carried:  # a Python loop may hand a value to its next iteration: then the copies depend on each other
-        return f"`{carried}` carries a value from one iteration to the next"
     after = [op for op in model.ops if op.order > max(o.order for o in ops) and loop not in op.loops]
     if any(r.name in bound for op in after for r in op.refs):
         return "a name the body binds is used after the loop"
-    for op in ops:
-        for ref in op.writes:
-            if ref.kind == "write" and ref.name not in bound and loop.var not in u.names_in(ref.node):
-                return f"`{ref.name}` is written at a place that does not follow the loop"
     if _longest_chain(ops) < _MIN_CHAIN:
         return "no chain of dependent instructions on one engine"
-    return None
-
-
-def _carried(ops: list[Any], bound: set[str]) -> str | None:
-    """A name the body reads before it binds it (so it reads the previous iteration's value), or None."""
-    seen: set[str] = set()
-    for op in ops:
-        for ref in op.refs:
-            if ref.kind != "bind" and ref.name in bound and ref.name not in seen:
-                return ref.name
-        seen |= {r.name for r in op.refs if r.kind == "bind"}
     return None
 
 
@@ -109,9 +95,7 @@ def interleaved(loop: Loop, body: list[cst.BaseStatement], bound: list[str], tri
     full = trips == _FACTOR
     copies: list[list[cst.BaseStatement]] = []
     for r in range(_FACTOR):
-        # parenthesized: the copy's index replaces the variable inside larger expressions (`r * 128`)
-        index = cst.Integer(str(r)) if full else cst.parse_expression(
-            f"({_FACTOR} * {var} + {r})" if r else f"({_FACTOR} * {var})")
+        index = _copy_value(loop, r, full)
         stmts = []
         for stmt in body:
             new = u.rewrite(stmt, names={id(n): index for n in u.name_nodes(stmt) if n.value == var})
@@ -123,10 +107,37 @@ def interleaved(loop: Loop, body: list[cst.BaseStatement], bound: list[str], tri
     if full:
         mixed[0] = mixed[0].with_changes(leading_lines=[*loop.node.leading_lines, *mixed[0].leading_lines])
         return mixed
-    count = u.code_of(u.loop_args(loop.node)[0].value)
-    head = loop.node.iter.with_changes(args=[u.loop_args(loop.node)[0].with_changes(
-        value=cst.parse_expression(f"({count}) // {_FACTOR}"))])
-    return loop.node.with_changes(iter=head, body=loop.node.body.with_changes(body=mixed))
+    return loop.node.with_changes(iter=_halved(loop), body=loop.node.body.with_changes(body=mixed))
+
+
+def _copy_value(loop: Loop, r: int, full: bool) -> cst.BaseExpression:
+    """What the loop variable is in copy `r` of the unrolled body: the value itself when the loop is
+    unrolled fully, else an expression of the new loop's variable (parenthesized: it replaces the
+    variable inside larger expressions such as `r * 128`)."""
+    var = loop.var or ""
+    if loop.counted:
+        if full:
+            return cst.Integer(str(r))
+        return cst.parse_expression(f"({_FACTOR} * {var} + {r})" if r else f"({_FACTOR} * {var})")
+    start, step = int(loop.start or 0), int(loop.step or 1)  # known: _problem declines the loop otherwise
+    if full:
+        return cst.parse_expression(str(start + r * step))
+    return cst.parse_expression(f"({var} + {r * step})" if r else var)
+
+
+def _halved(loop: Loop) -> cst.Call:
+    """The loop header with half the iterations: `range(n // 2)`, or `range(a, b, 2 * s)` for a header
+    with a start and a step (the variable keeps its values in the first copy)."""
+    call = loop.node.iter
+    assert isinstance(call, cst.Call)
+    args = u.loop_args(loop.node)
+    if loop.counted:
+        count = u.code_of(args[0].value)
+        return call.with_changes(args=[args[0].with_changes(value=cst.parse_expression(f"({count}) // {_FACTOR}"))])
+    doubled = cst.parse_expression(f"{_FACTOR} * ({u.code_of(args[2].value)})" if len(args) == 3 else str(_FACTOR))
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return call.with_changes(args=[args[0].with_changes(comma=comma), args[1].with_changes(comma=comma),
+                                   cst.Arg(doubled)])
 
 
 class InterleaveIterations:

@@ -19,7 +19,8 @@ into the reduction
         out[j] = copy(acc[j])
 
 issues J consecutive matmuls per stationary tile and keeps J PSUM banks accumulating (8 banks of
-2 KiB per partition, A.4). Legal when the output loop's iterations are independent (`affine_range`),
+2 KiB per partition, A.4). Legal when the output loop's iterations are independent (`affine_range`, or a
+`static_range` or Python `range` loop in which the shared analysis finds no value handed on),
 the reduction's ranges and the stationary operand do not depend on `j`, the accumulator of each `j` is
 its own (a block of a block tensor indexed by `j`, or a tile allocated per `j`, which becomes a block
 tensor), and the read-out does not write anything the reduction reads. The J accumulators must fit in
@@ -104,8 +105,11 @@ def _jam(model: KernelModel, outer: cst.For, known: int | None) -> _Jam | str | 
     if len(accumulations) != 1:
         return None
     var = u.loop_var(outer)
-    if var is None or u.loop_kind(outer) != "affine":
-        return "the output loop is not an affine_range"
+    if var is None:
+        return "the output loop has no variable"
+    reordered = model.reorder_problem(model.loop(outer))  # its iterations run interleaved after the jam
+    if reordered:
+        return f"the output loop: {reordered}"
     acc_stmt = accumulations[0]
     assert isinstance(acc_stmt, cst.SimpleStatementLine)
     found = _accumulator(acc_stmt)
@@ -113,6 +117,8 @@ def _jam(model: KernelModel, outer: cst.For, known: int | None) -> _Jam | str | 
         return None
     name, target = found
     loop = model.loop(outer)
+    if not loop.counted:
+        return "the output loop is not written as a count (`affine_range(n)`)"
     trips = next((t for t in (loop.trips, model.profile_trips.get(loop.line), known) if t is not None), None)
     if trips is None or trips < 2 or trips != int(trips):
         return "the output loop has no static trip count above 1"
