@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from accelopt_core.nki.trace import Instruction, Op, Trace
 from accelopt_core.perfmodel.allocator import AllocationPlan
 
@@ -55,19 +57,17 @@ def plan_assumptions(trace: Trace, plan: AllocationPlan) -> list[Assumption]:
         totals[2] += added
 
     instructions = trace.instructions
-    for i, j in enumerate(plan.same_as):
-        if j >= 0:
-            inst = instructions[i]
-            add(_repeat_kind(inst), inst.line, (instructions[j].line,), 1, _read_bytes(inst), 0)
+    for i in np.flatnonzero(np.asarray(plan.same_as) >= 0).tolist():  # a million-instruction trace: few of them
+        inst = instructions[i]
+        add(_repeat_kind(inst), inst.line, (instructions[plan.same_as[i]].line,), 1, _read_bytes(inst), 0)
     for i in plan.dead:
         add(DEAD, instructions[i].line, (), 1, _read_bytes(instructions[i]), 0)
-    for i, inst in enumerate(instructions):
-        if plan.refetch[i]:
-            add(LOAD_REISSUED, plan.refetch_line[i] or inst.line, (inst.line,), 1, 0, plan.refetch[i])
-        if plan.save[i]:
-            add(SPILLED, inst.line, (), 1, 0, plan.save[i])
-        if plan.reload[i]:
-            add(RELOADED, inst.line, (), 1, 0, plan.reload[i])
+    for i in np.flatnonzero(plan.refetch).tolist():
+        line = instructions[i].line
+        add(LOAD_REISSUED, plan.refetch_line[i] or line, (line,), 1, 0, plan.refetch[i])
+    for kind, amounts in ((SPILLED, plan.save), (RELOADED, plan.reload)):
+        for i in np.flatnonzero(amounts).tolist():
+            add(kind, instructions[i].line, (), 1, 0, amounts[i])
     for lines, runs in plan.merged_loops.items():
         for line in lines:
             add(LOOPS_MERGED, line, tuple(other for other in lines if other != line), runs, 0, 0)
@@ -126,6 +126,9 @@ def _describe(a: Assumption, plan: AllocationPlan) -> str:
                 f" iteration by iteration ({times}), so what one writes stays on chip for the other: live SBUF"
                 f" {plan.unmerged_peak_bytes_per_partition:,} B/partition in program order,"
                 f" {plan.peak_bytes_per_partition:,} merged")
+    if a.kind == LOAD_REISSUED and a.related_lines == (a.line,):  # a single load that gave way: its line is not kept
+        return (f"{a.kind}: SBUF cannot hold loaded data until this line uses it, so it is assumed loaded again"
+                f" before this line ({times}, {a.bytes_added:,} bytes read from HBM)")
     if a.kind == LOAD_REISSUED:
         return (f"{a.kind}: SBUF cannot hold what this load brought in until its use on {_lines(a.related_lines)},"
                 f" so the load is assumed issued again there ({times}, {a.bytes_added:,} bytes read from HBM)")

@@ -170,3 +170,17 @@ def test_in_brief_names_each_kind_with_its_lines() -> None:
               {"kind": LOOPS_MERGED, "line": 14}, {"kind": REPEATED_LOAD, "line": 10}]
     assert in_brief(listed) == f"{REPEATED_LOAD} (line 10) · {LOOPS_MERGED} (lines 9, 14)"
     assert in_brief([]) is None
+
+
+def test_a_single_load_loaded_again_is_listed_on_the_line_that_uses_it(tmp_path: Path, trn1: HardwareProfile) -> None:
+    """The plan keeps the load statement only for loads re-issued at every use; a block of a single load that
+    gave way comes back before its next use, and the entry says so on that line."""
+    trace = _trace(tmp_path, REPEATED, SMALL)
+    memory = trn1.memory
+    plan = plan_allocation(trace, memory.sbuf_usable_bytes_per_partition, memory.psum_bytes_per_partition, 2)
+    use = len(trace.instructions) - 1
+    refetch = [0] * use + [TILE_BYTES]
+    again = [a for a in plan_assumptions(trace, dataclasses.replace(plan, refetch=refetch)) if a.kind == LOAD_REISSUED]
+    assert [(a.line, a.related_lines, a.bytes_added) for a in again] == [
+        (trace.instructions[use].line, (trace.instructions[use].line,), TILE_BYTES)]
+    assert "assumed loaded again before this line" in again[0].description
