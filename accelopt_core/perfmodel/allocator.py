@@ -92,10 +92,12 @@ def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffer
     same_as = _reuse(trace, blocks, {"sbuf": sbuf_capacity, "psum": psum_capacity})
     dropped = [j >= 0 for j in same_as]
     instructions = trace.instructions
+    dead: list[int] = []
     if any(any(a.buffer != "hbm" for a in instructions[i].reads) for i in itertools.compress(range(n), dropped)):
         _drop_dead(trace, blocks, dropped)  # a repeat of on-chip data may leave its inputs' producers dead
+        dead = [i for i in itertools.compress(range(n), dropped) if same_as[i] < 0]
     plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n, 0, sbuf_capacity,
-                          dead=[i for i in range(n) if dropped[i] and same_as[i] < 0])
+                          dead=dead)
     uses = blocks.uses("sbuf", dropped)  # every executed access to each SBUF block
     _rotate(trace, uses, buffers, plan.reuses_buffer_of)
     _allocate(trace, blocks, plan, uses)
