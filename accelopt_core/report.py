@@ -77,6 +77,8 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8,
             out.append(f"spills    save {save}, reload {reload}")
         for note in p.get("notes") or []:  # the model's own caveats, e.g. live SBUF above the usable SBUF
             out.append(f"note      {note}")
+        for assumption in p.get("assumptions") or []:  # what the latency assumes the compiler does
+            out.append(f"assumes   line {assumption['line']}: {assumption['description']}")
         flops = p.get("hardware_flops")
         if flops is not None:
             out.append(f"flops     {flops / 1e9:.3g} GFLOP on the Tensor engine "

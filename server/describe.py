@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from accelopt_core.perfmodel.assumptions import in_brief, on_line
 from accelopt_core.profiling import ProfileResult, measured_on
 from accelopt_core.report import counted
 
@@ -112,6 +113,8 @@ def line_markdown(doc: KernelDocument, line: int) -> str | None:
     loop = loop_here or enclosing_loop(info, old)
     if loop is not None:
         parts.append(f"- {'this loop' if loop_here else 'loop'}: {loop_text(loop, result)}")
+    parts += [f"- assumes {assumption['description']}"
+              for assumption in on_line(result.profile.get("assumptions"), old)]
     if doc.outdated:
         parts.append("\n_profile of the text before your latest edits_")
     return "\n".join(parts)
@@ -152,6 +155,9 @@ def summary_markdown(doc: KernelDocument) -> str | None:
     if spilled:
         rows.append(("SBUF spills", f"save {nbytes(p.get('spill_save_bytes'))} · "
                                     f"reload {nbytes(p.get('spill_reload_bytes'))}"))
+    assumed = in_brief(p.get("assumptions"))
+    if assumed:
+        rows.append(("compiler assumed", f"{assumed} (hover a line for what it changes)"))
     table = "\n".join(["| | |", "|---|---|", *(f"| {k} | {v.replace('|', '/')} |" for k, v in rows)])
     note = "\n\n_profile of the text before your latest edits_" if doc.outdated else ""
     return f"{title}\n\n{table}{note}"

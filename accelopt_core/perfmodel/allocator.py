@@ -72,6 +72,12 @@ class AllocationPlan:
     # instruction with a refetch or reload -> SBUF bytes per partition still free once its blocks are in:
     # how many more of those transfers can be in flight ahead of their uses
     room: dict[int, int] = field(default_factory=dict)
+    # the instructions dropped because only dropped instructions read what they wrote (mechanism 1)
+    dead: list[int] = field(default_factory=list)
+    # loop statements (their lines) the walk ran as one loop, each group with how many times it ran
+    # merged (mechanism 4), and the live SBUF peak in program order that merging brought down
+    merged_loops: dict[tuple[int, ...], int] = field(default_factory=dict)
+    unmerged_peak_bytes_per_partition: int = 0
 
     @property
     def spills(self) -> bool:
@@ -86,9 +92,12 @@ def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffer
     same_as = _reuse(trace, blocks, {"sbuf": sbuf_capacity, "psum": psum_capacity})
     dropped = [j >= 0 for j in same_as]
     instructions = trace.instructions
+    dead: list[int] = []
     if any(any(a.buffer != "hbm" for a in instructions[i].reads) for i in itertools.compress(range(n), dropped)):
         _drop_dead(trace, blocks, dropped)  # a repeat of on-chip data may leave its inputs' producers dead
-    plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n, 0, sbuf_capacity)
+        dead = [i for i in itertools.compress(range(n), dropped) if same_as[i] < 0]
+    plan = AllocationPlan(dropped, same_as, [-1] * n, [0] * n, [0] * n, [0] * n, [-1] * n, [0] * n, 0, sbuf_capacity,
+                          dead=dead)
     uses = blocks.uses("sbuf", dropped)  # every executed access to each SBUF block
     _rotate(trace, uses, buffers, plan.reuses_buffer_of)
     _allocate(trace, blocks, plan, uses)
@@ -537,10 +546,11 @@ def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dic
     plan.peak_bytes_per_partition = _peak(uses, sizes, n)
     if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
         return
-    order = _fused_order(trace, blocks, plan.dropped)
+    order = _fused_order(trace, blocks, plan.dropped, plan.merged_loops)
     if order is None:
         order = list(range(n))
     else:  # the walk's clock is the position in the fused order
+        plan.unmerged_peak_bytes_per_partition = plan.peak_bytes_per_partition
         position = [0] * n
         for p, i in enumerate(order):
             position[i] = p
@@ -809,14 +819,15 @@ def _feeds(earlier: _Run, later: _Run) -> bool:
     return any(b in earlier.written for b in later.touched)
 
 
-def _fused_order(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> list[int] | None:
+def _fused_order(trace: Trace, blocks: _BlockIndex, dropped: list[bool],
+                 merged: dict[tuple[int, ...], int] | None = None) -> list[int] | None:
     """The order the compiler runs the instructions in: program order, except that sibling loops of one
     trip count, where a later one consumes on-chip blocks of an earlier and every dependence allows it,
     run as one loop (iteration k of each in turn, their bodies fused the same way). What runs between them
     moves before the first when independent of the group, or stays after it when independent of the one
     that joins. Without fusion a producer loop's whole output stays live until its consumer loop starts;
     trn1's swiglu counters show the compiler does not keep it so. Dropped instructions keep their place and
-    count for no dependence. None: nothing fuses."""
+    count for no dependence. None: nothing fuses. `merged` counts each fused group's loop lines."""
     instructions = trace.instructions
     worth = _with_sibling_loops(trace)
     if not worth:
@@ -882,7 +893,11 @@ def _fused_order(trace: Trace, blocks: _BlockIndex, dropped: list[bool]) -> list
                     j += 1
                     continue
                 j = k
-            fused = fused or len(group) > 1
+            if len(group) > 1:
+                fused = True
+                if merged is not None:
+                    lines = tuple(member.loop.line for member in group if member.loop is not None)
+                    merged[lines] = merged.get(lines, 0) + 1
             for step in range(len(head.iterations)):
                 out += arrange([i for member in group for i in member.iterations[step]], depth + 1)
         return out

@@ -8,6 +8,7 @@ import numpy as np
 
 from accelopt_core.hardware import HardwareProfile
 from accelopt_core.nki.trace import Access, Engine, Trace, collector_paused
+from accelopt_core.perfmodel.assumptions import plan_assumptions
 from accelopt_core.perfmodel.costs import CostModel
 from accelopt_core.perfmodel.floor import PhysicalFloor, physical_floor
 from accelopt_core.perfmodel.report import PerfReport
@@ -123,6 +124,7 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
         lines=_lines(trace, codes, busy_time, traffic.by_line),
         loops=_loops(sched, start, end, busy_time),
         notes=notes,
+        assumptions=[a.to_dict() for a in plan_assumptions(trace, plan)],
     )
 
 

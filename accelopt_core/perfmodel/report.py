@@ -83,6 +83,9 @@ class PerfReport:
     lines: list[dict[str, Any]] = field(default_factory=list)
     loops: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # what the latency assumes the compiler does (assumptions.py): kind, line, related_lines, instructions,
+    # bytes_not_moved, bytes_added, description
+    assumptions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (plain numbers, strings, lists and dicts)."""
