@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from .profiling import ProfileResult, SimulatorProfiler, TaskRef
+from .profiling import Profiler, ProfileResult, SimulatorProfiler, TaskRef, measured_on
 from .tasks.check import fresh_seeds
 
 LEGACY_ROOT = "neuronxcc.nki"
@@ -269,9 +270,58 @@ class Verified:
 
 
 def verify(original: str, migrated: str, task: TaskRef, hardware: str = "trn2", seeds: Sequence[int] | None = None,
-           profiler: SimulatorProfiler | None = None) -> Verified:
+           profiler: Profiler | None = None, kernel_name: str | None = None) -> Verified:
     """Profile the legacy kernel and its migration on the same fresh seeds (simulated `hardware`)."""
     chosen = list(seeds) if seeds is not None else fresh_seeds(5)
     runner = profiler or SimulatorProfiler()
-    return Verified(runner.profile(original, task, hardware, seeds=chosen, kernel_label="original.py"),
-                    runner.profile(migrated, task, hardware, seeds=chosen, kernel_label="migrated.py"))
+    return Verified(*(runner.profile(source, task, hardware, seeds=chosen, kernel_label=label, kernel_name=kernel_name)
+                      for source, label in ((original, "original.py"), (migrated, "migrated.py"))))
+
+
+# --- `accelopt migrate`: exit codes as the other commands use them --------------------------------------------------
+EXIT_MIGRATED = 0  # complete, and both versions correct on the same fresh seeds
+EXIT_COULD_NOT_RUN = 1  # one of the two versions failed to run
+EXIT_DISAGREES = 3  # it ran, but a version is wrong on some seed or lines are left for a person
+
+
+def exit_code(migration: Migration, verified: Verified) -> int:
+    """0 only for a complete migration both of whose versions are correct on every seed."""
+    if verified.original.error or verified.migrated.error:
+        return EXIT_COULD_NOT_RUN
+    return EXIT_MIGRATED if verified.agree and migration.complete else EXIT_DISAGREES
+
+
+def _version_line(label: str, result: ProfileResult) -> str:
+    if result.error:
+        return f"{label:<9} failed to run: {result.error}"
+    verdict = "correct" if result.correct else f"WRONG RESULTS ({result.check_message})"
+    latency = f"{result.latency_ms:.4g} ms" if result.latency_ms is not None else "no latency"
+    return f"{label:<9} {latency} ({measured_on(result)}), {verdict}"
+
+
+def render_migration(kernel_path: str, out_path: str, migration: Migration, verified: Verified) -> str:
+    """What a person reads after `accelopt migrate`: where the kernel went, both latencies and where they come
+    from, the verdict on the seeds both ran on, and each line left for a person as `file:line: reason`."""
+    seeds = ", ".join(map(str, verified.original.seeds)) or "none"
+    lines = [f"migrated  {kernel_path} -> {out_path}",
+             _version_line("original", verified.original),
+             _version_line("migrated", verified.migrated),
+             f"seeds     {seeds} (the same fresh seeds for both)"]
+    if verified.agree and verified.original.latency_ms and verified.migrated.latency_ms:
+        ratio = verified.original.latency_ms / verified.migrated.latency_ms
+        lines.append(f"speed     migrated runs {ratio:.2f}x the original's speed")
+    verdict = "both correct on every seed" if verified.agree else "the versions do not both pass"
+    left = len(migration.needs_person)
+    lines.append(f"result    {verdict}; " + ("migration complete" if migration.complete else
+                                             f"{left} line{'s' * (left != 1)} left for a person:"))
+    lines += [f"{out_path}:{line}: {reason}" for line, reason in migration.needs_person]
+    return "\n".join(lines)
+
+
+def migration_dict(kernel_path: str, out_path: str, migration: Migration, verified: Verified) -> dict[str, Any]:
+    """The same as one JSON object, with both profiles as `accelopt profile --json` gives them."""
+    return {"kernel": kernel_path, "out": out_path, "complete": migration.complete, "agree": verified.agree,
+            "needs_person": [{"file": out_path, "line": line, "reason": reason}
+                             for line, reason in migration.needs_person],
+            "original": verified.original.to_dict(), "migrated": verified.migrated.to_dict(),
+            "exit_code": exit_code(migration, verified)}
