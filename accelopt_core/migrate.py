@@ -26,7 +26,16 @@ ACTIVATIONS = ("exp", "tanh", "sigmoid", "relu", "gelu", "silu", "log", "sqrt", 
                "square", "reciprocal", "erf")  # nl.f(x) -> nisa.activation(dst, op=nl.f, data=x)
 BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")  # nl.f(a, b)
 RANGES = ("affine_range", "sequential_range", "static_range")
+REDUCTIONS = {"max": "maximum", "min": "minimum", "sum": "add", "mean": "add"}  # nl.f -> tensor_reduce's op
 ALLOCATIONS = ("ndarray", "zeros", "ones", "full")  # what they assign is a tile the rewrites may read
+# legacy nisa instructions that return their tile: positional parameters in the legacy order, and which of them
+# the result is shaped as (nc_transpose and nc_matmul are shaped by their own rule)
+LEGACY_ISA_PARAMETERS = {"nc_transpose": ("data",), "nc_matmul": ("stationary", "moving"),
+                         "activation": ("op", "data"), "tensor_tensor": ("data1", "data2", "op"),
+                         "tensor_scalar": ("data", "op0", "operand0"), "tensor_copy": ("src",),
+                         "tensor_tensor_scan": ("data0", "data1", "initial", "op0", "op1")}
+LEGACY_ISA_SHAPED_BY = {"activation": 1, "tensor_tensor": 0, "tensor_scalar": 0, "tensor_copy": 0,
+                        "tensor_tensor_scan": 0}
 # nl.* the nki package keeps as they are: allocation, constants, dtypes and the operator names instructions take
 MODERN_LANGUAGE = frozenset({"ndarray", "zeros", "ones", "full", "shared_hbm", "hbm", "sbuf", "psum", "private_hbm",
                              "par_dim", "tile_size", "shared_identity_matrix", "program_id", "num_programs",
@@ -78,6 +87,7 @@ class _Rewrite(cst.CSTTransformer):
         super().__init__()
         self.nl, self.nisa = nl, nisa
         self.tiles: set[str] = set()  # names known to hold an on-chip tile
+        self.columns: set[str] = set()  # tiles a reduction along the free axis made: one value per partition
 
     # --- imports ------------------------------------------------------------------------------------------
     def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:  # noqa: N802
@@ -100,21 +110,32 @@ class _Rewrite(cst.CSTTransformer):
                                   ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.SimpleStatementLine]:
         if len(updated.body) != 1:
             return updated
-        statement = updated.body[0]
+        lines = self._statement(updated.body[0])
+        if lines is None:
+            return updated
+        return cst.FlattenSentinel([cst.parse_statement(line) for line in lines])  # type: ignore[misc]
+
+    def _statement(self, statement: cst.BaseSmallStatement) -> list[str] | None:
+        """The statement's rewrite as lines, or None to leave it as it is."""
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call):
             target = statement.targets[0].target
             if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
                 self.tiles.add(target.value)
-            elif isinstance(target, cst.Name):
+                return None
+            if isinstance(target, cst.Name):
                 lines = self._assigned(target.value, statement.value)
                 if lines is not None:
                     self.tiles.add(target.value)
-                    return cst.FlattenSentinel([cst.parse_statement(line) for line in lines])  # type: ignore[misc]
+                return lines
+            if isinstance(target, cst.Subscript) and self._is_tile(target):
+                return self._written_into(target, statement.value)
+        if (isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign)
+                and isinstance(statement.value, cst.Call) and self._is_tile(statement.target)
+                and self._isa(statement.value) == "nc_matmul"):
+            return self._into(self._code(statement.target), statement.value, allocate=False, accumulate=True)
         if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
-            line = self._stored(statement.value)
-            if line is not None:
-                return cst.parse_statement(line)  # type: ignore[return-value]
-        return updated
+            return self._stored(statement.value)
+        return None
 
     def _code(self, node: cst.CSTNode) -> str:
         return cst.Module(body=[]).code_for_node(node)
@@ -125,72 +146,167 @@ class _Rewrite(cst.CSTTransformer):
         prefix = f"{self.nl}."
         return dotted[len(prefix):] if dotted and dotted.startswith(prefix) else None
 
+    def _isa(self, call: cst.Call) -> str | None:
+        """"nc_matmul" for `nisa.nc_matmul(...)`, None for anything else."""
+        dotted = _dotted(call.func)
+        prefix = f"{self.nisa}."
+        return dotted[len(prefix):] if dotted and dotted.startswith(prefix) else None
+
     def _assigned(self, name: str, call: cst.Call) -> list[str] | None:
-        """`name = nl.load(src)` / `nl.exp(x)` / `nl.add(a, b)` as an allocation and the instruction; an
-        `nl.*` call nested as an argument first becomes a tile of its own (`name_1`, ...)."""
+        """`name = nl.load(src)` / `nl.exp(x)` / `nisa.nc_transpose(x)` as an allocation and the instruction."""
+        return self._into(name, call, allocate=True)
+
+    def _flattened(self, name: str, call: cst.Call) -> tuple[list[str], cst.Call] | None:
+        """An `nl.*` / `nisa.*` call nested as an argument first becomes a tile of its own (`name_1`, ...,
+        innermost first); the call then reads those names."""
         before: list[str] = []
         args = list(call.args)
         for position, arg in enumerate(args):
-            if arg.keyword is None and isinstance(arg.value, cst.Call) and self._function(arg.value) is not None:
+            nested = arg.value
+            if isinstance(nested, cst.Call) and (self._function(nested) is not None or self._isa(nested) is not None):
                 inner = f"{name}_{position + 1}"
-                lines = self._assigned(inner, arg.value)
+                lines = self._assigned(inner, nested)
                 if lines is None:
                     return None
                 before += lines
                 self.tiles.add(inner)
                 args[position] = arg.with_changes(value=cst.Name(inner))
-        lines = self._instruction(name, call.with_changes(args=args))
-        return None if lines is None else before + lines
+        return before, call.with_changes(args=args)
 
-    def _instruction(self, name: str, call: cst.Call) -> list[str] | None:
-        """One call whose tile arguments are names, as its allocation and instruction."""
+    def _into(self, dst: str, call: cst.Call, allocate: bool, accumulate: bool = False) -> list[str] | None:
+        """The call as the instruction writing `dst`, after its nested calls, with `dst` allocated first when
+        `allocate` (else `dst` is a tile, or part of one, the kernel already has)."""
+        flat = self._flattened(dst.split("[")[0], call)
+        if flat is None:
+            return None
+        before, call = flat
+        made = self._instruction(dst, call, accumulate)
+        if made is None:
+            return None
+        allocation, instructions = made
+        return before + ([f"{dst} = {allocation}"] if allocate else []) + instructions.split("\n")
+
+    def _written_into(self, target: cst.Subscript, call: cst.Call) -> list[str] | None:
+        """`tile[...] = nl.copy(src)` / `nl.add(a, b)`: the instruction writes that part of the tile; a tensor-engine
+        result (`nl.copy(nisa.nc_transpose(x))`) goes through a PSUM tile of its own first."""
+        dst = self._code(target)
+        args = [a for a in call.args if a.keyword is None]
+        if self._function(call) == "copy" and len(args) == 1 and isinstance(args[0].value, cst.Call):
+            temporary = f"{self._code(target.value)}_1"
+            lines = self._assigned(temporary, args[0].value)
+            if lines is None:
+                return None
+            self.tiles.add(temporary)
+            return [*lines, f"{self.nisa}.tensor_copy(dst={dst}, src={temporary})"]
+        return self._into(dst, call, allocate=False)
+
+    def _allocation(self, like: str, dtype: str | None = None, shape: str | None = None, buffer: str = "sbuf") -> str:
+        nl = self.nl
+        return f"{nl}.ndarray({shape or f'{like}.shape'}, dtype={dtype or f'{like}.dtype'}, buffer={nl}.{buffer})"
+
+    def _instruction(self, dst: str, call: cst.Call, accumulate: bool = False) -> tuple[str, str] | None:
+        """One call whose tile arguments are tiles, as (what to allocate `dst` as, the instruction writing it)."""
+        if self._isa(call) is not None:
+            return self._isa_instruction(dst, call, accumulate)
         function = self._function(call)
         args = [a for a in call.args if a.keyword is None]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         nl, nisa = self.nl, self.nisa
         if function == "copy" and len(args) == 1 and set(keywords) <= {"dtype"} and self._is_tile(args[0].value):
             src = self._code(args[0].value)
-            dtype = self._code(keywords["dtype"]) if "dtype" in keywords else f"{src}.dtype"
-            return [f"{name} = {nl}.ndarray({src}.shape, dtype={dtype}, buffer={nl}.sbuf)",
-                    f"{nisa}.tensor_copy(dst={name}, src={src})"]
+            dtype = self._code(keywords["dtype"]) if "dtype" in keywords else None
+            return self._allocation(src, dtype), f"{nisa}.tensor_copy(dst={dst}, src={src})"
+        along_free_axis = {k: self._code(v) for k, v in keywords.items()} == {"axis": "1", "keepdims": "True"}
+        if function in REDUCTIONS and len(args) == 1 and self._is_tile(args[0].value) and along_free_axis:
+            self.columns.add(dst)
+            return self._reduced(dst, self._code(args[0].value), function)
         if function is None or keywords:
             return None
         if function == "load" and len(args) == 1:
             src = self._code(args[0].value)
-            return [f"{name} = {nl}.ndarray({src}.shape, dtype={src}.dtype, buffer={nl}.sbuf)",
-                    f"{nisa}.dma_copy(dst={name}, src={src})"]
+            return self._allocation(src), f"{nisa}.dma_copy(dst={dst}, src={src})"
         if function == "negative" and len(args) == 1 and self._is_tile(args[0].value):
             data = self._code(args[0].value)
-            return [f"{name} = {nl}.ndarray({data}.shape, dtype={data}.dtype, buffer={nl}.sbuf)",
-                    f"{nisa}.tensor_scalar(dst={name}, data={data}, op0={nl}.multiply, operand0=-1.0)"]
+            negated = f"{nisa}.tensor_scalar(dst={dst}, data={data}, op0={nl}.multiply, operand0=-1.0)"
+            return self._allocation(data), negated
         if function in ACTIVATIONS and len(args) == 1 and self._is_tile(args[0].value):
             data = self._code(args[0].value)
-            return [f"{name} = {nl}.ndarray({data}.shape, dtype={data}.dtype, buffer={nl}.sbuf)",
-                    f"{nisa}.activation(dst={name}, op={nl}.{function}, data={data})"]
+            return self._allocation(data), f"{nisa}.activation(dst={dst}, op={nl}.{function}, data={data})"
         if function in BINARY and len(args) == 2:
             a, b = (arg.value for arg in args)
+            if self._is_tile(a) and isinstance(b, cst.Name) and b.value in self.columns:
+                first = self._code(a)  # a per-partition column is the scalar operand, as the engines take it
+                return (self._allocation(first),
+                        f"{nisa}.tensor_scalar(dst={dst}, data={first}, op0={nl}.{function}, operand0={b.value})")
             if self._is_tile(a) and self._is_tile(b):
                 first = self._code(a)
-                return [f"{name} = {nl}.ndarray({first}.shape, dtype={first}.dtype, buffer={nl}.sbuf)",
-                        f"{nisa}.tensor_tensor(dst={name}, data1={first}, data2={self._code(b)}, op={nl}.{function})"]
+                return (self._allocation(first),
+                        f"{nisa}.tensor_tensor(dst={dst}, data1={first}, data2={self._code(b)}, op={nl}.{function})")
             if self._is_tile(a) and isinstance(b, (cst.Integer, cst.Float)):
                 first = self._code(a)
-                return [f"{name} = {nl}.ndarray({first}.shape, dtype={first}.dtype, buffer={nl}.sbuf)",
-                        f"{nisa}.tensor_scalar(dst={name}, data={first}, op0={nl}.{function}, "
-                        f"operand0={self._code(b)})"]
+                return (self._allocation(first),
+                        f"{nisa}.tensor_scalar(dst={dst}, data={first}, op0={nl}.{function}, operand0={self._code(b)})")
         return None
 
+    def _reduced(self, dst: str, data: str, function: str) -> tuple[str, str]:
+        """`nl.max / sum / mean(data, axis=1, keepdims=True)` as tensor_reduce along the free axis into a column;
+        a mean is the sum scaled by one over the row's length."""
+        nl, nisa = self.nl, self.nisa
+        reduce = f"{nisa}.tensor_reduce(dst={dst}, op={nl}.{REDUCTIONS[function]}, data={data}, axis=1, keepdims=True)"
+        scale = f"{nisa}.tensor_scalar(dst={dst}, data={dst}, op0={nl}.multiply, operand0=1.0 / {data}.shape[1])"
+        return (self._allocation(data, shape=f"({data}.shape[0], 1)"),
+                reduce + (f"\n{scale}" if function == "mean" else ""))
+
+    def _isa_instruction(self, dst: str, call: cst.Call, accumulate: bool) -> tuple[str, str] | None:
+        """A legacy `nisa.*` call that returns its tile, as the same instruction writing `dst`: positional
+        arguments named as the legacy signature names them; the result lives where the legacy one did (a
+        transpose or matmul in PSUM, as float32 for a matmul; anything else in SBUF, shaped as its input)."""
+        instruction = self._isa(call)
+        parameters = LEGACY_ISA_PARAMETERS.get(instruction or "")
+        positional = [a for a in call.args if a.keyword is None]
+        if parameters is None or len(positional) > len(parameters):
+            return None
+        given = {name: arg.value for name, arg in zip(parameters, positional, strict=False)}
+        given |= {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        if "mask" in given or (accumulate and instruction != "nc_matmul"):
+            return None  # a mask moves into the operands' slices: a person decides how
+        text = {name: self._code(value) for name, value in given.items()}
+        arguments = ", ".join(f"{name}={value}" for name, value in text.items())
+        line = f"{self.nisa}.{instruction}(dst={dst}, {arguments}{', accumulate=True' if accumulate else ''})"
+        if instruction == "nc_transpose":
+            data = text["data"]
+            return self._allocation(data, shape=f"({data}.shape[1], {data}.shape[0])", buffer="psum"), line
+        if instruction == "nc_matmul":
+            stationary, moving = text["stationary"], text["moving"]
+            return self._allocation(stationary, dtype=f"{self.nl}.float32", buffer="psum",
+                                    shape=f"({stationary}.shape[1], {moving}.shape[1])"), line
+        return self._allocation(text[parameters[LEGACY_ISA_SHAPED_BY[instruction]]]), line
+
     def _is_tile(self, node: cst.BaseExpression) -> bool:
+        """A name known to hold a tile, or a slice of one."""
+        if isinstance(node, cst.Subscript):
+            node = node.value
         return isinstance(node, cst.Name) and node.value in self.tiles
 
-    def _stored(self, call: cst.Call) -> str | None:
-        """`nl.store(dst, value=tile)` as `nisa.dma_copy(dst=dst, src=tile)`."""
+    def _stored(self, call: cst.Call) -> list[str] | None:
+        """`nl.store(dst, value=tile)` as `nisa.dma_copy(dst=dst, src=tile)`; a value computed in place
+        (`value=nl.copy(acc)`) becomes a tile of its own first."""
         if self._function(call) != "store":
             return None
         given = {a.keyword.value if a.keyword else ("dst", "value")[i]: a.value for i, a in enumerate(call.args)}
-        if set(given) != {"dst", "value"} or not self._is_tile(given["value"]):
+        if set(given) != {"dst", "value"}:
             return None
-        return f"{self.nisa}.dma_copy(dst={self._code(given['dst'])}, src={self._code(given['value'])})"
+        value, before = given["value"], []
+        if isinstance(value, cst.Call):
+            stored = f"{self._code(given['dst']).split('[')[0]}_stored"
+            lines = self._assigned(stored, value)
+            if lines is None:
+                return None
+            self.tiles.add(stored)
+            value, before = cst.Name(stored), lines
+        if not self._is_tile(value):
+            return None
+        return [*before, f"{self.nisa}.dma_copy(dst={self._code(given['dst'])}, src={self._code(value)})"]
 
     # --- loops --------------------------------------------------------------------------------------------------
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:  # noqa: N802
@@ -211,14 +327,12 @@ class _Leftovers(cst.CSTVisitor):
         self.nl, self.nisa = nl, nisa
         self.found: list[tuple[int, str]] = []
 
-    def visit_Assign(self, node: cst.Assign) -> None:  # noqa: N802
-        dotted = _dotted(node.value.func) if isinstance(node.value, cst.Call) else None
-        if dotted and dotted.startswith(f"{self.nisa}."):
-            line = self.get_metadata(PositionProvider, node).start.line
-            self.found.append((line, f"{dotted} returns its result in the legacy API: give it a dst= tile"))
-
     def visit_Call(self, node: cst.Call) -> None:  # noqa: N802
         dotted = _dotted(node.func)
+        if dotted and dotted.startswith(f"{self.nisa}.") and not any(
+                a.keyword is not None and a.keyword.value == "dst" for a in node.args):
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.found.append((line, f"{dotted} returns its result in the legacy API: give it a dst= tile"))
         if dotted and dotted.startswith(f"{self.nl}.") and dotted[len(self.nl) + 1:] not in MODERN_LANGUAGE:
             line = self.get_metadata(PositionProvider, node).start.line
             self.found.append((line, f"{dotted} has no mechanical nki-package form here"))
