@@ -87,6 +87,7 @@ class _Rewrite(cst.CSTTransformer):
         super().__init__()
         self.nl, self.nisa = nl, nisa
         self.tiles: set[str] = set()  # names known to hold an on-chip tile
+        self.blocks: set[str] = set()  # tiles whose block dimension became a Python list
         self.columns: set[str] = set()  # tiles a reduction along the free axis made: one value per partition
 
     # --- imports ------------------------------------------------------------------------------------------
@@ -121,7 +122,7 @@ class _Rewrite(cst.CSTTransformer):
             target = statement.targets[0].target
             if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
                 self.tiles.add(target.value)
-                return None
+                return self._unblocked(target.value, statement.value)
             if isinstance(target, cst.Name):
                 lines = self._assigned(target.value, statement.value)
                 if lines is not None:
@@ -136,6 +137,30 @@ class _Rewrite(cst.CSTTransformer):
         if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
             return self._stored(statement.value)
         return None
+
+    def _unblocked(self, name: str, allocation: cst.Call) -> list[str] | None:
+        """`t = nl.ndarray((n, nl.par_dim(p), f), ...)` as a Python list of n tiles `(p, f)`, as the guide to
+        removing block dimensions does; `t[k]` then reads the same, and `t[k, ...]` becomes `t[k][...]`."""
+        shape = allocation.args[0].value if allocation.args and allocation.args[0].keyword is None else None
+        if not isinstance(shape, cst.Tuple) or len(shape.elements) < 3:
+            return None
+        elements = [element.value for element in shape.elements]
+        partition = elements[1]
+        if not (isinstance(partition, cst.Call) and self._function(partition) == "par_dim"
+                and not any(isinstance(e, cst.Call) and self._function(e) == "par_dim" for e in elements[:1])):
+            return None
+        tile_shape = ", ".join(self._code(e) for e in [partition.args[0].value, *elements[2:]])
+        rest = "".join(f", {self._code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))}" for a in allocation.args[1:])
+        self.blocks.add(name)
+        one = f"{self._code(allocation.func)}(({tile_shape}){rest})"
+        return [f"{name} = [{one} for _ in range({self._code(elements[0])})]"]
+
+    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.Subscript:  # noqa: N802
+        if not (isinstance(updated.value, cst.Name) and updated.value.value in self.blocks and len(updated.slice) > 1):
+            return updated
+        block, *within = updated.slice
+        outer = updated.with_changes(slice=[block.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+        return cst.Subscript(value=outer, slice=within)
 
     def _code(self, node: cst.CSTNode) -> str:
         return cst.Module(body=[]).code_for_node(node)
@@ -283,8 +308,8 @@ class _Rewrite(cst.CSTTransformer):
         return self._allocation(text[parameters[LEGACY_ISA_SHAPED_BY[instruction]]]), line
 
     def _is_tile(self, node: cst.BaseExpression) -> bool:
-        """A name known to hold a tile, or a slice of one."""
-        if isinstance(node, cst.Subscript):
+        """A name known to hold a tile, or a slice of one (or of one in a list of blocks)."""
+        while isinstance(node, cst.Subscript):
             node = node.value
         return isinstance(node, cst.Name) and node.value in self.tiles
 

@@ -173,3 +173,29 @@ def test_the_bmm_softmax_baseline_migrates_completely_and_agrees():
     assert migration.complete, migration.needs_person
     verified = verify(source, migration.source, TaskRef(name="bmm_softmax:small"), seeds=[5, 6])
     assert verified.agree, (verified.original.check_message, verified.migrated.check_message)
+
+
+def test_a_block_dimension_becomes_a_python_list_of_tiles():
+    """As the block-dimension migration guide does: `t[k]` reads the same, `t[k, i]` becomes `t[k][i]`."""
+    code, left = _migrated_body("t = nl.ndarray((4, nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)\n"
+                                "for k in nl.affine_range(4):\n"
+                                "    t[k] = nl.load(x[k * 128:(k + 1) * 128, 0:64])\n"
+                                "    t[k, :, 0:32] = nl.exp(t[k, :, 32:64])\n")
+    assert not left, left
+    assert "t = [nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf) for _ in range(4)]" in code
+    assert "nisa.dma_copy(dst=t[k], src=x[k * 128:(k + 1) * 128, 0:64])" in code
+    assert "nisa.activation(dst=t[k][:, 0:32], op=nl.exp, data=t[k][:, 32:64])" in code
+
+
+def test_a_tile_without_block_dimension_stays_one_tile():
+    code, _ = _migrated_body("t = nl.ndarray((nl.par_dim(128), 4, 64), dtype=a.dtype, buffer=nl.sbuf)\n")
+    assert "t = nl.ndarray((nl.par_dim(128), 4, 64), dtype=a.dtype, buffer=nl.sbuf)" in code
+
+
+def test_the_matmul_baseline_loses_its_block_dimension_and_agrees():
+    source = (Path(__file__).resolve().parents[2] / "nkibench" / "kernels" / "matmul.py").read_text()
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    assert "nl.par_dim" not in migration.source
+    verified = verify(source, migration.source, TaskRef(name="matmul:small"), seeds=[7, 8])
+    assert verified.agree, (verified.original.error, verified.migrated.error, verified.migrated.check_message)
