@@ -11,6 +11,7 @@ are reported.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,10 +37,11 @@ LEGACY_ISA_PARAMETERS = {"nc_transpose": ("data",), "nc_matmul": ("stationary", 
                          "tensor_tensor_scan": ("data0", "data1", "initial", "op0", "op1")}
 LEGACY_ISA_SHAPED_BY = {"activation": 1, "tensor_tensor": 0, "tensor_scalar": 0, "tensor_copy": 0,
                         "tensor_tensor_scan": 0}
-# nl.* the nki package keeps as they are: allocation, constants, dtypes and the operator names instructions take
+# nl.* calls the nki package keeps as they are (allocation, sizes, loops); an element-wise nl.f(...) call computing a
+# tile is legacy: in the nki package nl.f is only the operator name an instruction takes
 MODERN_LANGUAGE = frozenset({"ndarray", "zeros", "ones", "full", "shared_hbm", "hbm", "sbuf", "psum", "private_hbm",
                              "par_dim", "tile_size", "shared_identity_matrix", "program_id", "num_programs",
-                             "fori_loop", "while_loop", "no_reorder", "NkiTensor", "ds", *ACTIVATIONS, *BINARY})
+                             "fori_loop", "while_loop", "no_reorder", "NkiTensor", "ds"})
 
 
 @dataclass
@@ -83,9 +85,10 @@ def _modern_alias(alias: cst.ImportAlias) -> cst.ImportAlias:
 class _Rewrite(cst.CSTTransformer):
     """The mechanical rewrites; `nl` and `nisa` are the names the kernel gave the two modules."""
 
-    def __init__(self, nl: str, nisa: str):
+    def __init__(self, nl: str, nisa: str, constants: frozenset[str] = frozenset()):
         super().__init__()
         self.nl, self.nisa = nl, nisa
+        self.constants = constants  # module-level names bound to a number: scalar operands
         self.tiles: set[str] = set()  # names known to hold an on-chip tile
         self.blocks: set[str] = set()  # tiles whose block dimension became a Python list
         self.columns: set[str] = set()  # tiles a reduction along the free axis made: one value per partition
@@ -209,7 +212,8 @@ class _Rewrite(cst.CSTTransformer):
         if made is None:
             return None
         allocation, instructions = made
-        return before + ([f"{dst} = {allocation}"] if allocate else []) + instructions.split("\n")
+        statements = [instructions] if isinstance(instructions, str) else instructions
+        return before + ([f"{dst} = {allocation}"] if allocate else []) + statements
 
     def _written_into(self, target: cst.Subscript, call: cst.Call) -> list[str] | None:
         """`tile[...] = nl.copy(src)` / `nl.add(a, b)`: the instruction writes that part of the tile; a tensor-engine
@@ -229,8 +233,10 @@ class _Rewrite(cst.CSTTransformer):
         nl = self.nl
         return f"{nl}.ndarray({shape or f'{like}.shape'}, dtype={dtype or f'{like}.dtype'}, buffer={nl}.{buffer})"
 
-    def _instruction(self, dst: str, call: cst.Call, accumulate: bool = False) -> tuple[str, str] | None:
-        """One call whose tile arguments are tiles, as (what to allocate `dst` as, the instruction writing it)."""
+    def _instruction(self, dst: str, call: cst.Call, accumulate: bool = False
+                     ) -> tuple[str, str | list[str]] | None:
+        """One call whose tile arguments are tiles, as (what to allocate `dst` as, the instruction writing it, or the
+        statements that do)."""
         if self._isa(call) is not None:
             return self._isa_instruction(dst, call, accumulate)
         function = self._function(call)
@@ -245,42 +251,71 @@ class _Rewrite(cst.CSTTransformer):
         if function in REDUCTIONS and len(args) == 1 and self._is_tile(args[0].value) and along_free_axis:
             self.columns.add(dst)
             return self._reduced(dst, self._code(args[0].value), function)
-        if function is None or keywords:
-            return None
-        if function == "load" and len(args) == 1:
+        if function == "load" and len(args) == 1 and not keywords:
             src = self._code(args[0].value)
             return self._allocation(src), f"{nisa}.dma_copy(dst={dst}, src={src})"
-        if function == "negative" and len(args) == 1 and self._is_tile(args[0].value):
-            data = self._code(args[0].value)
-            negated = f"{nisa}.tensor_scalar(dst={dst}, data={data}, op0={nl}.multiply, operand0=-1.0)"
-            return self._allocation(data), negated
-        if function in ACTIVATIONS and len(args) == 1 and self._is_tile(args[0].value):
-            data = self._code(args[0].value)
-            return self._allocation(data), f"{nisa}.activation(dst={dst}, op={nl}.{function}, data={data})"
+        if function == "broadcast_to" and len(args) == 1 and set(keywords) == {"shape"} and self._is_tile(
+                args[0].value):
+            return self._broadcast(dst, self._code(args[0].value), keywords["shape"])
+        dtype = self._code(keywords.pop("dtype")) if "dtype" in keywords else None
+        if function is None or keywords or not args or not self._is_tile(args[0].value):
+            return None
+        data = self._code(args[0].value)
+        if isinstance(args[0].value, cst.Name) and args[0].value.value in self.columns:
+            self.columns.add(dst)  # element-wise on a column keeps one value per partition
+        allocation = self._allocation(data, dtype)
+        if function == "negative" and len(args) == 1:
+            return allocation, f"{nisa}.tensor_scalar(dst={dst}, data={data}, op0={nl}.multiply, operand0=-1.0)"
+        if function in ACTIVATIONS and len(args) == 1:
+            return allocation, f"{nisa}.activation(dst={dst}, op={nl}.{function}, data={data})"
         if function in BINARY and len(args) == 2:
-            a, b = (arg.value for arg in args)
-            if self._is_tile(a) and isinstance(b, cst.Name) and b.value in self.columns:
-                first = self._code(a)  # a per-partition column is the scalar operand, as the engines take it
-                return (self._allocation(first),
-                        f"{nisa}.tensor_scalar(dst={dst}, data={first}, op0={nl}.{function}, operand0={b.value})")
-            if self._is_tile(a) and self._is_tile(b):
-                first = self._code(a)
-                return (self._allocation(first),
-                        f"{nisa}.tensor_tensor(dst={dst}, data1={first}, data2={self._code(b)}, op={nl}.{function})")
-            if self._is_tile(a) and isinstance(b, (cst.Integer, cst.Float)):
-                first = self._code(a)
-                return (self._allocation(first),
-                        f"{nisa}.tensor_scalar(dst={dst}, data={first}, op0={nl}.{function}, operand0={self._code(b)})")
+            other = args[1].value
+            if (isinstance(other, cst.Name) and other.value in self.columns) or self._is_scalar(other):
+                # a per-partition column or a number is the scalar operand, as the engines take it
+                operand = self._code(other)
+                return allocation, f"{nisa}.tensor_scalar(dst={dst}, data={data}, op0={nl}.{function}, " \
+                                   f"operand0={operand})"
+            if self._is_tile(other):
+                return (allocation,
+                        f"{nisa}.tensor_tensor(dst={dst}, data1={data}, data2={self._code(other)}, op={nl}.{function})")
         return None
 
-    def _reduced(self, dst: str, data: str, function: str) -> tuple[str, str]:
+    def _is_scalar(self, node: cst.BaseExpression) -> bool:
+        """A number written in the kernel, or a module-level constant."""
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+            node = node.expression
+        constant = isinstance(node, cst.Name) and node.value in self.constants
+        return constant or isinstance(node, (cst.Integer, cst.Float))
+
+    def _broadcast(self, dst: str, src: str, shape: cst.BaseExpression) -> tuple[str, list[str]] | None:
+        """`nl.broadcast_to(row, shape=(p, f))` of a one-partition row as the legacy API lowers it: a matmul of a
+        ones column with the row into PSUM, copied out, as many columns at a time as a matmul moves."""
+        if not (isinstance(shape, cst.Tuple) and len(shape.elements) == 2):
+            return None
+        nl, nisa = self.nl, self.nisa
+        rows, columns = (self._code(element.value) for element in shape.elements)
+        base = dst.split("[")[0]
+        ones, product, start, end = (f"{base}_{part}" for part in ("ones", "broadcast", "start", "end"))
+        step = f"{nl}.tile_size.gemm_moving_fmax"
+        chunk = textwrap.dedent(f"""\
+            for {start} in range(0, {columns}, {step}):
+                {end} = min({start} + {step}, {columns})
+                {product} = {self._allocation(src, f'{nl}.float32', f'({rows}, {end} - {start})', 'psum')}
+                {nisa}.nc_matmul(dst={product}, stationary={ones}, moving={src}[:, {start}:{end}])
+                {nisa}.tensor_copy(dst={dst}[:, {start}:{end}], src={product})
+            """)
+        return (self._allocation(src, shape=f"({rows}, {columns})"),
+                [f"{ones} = {self._allocation(src, shape=f'(1, {rows})')}", f"{nisa}.memset(dst={ones}, value=1.0)",
+                 chunk])
+
+    def _reduced(self, dst: str, data: str, function: str) -> tuple[str, list[str]]:
         """`nl.max / sum / mean(data, axis=1, keepdims=True)` as tensor_reduce along the free axis into a column;
         a mean is the sum scaled by one over the row's length."""
         nl, nisa = self.nl, self.nisa
         reduce = f"{nisa}.tensor_reduce(dst={dst}, op={nl}.{REDUCTIONS[function]}, data={data}, axis=1, keepdims=True)"
         scale = f"{nisa}.tensor_scalar(dst={dst}, data={dst}, op0={nl}.multiply, operand0=1.0 / {data}.shape[1])"
         return (self._allocation(data, shape=f"({data}.shape[0], 1)"),
-                reduce + (f"\n{scale}" if function == "mean" else ""))
+                [reduce, *([scale] if function == "mean" else [])])
 
     def _isa_instruction(self, dst: str, call: cst.Call, accumulate: bool) -> tuple[str, str] | None:
         """A legacy `nisa.*` call that returns its tile, as the same instruction writing `dst`: positional
@@ -380,11 +415,23 @@ def _module_names(tree: cst.Module) -> tuple[str, str]:
     return nl, nisa
 
 
+def _constants(tree: cst.Module) -> frozenset[str]:
+    """Names the module binds to a number (`EPS = 1e-6`)."""
+    names = set()
+    for node in tree.body:
+        for statement in node.body if isinstance(node, cst.SimpleStatementLine) else ():
+            if (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                    and isinstance(statement.targets[0].target, cst.Name)
+                    and isinstance(statement.value, (cst.Integer, cst.Float))):
+                names.add(statement.targets[0].target.value)
+    return frozenset(names)
+
+
 def migrate_source(source: str) -> Migration:
     """The legacy kernel `source` with every mechanical rewrite applied, and the lines left for a person."""
     tree = cst.parse_module(source)
     nl, nisa = _module_names(tree)
-    rewritten = tree.visit(_Rewrite(nl, nisa))
+    rewritten = tree.visit(_Rewrite(nl, nisa, _constants(tree)))
     code = rewritten.code
     if f"{nisa}." in code and f" as {nisa}" not in code:
         language = f"import nki.language as {nl}\n"

@@ -199,3 +199,59 @@ def test_the_matmul_baseline_loses_its_block_dimension_and_agrees():
     assert "nl.par_dim" not in migration.source
     verified = verify(source, migration.source, TaskRef(name="matmul:small"), seeds=[7, 8])
     assert verified.agree, (verified.original.error, verified.migrated.error, verified.migrated.check_message)
+
+
+def test_an_element_wise_dtype_is_the_allocations_dtype():
+    code, left = _migrated_body("s = nl.add(a, b, dtype=nl.bfloat16)\n")
+    assert not left, left
+    assert "s = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)" in code
+
+
+def test_a_module_constant_and_a_negative_number_are_scalar_operands():
+    code, left = _migrated_body("s = nl.add(a, EPS)\nt = nl.multiply(a, -2)\n")
+    assert [reason for _, reason in left] == ["nl.add has no mechanical nki-package form here"]  # EPS: unknown
+    source = "EPS = 1e-6\n" + textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+
+        @nki.jit
+        def kernel(x):
+            a = nl.load(x)
+            s = nl.add(a, EPS)
+            t = nl.multiply(a, -2)
+    ''')
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    assert "nisa.tensor_scalar(dst=s, data=a, op0=nl.add, operand0=EPS)" in migration.source
+    assert "nisa.tensor_scalar(dst=t, data=a, op0=nl.multiply, operand0=-2)" in migration.source
+
+
+def test_element_wise_on_a_column_stays_a_column_operand():
+    code, left = _migrated_body("m = nl.sum(a, axis=1, keepdims=True)\nr = nl.sqrt(nl.add(m, 1.0))\n"
+                                "d = nl.divide(a, r)\n")
+    assert not left, left
+    assert "nisa.tensor_scalar(dst=d, data=a, op0=nl.divide, operand0=r)" in code
+
+
+def test_a_partition_broadcast_is_the_ones_matmul_the_legacy_api_lowers_it_to():
+    code, left = _migrated_body("row = nl.load(x[0:1, 0:512])\n"
+                                "wide = nl.broadcast_to(row, shape=(128, 512))\n")
+    assert not left, left
+    assert ("wide = nl.ndarray((128, 512), dtype=row.dtype, buffer=nl.sbuf)\n"
+            "    wide_ones = nl.ndarray((1, 128), dtype=row.dtype, buffer=nl.sbuf)\n"
+            "    nisa.memset(dst=wide_ones, value=1.0)\n"
+            "    for wide_start in range(0, 512, nl.tile_size.gemm_moving_fmax):\n"
+            "        wide_end = min(wide_start + nl.tile_size.gemm_moving_fmax, 512)\n"
+            "        wide_broadcast = nl.ndarray((128, wide_end - wide_start), dtype=nl.float32, buffer=nl.psum)\n"
+            "        nisa.nc_matmul(dst=wide_broadcast, stationary=wide_ones, moving=row[:, wide_start:wide_end])\n"
+            "        nisa.tensor_copy(dst=wide[:, wide_start:wide_end], src=wide_broadcast)") in code
+
+
+def test_the_mamba_baseline_migrates_completely_and_agrees():
+    """Return-form activation and tensor_tensor_scan, and two partition broadcasts."""
+    source = (Path(__file__).resolve().parents[2] / "nkibench" / "kernels" / "mamba.py").read_text()
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    verified = verify(source, migration.source, TaskRef(name="mamba:small"), seeds=[9, 10])
+    assert verified.agree, (verified.original.error, verified.migrated.error, verified.migrated.check_message)
