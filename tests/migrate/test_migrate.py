@@ -208,7 +208,7 @@ def test_an_element_wise_dtype_is_the_allocations_dtype():
 
 
 def test_a_module_constant_and_a_negative_number_are_scalar_operands():
-    code, left = _migrated_body("s = nl.add(a, EPS)\nt = nl.multiply(a, -2)\n")
+    _, left = _migrated_body("s = nl.add(a, EPS)\nt = nl.multiply(a, -2)\n")
     assert [reason for _, reason in left] == ["nl.add has no mechanical nki-package form here"]  # EPS: unknown
     source = "EPS = 1e-6\n" + textwrap.dedent('''
         import neuronxcc.nki as nki
