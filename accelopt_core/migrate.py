@@ -88,7 +88,7 @@ class _Rewrite(cst.CSTTransformer):
     def __init__(self, nl: str, nisa: str, constants: frozenset[str] = frozenset()):
         super().__init__()
         self.nl, self.nisa = nl, nisa
-        self.constants = constants  # module-level names bound to a number: scalar operands
+        self.constants = constants  # names bound to a number: scalar operands
         self.tiles: set[str] = set()  # names known to hold an on-chip tile
         self.blocks: set[str] = set()  # tiles whose block dimension became a Python list
         self.columns: set[str] = set()  # tiles a reduction along the free axis made: one value per partition
@@ -281,7 +281,7 @@ class _Rewrite(cst.CSTTransformer):
         return None
 
     def _is_scalar(self, node: cst.BaseExpression) -> bool:
-        """A number written in the kernel, or a module-level constant."""
+        """A number written in the kernel, or a name bound to one."""
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
             node = node.expression
         constant = isinstance(node, cst.Name) and node.value in self.constants
@@ -415,23 +415,51 @@ def _module_names(tree: cst.Module) -> tuple[str, str]:
     return nl, nisa
 
 
-def _constants(tree: cst.Module) -> frozenset[str]:
-    """Names the module binds to a number (`EPS = 1e-6`)."""
-    names = set()
-    for node in tree.body:
-        for statement in node.body if isinstance(node, cst.SimpleStatementLine) else ():
-            if (isinstance(statement, cst.Assign) and len(statement.targets) == 1
-                    and isinstance(statement.targets[0].target, cst.Name)
-                    and isinstance(statement.value, (cst.Integer, cst.Float))):
-                names.add(statement.targets[0].target.value)
-    return frozenset(names)
+class _Scalars(cst.CSTVisitor):
+    """Names bound to a number anywhere in the module: `EPS = 1e-6`, `rows, cols = x.shape`, `scale = 1.0 /
+    math.sqrt(cols)`; an expression of numbers, sizes, arithmetic and calls outside the kernel modules (no tile can
+    come of it)."""
+
+    def __init__(self, nl: str, nisa: str):
+        super().__init__()
+        self.kernel_modules = (nl, nisa)
+        self.names: set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:  # noqa: N802
+        target = node.targets[0].target if len(node.targets) == 1 else None
+        if isinstance(target, cst.Name) and self._numeric(node.value):
+            self.names.add(target.value)
+        if isinstance(target, cst.Tuple) and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
+            self.names |= {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
+
+    def _numeric(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(node, cst.Name):
+            return node.value in self.names
+        if isinstance(node, cst.UnaryOperation):
+            return self._numeric(node.expression)
+        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute):
+            return node.value.attr.value == "shape"  # x.shape[0]
+        if isinstance(node, cst.BinaryOperation):
+            return self._numeric(node.left) and self._numeric(node.right)
+        if isinstance(node, cst.Call):
+            module = (_dotted(node.func) or "").split(".")[0]
+            return bool(module) and module not in self.kernel_modules and all(self._numeric(a.value) for a in node.args)
+        return False
+
+
+def _scalars(tree: cst.Module, nl: str, nisa: str) -> frozenset[str]:
+    found = _Scalars(nl, nisa)
+    tree.visit(found)
+    return frozenset(found.names)
 
 
 def migrate_source(source: str) -> Migration:
     """The legacy kernel `source` with every mechanical rewrite applied, and the lines left for a person."""
     tree = cst.parse_module(source)
     nl, nisa = _module_names(tree)
-    rewritten = tree.visit(_Rewrite(nl, nisa, _constants(tree)))
+    rewritten = tree.visit(_Rewrite(nl, nisa, _scalars(tree, nl, nisa)))
     code = rewritten.code
     if f"{nisa}." in code and f" as {nisa}" not in code:
         language = f"import nki.language as {nl}\n"

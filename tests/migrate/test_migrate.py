@@ -255,3 +255,18 @@ def test_the_mamba_baseline_migrates_completely_and_agrees():
     assert migration.complete, migration.needs_person
     verified = verify(source, migration.source, TaskRef(name="mamba:small"), seeds=[9, 10])
     assert verified.agree, (verified.original.error, verified.migrated.error, verified.migrated.check_message)
+
+
+def test_a_scale_computed_from_sizes_is_a_scalar_operand():
+    """gqa_full's `scale = 1.0 / math.sqrt(d_head)` with `d_head` from `q.shape`."""
+    code, left = _migrated_body("rows, cols = x.shape\nscale = 1.0 / math.sqrt(cols)\nwidth = x.shape[1] * 2\n"
+                                "s = nl.multiply(a, scale)\nt = nl.add(a, width)\n")
+    assert not left, left
+    assert "nisa.tensor_scalar(dst=s, data=a, op0=nl.multiply, operand0=scale)" in code
+    assert "nisa.tensor_scalar(dst=t, data=a, op0=nl.add, operand0=width)" in code
+
+
+def test_a_name_computed_by_the_kernel_modules_is_not_taken_for_a_number():
+    _, left = _migrated_body("c = nl.sum(a, axis=0)\ns = nl.multiply(a, c)\n")
+    assert [reason for _, reason in left] == ["nl.sum has no mechanical nki-package form here",
+                                              "nl.multiply has no mechanical nki-package form here"]
