@@ -270,3 +270,18 @@ def test_a_name_computed_by_the_kernel_modules_is_not_taken_for_a_number():
     _, left = _migrated_body("c = nl.sum(a, axis=0)\ns = nl.multiply(a, c)\n")
     assert [reason for _, reason in left] == ["nl.sum has no mechanical nki-package form here",
                                               "nl.multiply has no mechanical nki-package form here"]
+
+
+def test_the_editors_offer_says_what_the_run_of_both_showed(tmp_path: Path):
+    from accelopt_core.migrate import MigrationOffer, offer_migration
+    from accelopt_core.profiling import SimulatorProfiler
+
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    offer = offer_migration(LEGACY, TaskRef(reference=str(tmp_path / "ref.py")), SimulatorProfiler(seeds=2))
+    assert offer.base_source == LEGACY and offer.complete and offer.agree
+    assert offer.title.startswith("Migrate to NKI 0.8 — both correct on the same seeds, ")
+    assert offer.title.endswith(" ms (simulated trn2)")
+    left = MigrationOffer("a", "b", False, True, ((3, "why"), (4, "why")), 1.0, 2.0, "simulated trn2")
+    assert left.title == "Migrate to NKI 0.8 — both correct, 2 lines left for a person, 1 -> 2 ms (simulated trn2)"
+    wrong = MigrationOffer("a", "b", True, False, (), None, None, "simulated trn2")
+    assert wrong.title == "Migrate to NKI 0.8 — the migrated kernel does not pass its check"
