@@ -92,6 +92,11 @@ class _Rewrite(cst.CSTTransformer):
         self.tiles: set[str] = set()  # names known to hold an on-chip tile
         self.blocks: set[str] = set()  # tiles whose block dimension became a Python list
         self.columns: set[str] = set()  # tiles a reduction along the free axis made: one value per partition
+        # Beta 2 moved masks into slices: index grids (`i_p = nl.arange(n)[:, None]`), affine indices on them
+        # (`row = base + i_p`) and bounds on those (`valid = row < rows`) become the slices' starts and lengths
+        self.grids: dict[str, tuple[int, str]] = {}  # name -> (axis, size)
+        self.spans: dict[str, tuple[int, str, str]] = {}  # name -> (axis, start, size)
+        self.limits: dict[str, tuple[int, str]] = {}  # mask name -> (axis, how many of the span are valid)
 
     # --- imports ------------------------------------------------------------------------------------------
     def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:  # noqa: N802
@@ -121,6 +126,10 @@ class _Rewrite(cst.CSTTransformer):
 
     def _statement(self, statement: cst.BaseSmallStatement) -> list[str] | None:
         """The statement's rewrite as lines, or None to leave it as it is."""
+        if (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, cst.Name) and self._index_definition(
+                    statement.targets[0].target.value, statement.value)):
+            return []
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call):
             target = statement.targets[0].target
             if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
@@ -164,6 +173,79 @@ class _Rewrite(cst.CSTTransformer):
         block, *within = updated.slice
         outer = updated.with_changes(slice=[block.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
         return cst.Subscript(value=outer, slice=within)
+
+    def _index_definition(self, name: str, value: cst.BaseExpression) -> bool:
+        """Record `name` when it is an index grid, an affine index on one, or a bound on such an index."""
+        if (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Call)
+                and self._function(value.value) == "arange" and len(value.value.args) == 1 and len(value.slice) == 2):
+            first = value.slice[0].slice
+            axis = 1 if isinstance(first, cst.Index) and _dotted(first.value) == "None" else 0
+            self.grids[name] = (axis, self._code(value.value.args[0].value))
+            return True
+        span = self._span(value)
+        if span is not None:
+            self.spans[name] = span
+            return True
+        limit = self._limit(value)
+        if limit is not None:
+            self.limits[name] = limit
+            return True
+        return False
+
+    def _span(self, node: cst.BaseExpression) -> tuple[int, str, str] | None:
+        """(axis, start, size) of an index over a grid: the grid, `start + grid`, or a name bound to one."""
+        if isinstance(node, cst.Name):
+            if node.value in self.spans:
+                return self.spans[node.value]
+            if node.value in self.grids:
+                axis, size = self.grids[node.value]
+                return axis, "0", size
+            return None
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            for grid, start in ((node.right, node.left), (node.left, node.right)):
+                if isinstance(grid, cst.Name) and grid.value in self.grids and self._span(start) is None:
+                    axis, size = self.grids[grid.value]
+                    return axis, f"({self._code(start.with_changes(lpar=[], rpar=[]))})", size
+        return None
+
+    def _limit(self, node: cst.BaseExpression) -> tuple[int, str] | None:
+        """(axis, count) of a mask `index < bound` over a span: min(size, bound - start) of it are valid."""
+        if isinstance(node, cst.Name):
+            return self.limits.get(node.value)
+        if not (isinstance(node, cst.Comparison) and len(node.comparisons) == 1
+                and isinstance(node.comparisons[0].operator, cst.LessThan)):
+            return None
+        span = self._span(node.left)
+        if span is None:
+            return None
+        axis, start, size = span
+        return axis, f"min({size}, {self._code(node.comparisons[0].comparator)} - {start})"
+
+    def _sliced(self, access: cst.BaseExpression, mask: cst.BaseExpression | None) -> tuple[str, str, str] | None:
+        """`x[row, col]` over grids (and its mask) as (`x[r0:r0 + n0, c0:c0 + n1]`, the same part of a tile,
+        the tile's shape)."""
+        if not (isinstance(access, cst.Subscript) and len(access.slice) == 2):
+            return None
+        spans = [self._span(element.slice.value) if isinstance(element.slice, cst.Index) else None
+                 for element in access.slice]
+        limit = self._limit(mask) if mask is not None else None
+        if any(span is None for span in spans) or [span[0] for span in spans] != [0, 1] or (  # type: ignore[index]
+                mask is not None and limit is None):
+            return None
+        counts = [limit[1] if limit is not None and limit[0] == axis else span[2]  # type: ignore[index]
+                  for axis, span in enumerate(spans)]
+        parts = [f"{span[1]}:{span[1]} + {count}" for span, count in zip(spans, counts, strict=True)]  # type: ignore[index]
+        tile = ", ".join(f"0:{count}" for count in counts)
+        shape = ", ".join(span[2] for span in spans)  # type: ignore[index]
+        return f"{self._code(access.value)}[{', '.join(parts)}]", tile, f"({shape})"
+
+    def _maskless(self, mask: cst.BaseExpression | None, free_axis_only: bool = False) -> bool:
+        """Whether an instruction's mask may go: element-wise work on the lanes it switches off never reaches
+        what is stored (a matmul's only along the moving free axis, which no other column reads)."""
+        if mask is None:
+            return True
+        limit = self._limit(mask)
+        return limit is not None and (not free_axis_only or limit[0] == 1)
 
     def _code(self, node: cst.CSTNode) -> str:
         return cst.Module(body=[]).code_for_node(node)
@@ -243,6 +325,8 @@ class _Rewrite(cst.CSTTransformer):
         args = [a for a in call.args if a.keyword is None]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         nl, nisa = self.nl, self.nisa
+        if "mask" in keywords and self._maskless(keywords["mask"]) and function != "load":
+            del keywords["mask"]
         if function == "copy" and len(args) == 1 and set(keywords) <= {"dtype"} and self._is_tile(args[0].value):
             src = self._code(args[0].value)
             dtype = self._code(keywords["dtype"]) if "dtype" in keywords else None
@@ -251,6 +335,14 @@ class _Rewrite(cst.CSTTransformer):
         if function in REDUCTIONS and len(args) == 1 and self._is_tile(args[0].value) and along_free_axis:
             self.columns.add(dst)
             return self._reduced(dst, self._code(args[0].value), function)
+        if function == "load" and len(args) == 1 and set(keywords) <= {"mask"}:
+            sliced = self._sliced(args[0].value, keywords.get("mask"))
+            if sliced is not None:
+                src, part, shape = sliced
+                return (self._allocation(self._code(args[0].value.value), shape=shape),  # type: ignore[attr-defined]
+                        f"{nisa}.dma_copy(dst={dst}[{part}], src={src})")
+        if "mask" in keywords and self._maskless(keywords["mask"]):
+            del keywords["mask"]
         if function == "load" and len(args) == 1 and not keywords:
             src = self._code(args[0].value)
             return self._allocation(src), f"{nisa}.dma_copy(dst={dst}, src={src})"
@@ -283,7 +375,9 @@ class _Rewrite(cst.CSTTransformer):
     def _is_scalar(self, node: cst.BaseExpression) -> bool:
         """A number written in the kernel, or a name bound to one."""
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-            node = node.expression
+            return self._is_scalar(node.expression)
+        if isinstance(node, cst.BinaryOperation):
+            return self._is_scalar(node.left) and self._is_scalar(node.right)
         constant = isinstance(node, cst.Name) and node.value in self.constants
         return constant or isinstance(node, (cst.Integer, cst.Float))
 
@@ -328,6 +422,8 @@ class _Rewrite(cst.CSTTransformer):
             return None
         given = {name: arg.value for name, arg in zip(parameters, positional, strict=False)}
         given |= {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        if "mask" in given and self._maskless(given["mask"], free_axis_only=True):
+            del given["mask"]
         if "mask" in given or (accumulate and instruction != "nc_matmul"):
             return None  # a mask moves into the operands' slices: a person decides how
         text = {name: self._code(value) for name, value in given.items()}
@@ -354,6 +450,9 @@ class _Rewrite(cst.CSTTransformer):
         if self._function(call) != "store":
             return None
         given = {a.keyword.value if a.keyword else ("dst", "value")[i]: a.value for i, a in enumerate(call.args)}
+        sliced = self._sliced(given["dst"], given.get("mask")) if "dst" in given else None
+        if sliced is not None:
+            given.pop("mask", None)
         if set(given) != {"dst", "value"}:
             return None
         value, before = given["value"], []
@@ -366,6 +465,8 @@ class _Rewrite(cst.CSTTransformer):
             value, before = cst.Name(stored), lines
         if not self._is_tile(value):
             return None
+        if sliced is not None:
+            return [*before, f"{self.nisa}.dma_copy(dst={sliced[0]}, src={self._code(value)}[{sliced[1]}])"]
         return [*before, f"{self.nisa}.dma_copy(dst={self._code(given['dst'])}, src={self._code(value)})"]
 
     # --- loops --------------------------------------------------------------------------------------------------
