@@ -556,15 +556,43 @@ def _scalars(tree: cst.Module, nl: str, nisa: str) -> frozenset[str]:
     return frozenset(found.names)
 
 
+class _ShortNames(cst.CSTTransformer):
+    """`nki.isa.f` / `nki.language.f` (the package's own path, as the fused mamba tutorial writes them) as `nisa.f` /
+    `nl.f`, so every rewrite and check sees one spelling."""
+
+    def __init__(self, nl: str, nisa: str):
+        super().__init__()
+        self.short = {"nki.isa": nisa, "nki.language": nl, f"{LEGACY_ROOT}.isa": nisa, f"{LEGACY_ROOT}.language": nl}
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute  # noqa: N802
+                        ) -> cst.Attribute | cst.Name:
+        short = self.short.get(_dotted(updated) or "")
+        return cst.Name(short) if short else updated
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:  # noqa: N802
+        return original  # the imports keep their module paths
+
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:  # noqa: N802
+        return original
+
+
+def _with_import(code: str, line: str) -> str:
+    """`code` with the import `line` added before its first import of the nki package."""
+    lines = code.splitlines(keepends=True)
+    first = next((i for i, text in enumerate(lines) if text.startswith(("import nki", "from nki"))), 0)
+    return "".join([*lines[:first], line, *lines[first:]])
+
+
 def migrate_source(source: str) -> Migration:
     """The legacy kernel `source` with every mechanical rewrite applied, and the lines left for a person."""
     tree = cst.parse_module(source)
     nl, nisa = _module_names(tree)
+    tree = tree.visit(_ShortNames(nl, nisa))
     rewritten = tree.visit(_Rewrite(nl, nisa, _scalars(tree, nl, nisa)))
     code = rewritten.code
-    if f"{nisa}." in code and f" as {nisa}" not in code:
-        language = f"import nki.language as {nl}\n"
-        code = code.replace(language, f"{language}import nki.isa as {nisa}\n", 1)
+    for module, local in (("language", nl), ("isa", nisa)):
+        if f"{local}." in code and f"import nki.{module} as {local}\n" not in code:
+            code = _with_import(code, f"import nki.{module} as {local}\n")
     wrapper = cst.metadata.MetadataWrapper(cst.parse_module(code))
     leftovers = _Leftovers(nl, nisa)
     wrapper.visit(leftovers)

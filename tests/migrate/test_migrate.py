@@ -319,3 +319,25 @@ def test_the_masked_baselines_migrate_completely_and_agree():
         assert migration.complete, (name, migration.needs_person)
         verified = verify(source, migration.source, TaskRef(name=f"{name}:small"), seeds=[12])
         assert verified.agree, (name, verified.migrated.error, verified.migrated.check_message)
+
+
+def test_instructions_named_through_the_package_path_are_migrated_too():
+    """The fused mamba tutorial writes `nki.isa.tensor_tensor_scan(...)`; its migration failed to run (no dst)."""
+    source = textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+        from neuronxcc.nki.language import par_dim
+
+
+        @nki.jit
+        def kernel(x, y):
+            a = nl.load(x)
+            b = nl.load(y)
+            s = nki.isa.tensor_tensor_scan(a, b, initial=0, op0=nl.multiply, op1=nki.language.add)
+    ''')
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    assert "import nki.isa as nisa\nimport nki\nimport nki.language as nl\nfrom nki.language import par_dim" in (
+        migration.source)
+    assert "nisa.tensor_tensor_scan(dst=s, data0=a, data1=b, initial=0, op0=nl.multiply, op1=nl.add)" in (
+        migration.source)
