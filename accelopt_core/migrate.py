@@ -130,6 +130,9 @@ class _Rewrite(cst.CSTTransformer):
                 and isinstance(statement.targets[0].target, cst.Name) and self._index_definition(
                     statement.targets[0].target.value, statement.value)):
             return []
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and self._mgrid(
+                statement.targets[0].target, statement.value):
+            return []
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call):
             target = statement.targets[0].target
             if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
@@ -144,7 +147,7 @@ class _Rewrite(cst.CSTTransformer):
                 return self._written_into(target, statement.value)
         if (isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign)
                 and isinstance(statement.value, cst.Call) and self._is_tile(statement.target)
-                and self._isa(statement.value) == "nc_matmul"):
+                and (self._isa(statement.value) == "nc_matmul" or self._function(statement.value) == "matmul")):
             return self._into(self._code(statement.target), statement.value, allocate=False, accumulate=True)
         if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
             return self._stored(statement.value)
@@ -191,6 +194,22 @@ class _Rewrite(cst.CSTTransformer):
             self.limits[name] = limit
             return True
         return False
+
+    def _mgrid(self, target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> bool:
+        """`i_p, i_f = nl.mgrid[0:p, 0:f]`: two index grids, over the partitions and along the free axis."""
+        if not (isinstance(target, cst.Tuple) and isinstance(value, cst.Subscript)
+                and _dotted(value.value) == f"{self.nl}.mgrid" and len(target.elements) == len(value.slice) == 2):
+            return False
+        bounds = [element.slice for element in value.slice]
+        names = [element.value for element in target.elements]
+        if not all(isinstance(b, cst.Slice) and b.upper is not None and b.step is None
+                   and (b.lower is None or self._code(b.lower) == "0") for b in bounds):
+            return False
+        if not all(isinstance(name, cst.Name) for name in names):
+            return False
+        for axis, (name, bound) in enumerate(zip(names, bounds, strict=True)):
+            self.grids[name.value] = (axis, self._code(bound.upper))  # type: ignore[attr-defined, union-attr]
+        return True
 
     def _span(self, node: cst.BaseExpression) -> tuple[int, str, str] | None:
         """(axis, start, size) of an index over a grid: the grid, `start + grid`, or a name bound to one."""
@@ -346,6 +365,13 @@ class _Rewrite(cst.CSTTransformer):
         if function == "load" and len(args) == 1 and not keywords:
             src = self._code(args[0].value)
             return self._allocation(src), f"{nisa}.dma_copy(dst={dst}, src={src})"
+        if function == "matmul" and len(args) == 2 and {k: self._code(v) for k, v in keywords.items()} == {
+                "transpose_x": "True"} and all(self._is_tile(a.value) for a in args):
+            stationary, moving = (self._code(a.value) for a in args)  # x is given as its transpose: the stationary
+            return (self._allocation(stationary, dtype=f"{nl}.float32", buffer="psum",
+                                     shape=f"({stationary}.shape[1], {moving}.shape[1])"),
+                    f"{nisa}.nc_matmul(dst={dst}, stationary={stationary}, moving={moving}"
+                    f"{', accumulate=True' if accumulate else ''})")
         if function == "broadcast_to" and len(args) == 1 and set(keywords) == {"shape"} and self._is_tile(
                 args[0].value):
             return self._broadcast(dst, self._code(args[0].value), keywords["shape"])

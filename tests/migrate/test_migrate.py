@@ -341,3 +341,21 @@ def test_instructions_named_through_the_package_path_are_migrated_too():
         migration.source)
     assert "nisa.tensor_tensor_scan(dst=s, data0=a, data1=b, initial=0, op0=nl.multiply, op1=nl.add)" in (
         migration.source)
+
+
+def test_mgrid_indices_and_a_transposed_nl_matmul_as_the_matmul_tutorial_writes_them():
+    code, left = _migrated_body("i_p, i_f = nl.mgrid[0:128, 0:512]\n"
+                                "t = nl.load(x[i_p, i_f])\n"
+                                "p = nl.matmul(a, t, transpose_x=True)\n"
+                                "acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
+                                "acc += nl.matmul(a, t, transpose_x=True)\n")
+    assert not left, left
+    assert "nisa.dma_copy(dst=t[0:128, 0:512], src=x[0:0 + 128, 0:0 + 512])" in code
+    assert "p = nl.ndarray((a.shape[1], t.shape[1]), dtype=nl.float32, buffer=nl.psum)" in code
+    assert "nisa.nc_matmul(dst=p, stationary=a, moving=t)" in code
+    assert "nisa.nc_matmul(dst=acc, stationary=a, moving=t, accumulate=True)" in code
+
+
+def test_an_untransposed_nl_matmul_is_left_for_a_person():
+    _, left = _migrated_body("p = nl.matmul(a, b)\n")
+    assert [reason for _, reason in left] == ["nl.matmul has no mechanical nki-package form here"]
