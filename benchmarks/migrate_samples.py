@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from public_samples import REFERENCES, SAMPLES, export
+from public_samples import LEGACY, REFERENCES, SAMPLES, TUTORIALS, export
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINES = ROOT / "nkibench" / "kernels"
@@ -55,6 +55,15 @@ def status(row: dict[str, object]) -> str:
     return {0: "migrated", 1: "failed", 2: "bad input"}.get(row["exit"], "crash")  # type: ignore[arg-type]
 
 
+def show(name: str, row: dict[str, object]) -> dict[str, object]:
+    """Print a row as soon as it is measured (a long run keeps what it has), and hand it on."""
+    times = f"{row.get('original_ms')} -> {row.get('migrated_ms')} ms (simulated {row.get('hardware')})"
+    print(f"{name:<32} {status(row):<10} {times}", flush=True)
+    for item in row.get("left") or row.get("errors") or []:  # type: ignore[attr-defined]
+        print(f"    {str(item)[:160]}", flush=True)
+    return row
+
+
 def baseline_rows(scratch: Path, only: set[str]) -> dict[str, dict[str, object]]:
     rows = {}
     for kernel in sorted(BASELINES.glob("*.py")):
@@ -64,14 +73,16 @@ def baseline_rows(scratch: Path, only: set[str]) -> dict[str, dict[str, object]]
         shutil.copy(kernel, copy)
         reference = (ROOT / "nkibench" / "reference" / kernel.name).read_text()
         size = ":small" if '"small"' in reference else ""
-        rows[f"nkibench/{kernel.stem}"] = migrate(copy, ["--task", f"{kernel.stem}{size}"])
+        name = f"nkibench/{kernel.stem}"
+        rows[name] = show(name, migrate(copy, ["--task", f"{kernel.stem}{size}"]))
     return rows
 
 
 def tutorial_rows(mirror: str, scratch: Path, only: set[str]) -> dict[str, dict[str, object]]:
     rows = {}
     for sample in SAMPLES:
-        if not sample.name.startswith(TUTORIAL_PREFIXES) or sample.name.endswith("_new_api"):
+        tutorial = sample.path.startswith(TUTORIALS) and sample.commit == LEGACY
+        if not (tutorial and sample.name.startswith(TUTORIAL_PREFIXES)):
             continue
         if only and sample.name not in only:
             continue
@@ -80,8 +91,8 @@ def tutorial_rows(mirror: str, scratch: Path, only: set[str]) -> dict[str, dict[
             continue
         copy = path.with_name(f"{sample.name}.py")
         shutil.copy(path, copy)
-        rows[f"tutorial/{sample.name}"] = migrate(copy, ["--reference", str(REFERENCES / sample.reference),
-                                                         "--kernel-name", sample.kernel])
+        rows[f"tutorial/{sample.name}"] = show(f"tutorial/{sample.name}", migrate(
+            copy, ["--reference", str(REFERENCES / sample.reference), "--kernel-name", sample.kernel]))
     return rows
 
 
@@ -96,11 +107,6 @@ def main() -> int:
         rows = baseline_rows(Path(scratch), only)
         if args.samples:
             rows |= tutorial_rows(args.samples, Path(scratch), only)
-    for name, row in rows.items():
-        times = f"{row.get('original_ms')} -> {row.get('migrated_ms')} ms (simulated {row.get('hardware')})"
-        print(f"{name:<32} {status(row):<10} {times}")
-        for item in row.get("left") or row.get("errors") or []:  # type: ignore[attr-defined]
-            print(f"    {str(item)[:160]}")
     done = sum(row["exit"] == 0 for row in rows.values())
     print(f"{done} of {len(rows)} migrate completely and agree")
     if args.json:
