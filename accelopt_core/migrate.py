@@ -85,9 +85,12 @@ def _modern_alias(alias: cst.ImportAlias) -> cst.ImportAlias:
 class _Rewrite(cst.CSTTransformer):
     """The mechanical rewrites; `nl` and `nisa` are the names the kernel gave the two modules."""
 
-    def __init__(self, nl: str, nisa: str, constants: frozenset[str] = frozenset()):
+    def __init__(self, nl: str, nisa: str, constants: frozenset[str] = frozenset(),
+                 kept: frozenset[str] = frozenset()):
         super().__init__()
         self.nl, self.nisa = nl, nisa
+        self.kept = kept  # index definitions a line left for a person still reads
+        self.dropped: set[str] = set()
         self.constants = constants  # names bound to a number: scalar operands
         self.tiles: set[str] = set()  # names known to hold an on-chip tile
         self.blocks: set[str] = set()  # tiles whose block dimension became a Python list
@@ -129,10 +132,10 @@ class _Rewrite(cst.CSTTransformer):
         if (isinstance(statement, cst.Assign) and len(statement.targets) == 1
                 and isinstance(statement.targets[0].target, cst.Name) and self._index_definition(
                     statement.targets[0].target.value, statement.value)):
-            return []
+            return self._dropped([statement.targets[0].target.value])
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and self._mgrid(
                 statement.targets[0].target, statement.value):
-            return []
+            return self._dropped([e.value.value for e in statement.targets[0].target.elements])  # type: ignore[attr-defined]
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call):
             target = statement.targets[0].target
             if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
@@ -176,6 +179,11 @@ class _Rewrite(cst.CSTTransformer):
         block, *within = updated.slice
         outer = updated.with_changes(slice=[block.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
         return cst.Subscript(value=outer, slice=within)
+
+    def _dropped(self, names: list[str]) -> list[str] | None:
+        """An index definition goes (its uses became slices), unless a use was left in place that still reads it."""
+        self.dropped.update(names)
+        return None if self.kept.intersection(names) else []
 
     def _index_definition(self, name: str, value: cst.BaseExpression) -> bool:
         """Record `name` when it is an index grid, an affine index on one, or a bound on such an index."""
@@ -602,6 +610,18 @@ class _ShortNames(cst.CSTTransformer):
         return original
 
 
+def _names_read(tree: cst.Module) -> set[str]:
+    """Every name the code mentions (not the words of its strings and comments)."""
+    names: set[str] = set()
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:  # noqa: N802
+            names.add(node.value)
+
+    tree.visit(Collect())
+    return names
+
+
 def _with_import(code: str, line: str) -> str:
     """`code` with the import `line` added before its first import of the nki package."""
     lines = code.splitlines(keepends=True)
@@ -614,8 +634,12 @@ def migrate_source(source: str) -> Migration:
     tree = cst.parse_module(source)
     nl, nisa = _module_names(tree)
     tree = tree.visit(_ShortNames(nl, nisa))
-    rewritten = tree.visit(_Rewrite(nl, nisa, _scalars(tree, nl, nisa)))
-    code = rewritten.code
+    scalars = _scalars(tree, nl, nisa)
+    first = _Rewrite(nl, nisa, scalars)
+    code = tree.visit(first).code
+    still_read = frozenset(first.dropped & _names_read(cst.parse_module(code)))
+    if still_read:
+        code = tree.visit(_Rewrite(nl, nisa, scalars, still_read)).code
     for module, local in (("language", nl), ("isa", nisa)):
         if f"{local}." in code and f"import nki.{module} as {local}\n" not in code:
             code = _with_import(code, f"import nki.{module} as {local}\n")

@@ -307,7 +307,8 @@ def test_a_matmul_mask_goes_only_along_the_moving_free_axis():
                                 "p = nisa.nc_matmul(a, b, mask=(i_f < 300))\n")
     assert not left and "nisa.nc_matmul(dst=p, stationary=a, moving=b)" in free
     _, left = _migrated_body("i_p = nl.arange(128)[:, None]\np = nisa.nc_matmul(a, b, mask=(i_p < 64))\n")
-    assert [reason for _, reason in left] == [
+    assert [reason for _, reason in left] == [  # the grid stays: the matmul left for a person reads it
+        "nl.arange has no mechanical nki-package form here",
         "nisa.nc_matmul returns its result in the legacy API: give it a dst= tile"]
 
 
@@ -359,3 +360,13 @@ def test_mgrid_indices_and_a_transposed_nl_matmul_as_the_matmul_tutorial_writes_
 def test_an_untransposed_nl_matmul_is_left_for_a_person():
     _, left = _migrated_body("p = nl.matmul(a, b)\n")
     assert [reason for _, reason in left] == ["nl.matmul has no mechanical nki-package form here"]
+
+
+def test_an_index_grid_a_line_left_for_a_person_still_reads_stays_defined():
+    """The softmax tutorial's migration failed with NameError: ix, dropped although nl.max(..., mask=...) kept it."""
+    code, left = _migrated_body("ix = nl.arange(128)[:, None]\niy = nl.arange(512)[None, :]\n"
+                                "t = nl.load(x[ix, iy])\nm = nl.max(t, axis=[1], mask=(ix < 64))\n")
+    assert "ix = nl.arange(128)[:, None]" in code and "iy = nl.arange" not in code
+    assert "nisa.dma_copy(dst=t[0:128, 0:512], src=x[0:0 + 128, 0:0 + 512])" in code
+    assert [reason for _, reason in left] == ["nl.arange has no mechanical nki-package form here",
+                                              "nl.max has no mechanical nki-package form here"]
