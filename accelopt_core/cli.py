@@ -199,6 +199,27 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return run_optimize(args, source, task)
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """A legacy kernel as an NKI 0.8 kernel next to it, both run on the same 5 fresh seeds (see migrate.py)."""
+    from .migrate import migrate_source, migration_dict, render_migration, verify
+    from .nki.api_versions import detect_version
+
+    task = _task_for(args)
+    source = read_source(args.kernel)
+    check_source(source, args.kernel, args.kernel_name)
+    if not detect_version(source).legacy:
+        raise CliError(f"{args.kernel} imports nothing from neuronxcc.nki: there is no legacy kernel to migrate")
+    migration = migrate_source(source)
+    out = args.out or f"{os.path.splitext(args.kernel)[0]}.migrated.py"
+    with open(out, "w", encoding="utf-8") as handle:
+        handle.write(migration.source)
+    verified = verify(source, migration.source, task, args.hardware, profiler=make_profiler(_profiler_settings(args)),
+                      kernel_name=args.kernel_name)
+    report = migration_dict(args.kernel, out, migration, verified)
+    print(json.dumps(report, indent=2) if args.json else render_migration(args.kernel, out, migration, verified))
+    return int(report["exit_code"])
+
+
 def require_isolation(backend: str) -> None:
     """A search runs kernels a model or a rule wrote: only under the OS sandbox, unless the user opted in."""
     problem = isolation_problem() if backend == "simulator" else None
@@ -243,6 +264,19 @@ def _add_profile_parser(sub: Any) -> None:
     profile.add_argument("--rtol", type=float, help="relative L2 tolerance (default: the task's, 2e-5)")
     profile.add_argument("--json", action="store_true", help="print the result as one JSON object")
     profile.set_defaults(func=cmd_profile)
+
+
+def _add_migrate_parser(sub: Any) -> None:
+    migrate = sub.add_parser("migrate", help="rewrite a legacy (neuronxcc.nki) kernel for NKI 0.8 and check both agree",
+                             description="Writes KERNEL.migrated.py and runs both versions on the same 5 fresh seeds "
+                             "on the simulator. Exit codes: 0 migrated completely and both correct, 1 a version "
+                             "failed to run, 2 bad input, 3 a version is wrong or lines are left for a person.")
+    _add_task_arguments(migrate)
+    migrate.add_argument("--hardware", choices=available_hardware(), default="trn2",
+                         help="the Trainium to time both on (default: trn2, which NKI 0.8 targets)")
+    migrate.add_argument("--out", help="where to write the migrated kernel (default: KERNEL.migrated.py)")
+    migrate.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    migrate.set_defaults(func=cmd_migrate, grid=None, backend="simulator", seeds=None, rtol=None)
 
 
 def _add_search_size_arguments(parser: argparse.ArgumentParser) -> None:
@@ -313,6 +347,7 @@ def build_parser(front_ends: Sequence[FrontEnd] = ()) -> argparse.ArgumentParser
     add_memory_parser(sub)
     _add_serve_parser(sub)
     _add_demo_parser(sub)
+    _add_migrate_parser(sub)
     for front in front_ends:  # main() hands everything after the name to the front end's own parser
         sub.add_parser(front.name, help=front.help, add_help=False)
     return parser

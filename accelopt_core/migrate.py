@@ -11,13 +11,15 @@ are reported.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from .profiling import ProfileResult, SimulatorProfiler, TaskRef
+from .profiling import Profiler, ProfileResult, SimulatorProfiler, TaskRef, measured_on
 from .tasks.check import fresh_seeds
 
 LEGACY_ROOT = "neuronxcc.nki"
@@ -25,11 +27,21 @@ ACTIVATIONS = ("exp", "tanh", "sigmoid", "relu", "gelu", "silu", "log", "sqrt", 
                "square", "reciprocal", "erf")  # nl.f(x) -> nisa.activation(dst, op=nl.f, data=x)
 BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")  # nl.f(a, b)
 RANGES = ("affine_range", "sequential_range", "static_range")
+REDUCTIONS = {"max": "maximum", "min": "minimum", "sum": "add", "mean": "add"}  # nl.f -> tensor_reduce's op
 ALLOCATIONS = ("ndarray", "zeros", "ones", "full")  # what they assign is a tile the rewrites may read
-# nl.* the nki package keeps as they are: allocation, constants, dtypes and the operator names instructions take
+# legacy nisa instructions that return their tile: positional parameters in the legacy order, and which of them
+# the result is shaped as (nc_transpose and nc_matmul are shaped by their own rule)
+LEGACY_ISA_PARAMETERS = {"nc_transpose": ("data",), "nc_matmul": ("stationary", "moving"),
+                         "activation": ("op", "data"), "tensor_tensor": ("data1", "data2", "op"),
+                         "tensor_scalar": ("data", "op0", "operand0"), "tensor_copy": ("src",),
+                         "tensor_tensor_scan": ("data0", "data1", "initial", "op0", "op1")}
+LEGACY_ISA_SHAPED_BY = {"activation": 1, "tensor_tensor": 0, "tensor_scalar": 0, "tensor_copy": 0,
+                        "tensor_tensor_scan": 0}
+# nl.* calls the nki package keeps as they are (allocation, sizes, loops); an element-wise nl.f(...) call computing a
+# tile is legacy: in the nki package nl.f is only the operator name an instruction takes
 MODERN_LANGUAGE = frozenset({"ndarray", "zeros", "ones", "full", "shared_hbm", "hbm", "sbuf", "psum", "private_hbm",
                              "par_dim", "tile_size", "shared_identity_matrix", "program_id", "num_programs",
-                             "fori_loop", "while_loop", "no_reorder", "NkiTensor", "ds", *ACTIVATIONS, *BINARY})
+                             "fori_loop", "while_loop", "no_reorder", "NkiTensor", "ds"})
 
 
 @dataclass
@@ -73,10 +85,21 @@ def _modern_alias(alias: cst.ImportAlias) -> cst.ImportAlias:
 class _Rewrite(cst.CSTTransformer):
     """The mechanical rewrites; `nl` and `nisa` are the names the kernel gave the two modules."""
 
-    def __init__(self, nl: str, nisa: str):
+    def __init__(self, nl: str, nisa: str, constants: frozenset[str] = frozenset(),
+                 kept: frozenset[str] = frozenset()):
         super().__init__()
         self.nl, self.nisa = nl, nisa
+        self.kept = kept  # index definitions a line left for a person still reads
+        self.dropped: set[str] = set()
+        self.constants = constants  # names bound to a number: scalar operands
         self.tiles: set[str] = set()  # names known to hold an on-chip tile
+        self.blocks: set[str] = set()  # tiles whose block dimension became a Python list
+        self.columns: set[str] = set()  # tiles a reduction along the free axis made: one value per partition
+        # Beta 2 moved masks into slices: index grids (`i_p = nl.arange(n)[:, None]`), affine indices on them
+        # (`row = base + i_p`) and bounds on those (`valid = row < rows`) become the slices' starts and lengths
+        self.grids: dict[str, tuple[int, str]] = {}  # name -> (axis, size)
+        self.spans: dict[str, tuple[int, str, str]] = {}  # name -> (axis, start, size)
+        self.limits: dict[str, tuple[int, str]] = {}  # mask name -> (axis, how many of the span are valid)
 
     # --- imports ------------------------------------------------------------------------------------------
     def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:  # noqa: N802
@@ -99,21 +122,157 @@ class _Rewrite(cst.CSTTransformer):
                                   ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.SimpleStatementLine]:
         if len(updated.body) != 1:
             return updated
-        statement = updated.body[0]
+        lines = self._statement(updated.body[0])
+        if lines is None:
+            return updated
+        return cst.FlattenSentinel([cst.parse_statement(line) for line in lines])  # type: ignore[misc]
+
+    def _statement(self, statement: cst.BaseSmallStatement) -> list[str] | None:
+        """The statement's rewrite as lines, or None to leave it as it is."""
+        if (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, cst.Name) and self._index_definition(
+                    statement.targets[0].target.value, statement.value)):
+            return self._dropped([statement.targets[0].target.value])
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and self._mgrid(
+                statement.targets[0].target, statement.value):
+            return self._dropped([e.value.value for e in statement.targets[0].target.elements])  # type: ignore[attr-defined]
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call):
             target = statement.targets[0].target
             if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
                 self.tiles.add(target.value)
-            elif isinstance(target, cst.Name):
+                return self._unblocked(target.value, statement.value)
+            if isinstance(target, cst.Name):
                 lines = self._assigned(target.value, statement.value)
                 if lines is not None:
                     self.tiles.add(target.value)
-                    return cst.FlattenSentinel([cst.parse_statement(line) for line in lines])  # type: ignore[misc]
+                return lines
+            if isinstance(target, cst.Subscript) and self._is_tile(target):
+                return self._written_into(target, statement.value)
+        if (isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign)
+                and isinstance(statement.value, cst.Call) and self._is_tile(statement.target)
+                and (self._isa(statement.value) == "nc_matmul" or self._function(statement.value) == "matmul")):
+            return self._into(self._code(statement.target), statement.value, allocate=False, accumulate=True)
         if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
-            line = self._stored(statement.value)
-            if line is not None:
-                return cst.parse_statement(line)  # type: ignore[return-value]
-        return updated
+            return self._stored(statement.value)
+        return None
+
+    def _unblocked(self, name: str, allocation: cst.Call) -> list[str] | None:
+        """`t = nl.ndarray((n, nl.par_dim(p), f), ...)` as a Python list of n tiles `(p, f)`, as the guide to
+        removing block dimensions does; `t[k]` then reads the same, and `t[k, ...]` becomes `t[k][...]`."""
+        shape = allocation.args[0].value if allocation.args and allocation.args[0].keyword is None else None
+        if not isinstance(shape, cst.Tuple) or len(shape.elements) < 3:
+            return None
+        elements = [element.value for element in shape.elements]
+        partition = elements[1]
+        if not (isinstance(partition, cst.Call) and self._function(partition) == "par_dim"
+                and not any(isinstance(e, cst.Call) and self._function(e) == "par_dim" for e in elements[:1])):
+            return None
+        tile_shape = ", ".join(self._code(e) for e in [partition.args[0].value, *elements[2:]])
+        rest = "".join(f", {self._code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))}" for a in allocation.args[1:])
+        self.blocks.add(name)
+        one = f"{self._code(allocation.func)}(({tile_shape}){rest})"
+        return [f"{name} = [{one} for _ in range({self._code(elements[0])})]"]
+
+    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.Subscript:  # noqa: N802
+        if not (isinstance(updated.value, cst.Name) and updated.value.value in self.blocks and len(updated.slice) > 1):
+            return updated
+        block, *within = updated.slice
+        outer = updated.with_changes(slice=[block.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+        return cst.Subscript(value=outer, slice=within)
+
+    def _dropped(self, names: list[str]) -> list[str] | None:
+        """An index definition goes (its uses became slices), unless a use was left in place that still reads it."""
+        self.dropped.update(names)
+        return None if self.kept.intersection(names) else []
+
+    def _index_definition(self, name: str, value: cst.BaseExpression) -> bool:
+        """Record `name` when it is an index grid, an affine index on one, or a bound on such an index."""
+        if (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Call)
+                and self._function(value.value) == "arange" and len(value.value.args) == 1 and len(value.slice) == 2):
+            first = value.slice[0].slice
+            axis = 1 if isinstance(first, cst.Index) and _dotted(first.value) == "None" else 0
+            self.grids[name] = (axis, self._code(value.value.args[0].value))
+            return True
+        span = self._span(value)
+        if span is not None:
+            self.spans[name] = span
+            return True
+        limit = self._limit(value)
+        if limit is not None:
+            self.limits[name] = limit
+            return True
+        return False
+
+    def _mgrid(self, target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> bool:
+        """`i_p, i_f = nl.mgrid[0:p, 0:f]`: two index grids, over the partitions and along the free axis."""
+        if not (isinstance(target, cst.Tuple) and isinstance(value, cst.Subscript)
+                and _dotted(value.value) == f"{self.nl}.mgrid" and len(target.elements) == len(value.slice) == 2):
+            return False
+        bounds = [element.slice for element in value.slice]
+        names = [element.value for element in target.elements]
+        if not all(isinstance(b, cst.Slice) and b.upper is not None and b.step is None
+                   and (b.lower is None or self._code(b.lower) == "0") for b in bounds):
+            return False
+        if not all(isinstance(name, cst.Name) for name in names):
+            return False
+        for axis, (name, bound) in enumerate(zip(names, bounds, strict=True)):
+            self.grids[name.value] = (axis, self._code(bound.upper))  # type: ignore[attr-defined, union-attr]
+        return True
+
+    def _span(self, node: cst.BaseExpression) -> tuple[int, str, str] | None:
+        """(axis, start, size) of an index over a grid: the grid, `start + grid`, or a name bound to one."""
+        if isinstance(node, cst.Name):
+            if node.value in self.spans:
+                return self.spans[node.value]
+            if node.value in self.grids:
+                axis, size = self.grids[node.value]
+                return axis, "0", size
+            return None
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            for grid, start in ((node.right, node.left), (node.left, node.right)):
+                if isinstance(grid, cst.Name) and grid.value in self.grids and self._span(start) is None:
+                    axis, size = self.grids[grid.value]
+                    return axis, f"({self._code(start.with_changes(lpar=[], rpar=[]))})", size
+        return None
+
+    def _limit(self, node: cst.BaseExpression) -> tuple[int, str] | None:
+        """(axis, count) of a mask `index < bound` over a span: min(size, bound - start) of it are valid."""
+        if isinstance(node, cst.Name):
+            return self.limits.get(node.value)
+        if not (isinstance(node, cst.Comparison) and len(node.comparisons) == 1
+                and isinstance(node.comparisons[0].operator, cst.LessThan)):
+            return None
+        span = self._span(node.left)
+        if span is None:
+            return None
+        axis, start, size = span
+        return axis, f"min({size}, {self._code(node.comparisons[0].comparator)} - {start})"
+
+    def _sliced(self, access: cst.BaseExpression, mask: cst.BaseExpression | None) -> tuple[str, str, str] | None:
+        """`x[row, col]` over grids (and its mask) as (`x[r0:r0 + n0, c0:c0 + n1]`, the same part of a tile,
+        the tile's shape)."""
+        if not (isinstance(access, cst.Subscript) and len(access.slice) == 2):
+            return None
+        spans = [self._span(element.slice.value) if isinstance(element.slice, cst.Index) else None
+                 for element in access.slice]
+        limit = self._limit(mask) if mask is not None else None
+        if any(span is None for span in spans) or [span[0] for span in spans] != [0, 1] or (  # type: ignore[index]
+                mask is not None and limit is None):
+            return None
+        counts = [limit[1] if limit is not None and limit[0] == axis else span[2]  # type: ignore[index]
+                  for axis, span in enumerate(spans)]
+        parts = [f"{span[1]}:{span[1]} + {count}" for span, count in zip(spans, counts, strict=True)]  # type: ignore[index]
+        tile = ", ".join(f"0:{count}" for count in counts)
+        shape = ", ".join(span[2] for span in spans)  # type: ignore[index]
+        return f"{self._code(access.value)}[{', '.join(parts)}]", tile, f"({shape})"
+
+    def _maskless(self, mask: cst.BaseExpression | None, free_axis_only: bool = False) -> bool:
+        """Whether an instruction's mask may go: element-wise work on the lanes it switches off never reaches
+        what is stored (a matmul's only along the moving free axis, which no other column reads)."""
+        if mask is None:
+            return True
+        limit = self._limit(mask)
+        return limit is not None and (not free_axis_only or limit[0] == 1)
 
     def _code(self, node: cst.CSTNode) -> str:
         return cst.Module(body=[]).code_for_node(node)
@@ -124,72 +283,225 @@ class _Rewrite(cst.CSTTransformer):
         prefix = f"{self.nl}."
         return dotted[len(prefix):] if dotted and dotted.startswith(prefix) else None
 
+    def _isa(self, call: cst.Call) -> str | None:
+        """"nc_matmul" for `nisa.nc_matmul(...)`, None for anything else."""
+        dotted = _dotted(call.func)
+        prefix = f"{self.nisa}."
+        return dotted[len(prefix):] if dotted and dotted.startswith(prefix) else None
+
     def _assigned(self, name: str, call: cst.Call) -> list[str] | None:
-        """`name = nl.load(src)` / `nl.exp(x)` / `nl.add(a, b)` as an allocation and the instruction; an
-        `nl.*` call nested as an argument first becomes a tile of its own (`name_1`, ...)."""
+        """`name = nl.load(src)` / `nl.exp(x)` / `nisa.nc_transpose(x)` as an allocation and the instruction."""
+        return self._into(name, call, allocate=True)
+
+    def _flattened(self, name: str, call: cst.Call) -> tuple[list[str], cst.Call] | None:
+        """An `nl.*` / `nisa.*` call nested as an argument first becomes a tile of its own (`name_1`, ...,
+        innermost first); the call then reads those names."""
         before: list[str] = []
         args = list(call.args)
         for position, arg in enumerate(args):
-            if arg.keyword is None and isinstance(arg.value, cst.Call) and self._function(arg.value) is not None:
+            nested = arg.value
+            if isinstance(nested, cst.Call) and (self._function(nested) is not None or self._isa(nested) is not None):
                 inner = f"{name}_{position + 1}"
-                lines = self._assigned(inner, arg.value)
+                lines = self._assigned(inner, nested)
                 if lines is None:
                     return None
                 before += lines
                 self.tiles.add(inner)
                 args[position] = arg.with_changes(value=cst.Name(inner))
-        lines = self._instruction(name, call.with_changes(args=args))
-        return None if lines is None else before + lines
+        return before, call.with_changes(args=args)
 
-    def _instruction(self, name: str, call: cst.Call) -> list[str] | None:
-        """One call whose tile arguments are names, as its allocation and instruction."""
+    def _into(self, dst: str, call: cst.Call, allocate: bool, accumulate: bool = False) -> list[str] | None:
+        """The call as the instruction writing `dst`, after its nested calls, with `dst` allocated first when
+        `allocate` (else `dst` is a tile, or part of one, the kernel already has)."""
+        flat = self._flattened(dst.split("[")[0], call)
+        if flat is None:
+            return None
+        before, call = flat
+        made = self._instruction(dst, call, accumulate)
+        if made is None:
+            return None
+        allocation, instructions = made
+        statements = [instructions] if isinstance(instructions, str) else instructions
+        return before + ([f"{dst} = {allocation}"] if allocate else []) + statements
+
+    def _written_into(self, target: cst.Subscript, call: cst.Call) -> list[str] | None:
+        """`tile[...] = nl.copy(src)` / `nl.add(a, b)`: the instruction writes that part of the tile; a tensor-engine
+        result (`nl.copy(nisa.nc_transpose(x))`) goes through a PSUM tile of its own first."""
+        dst = self._code(target)
+        args = [a for a in call.args if a.keyword is None]
+        if self._function(call) == "copy" and len(args) == 1 and isinstance(args[0].value, cst.Call):
+            temporary = f"{self._code(target.value)}_1"
+            lines = self._assigned(temporary, args[0].value)
+            if lines is None:
+                return None
+            self.tiles.add(temporary)
+            return [*lines, f"{self.nisa}.tensor_copy(dst={dst}, src={temporary})"]
+        return self._into(dst, call, allocate=False)
+
+    def _allocation(self, like: str, dtype: str | None = None, shape: str | None = None, buffer: str = "sbuf") -> str:
+        nl = self.nl
+        return f"{nl}.ndarray({shape or f'{like}.shape'}, dtype={dtype or f'{like}.dtype'}, buffer={nl}.{buffer})"
+
+    def _instruction(self, dst: str, call: cst.Call, accumulate: bool = False
+                     ) -> tuple[str, str | list[str]] | None:
+        """One call whose tile arguments are tiles, as (what to allocate `dst` as, the instruction writing it, or the
+        statements that do)."""
+        if self._isa(call) is not None:
+            return self._isa_instruction(dst, call, accumulate)
         function = self._function(call)
         args = [a for a in call.args if a.keyword is None]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         nl, nisa = self.nl, self.nisa
+        if "mask" in keywords and self._maskless(keywords["mask"]) and function != "load":
+            del keywords["mask"]
         if function == "copy" and len(args) == 1 and set(keywords) <= {"dtype"} and self._is_tile(args[0].value):
             src = self._code(args[0].value)
-            dtype = self._code(keywords["dtype"]) if "dtype" in keywords else f"{src}.dtype"
-            return [f"{name} = {nl}.ndarray({src}.shape, dtype={dtype}, buffer={nl}.sbuf)",
-                    f"{nisa}.tensor_copy(dst={name}, src={src})"]
-        if function is None or keywords:
-            return None
-        if function == "load" and len(args) == 1:
+            dtype = self._code(keywords["dtype"]) if "dtype" in keywords else None
+            return self._allocation(src, dtype), f"{nisa}.tensor_copy(dst={dst}, src={src})"
+        along_free_axis = {k: self._code(v) for k, v in keywords.items()} == {"axis": "1", "keepdims": "True"}
+        if function in REDUCTIONS and len(args) == 1 and self._is_tile(args[0].value) and along_free_axis:
+            self.columns.add(dst)
+            return self._reduced(dst, self._code(args[0].value), function)
+        if function == "load" and len(args) == 1 and set(keywords) <= {"mask"}:
+            sliced = self._sliced(args[0].value, keywords.get("mask"))
+            if sliced is not None:
+                src, part, shape = sliced
+                return (self._allocation(self._code(args[0].value.value), shape=shape),  # type: ignore[attr-defined]
+                        f"{nisa}.dma_copy(dst={dst}[{part}], src={src})")
+        if "mask" in keywords and self._maskless(keywords["mask"]):
+            del keywords["mask"]
+        if function == "load" and len(args) == 1 and not keywords:
             src = self._code(args[0].value)
-            return [f"{name} = {nl}.ndarray({src}.shape, dtype={src}.dtype, buffer={nl}.sbuf)",
-                    f"{nisa}.dma_copy(dst={name}, src={src})"]
-        if function == "negative" and len(args) == 1 and self._is_tile(args[0].value):
-            data = self._code(args[0].value)
-            return [f"{name} = {nl}.ndarray({data}.shape, dtype={data}.dtype, buffer={nl}.sbuf)",
-                    f"{nisa}.tensor_scalar(dst={name}, data={data}, op0={nl}.multiply, operand0=-1.0)"]
-        if function in ACTIVATIONS and len(args) == 1 and self._is_tile(args[0].value):
-            data = self._code(args[0].value)
-            return [f"{name} = {nl}.ndarray({data}.shape, dtype={data}.dtype, buffer={nl}.sbuf)",
-                    f"{nisa}.activation(dst={name}, op={nl}.{function}, data={data})"]
+            return self._allocation(src), f"{nisa}.dma_copy(dst={dst}, src={src})"
+        if function == "matmul" and len(args) == 2 and {k: self._code(v) for k, v in keywords.items()} == {
+                "transpose_x": "True"} and all(self._is_tile(a.value) for a in args):
+            stationary, moving = (self._code(a.value) for a in args)  # x is given as its transpose: the stationary
+            return (self._allocation(stationary, dtype=f"{nl}.float32", buffer="psum",
+                                     shape=f"({stationary}.shape[1], {moving}.shape[1])"),
+                    f"{nisa}.nc_matmul(dst={dst}, stationary={stationary}, moving={moving}"
+                    f"{', accumulate=True' if accumulate else ''})")
+        if function == "broadcast_to" and len(args) == 1 and set(keywords) == {"shape"} and self._is_tile(
+                args[0].value):
+            return self._broadcast(dst, self._code(args[0].value), keywords["shape"])
+        dtype = self._code(keywords.pop("dtype")) if "dtype" in keywords else None
+        if function is None or keywords or not args or not self._is_tile(args[0].value):
+            return None
+        data = self._code(args[0].value)
+        if isinstance(args[0].value, cst.Name) and args[0].value.value in self.columns:
+            self.columns.add(dst)  # element-wise on a column keeps one value per partition
+        allocation = self._allocation(data, dtype)
+        if function == "negative" and len(args) == 1:
+            return allocation, f"{nisa}.tensor_scalar(dst={dst}, data={data}, op0={nl}.multiply, operand0=-1.0)"
+        if function in ACTIVATIONS and len(args) == 1:
+            return allocation, f"{nisa}.activation(dst={dst}, op={nl}.{function}, data={data})"
         if function in BINARY and len(args) == 2:
-            a, b = (arg.value for arg in args)
-            if self._is_tile(a) and self._is_tile(b):
-                first = self._code(a)
-                return [f"{name} = {nl}.ndarray({first}.shape, dtype={first}.dtype, buffer={nl}.sbuf)",
-                        f"{nisa}.tensor_tensor(dst={name}, data1={first}, data2={self._code(b)}, op={nl}.{function})"]
-            if self._is_tile(a) and isinstance(b, (cst.Integer, cst.Float)):
-                first = self._code(a)
-                return [f"{name} = {nl}.ndarray({first}.shape, dtype={first}.dtype, buffer={nl}.sbuf)",
-                        f"{nisa}.tensor_scalar(dst={name}, data={first}, op0={nl}.{function}, "
-                        f"operand0={self._code(b)})"]
+            other = args[1].value
+            if (isinstance(other, cst.Name) and other.value in self.columns) or self._is_scalar(other):
+                # a per-partition column or a number is the scalar operand, as the engines take it
+                operand = self._code(other)
+                return allocation, f"{nisa}.tensor_scalar(dst={dst}, data={data}, op0={nl}.{function}, " \
+                                   f"operand0={operand})"
+            if self._is_tile(other):
+                return (allocation,
+                        f"{nisa}.tensor_tensor(dst={dst}, data1={data}, data2={self._code(other)}, op={nl}.{function})")
         return None
 
+    def _is_scalar(self, node: cst.BaseExpression) -> bool:
+        """A number written in the kernel, or a name bound to one."""
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+            return self._is_scalar(node.expression)
+        if isinstance(node, cst.BinaryOperation):
+            return self._is_scalar(node.left) and self._is_scalar(node.right)
+        constant = isinstance(node, cst.Name) and node.value in self.constants
+        return constant or isinstance(node, (cst.Integer, cst.Float))
+
+    def _broadcast(self, dst: str, src: str, shape: cst.BaseExpression) -> tuple[str, list[str]] | None:
+        """`nl.broadcast_to(row, shape=(p, f))` of a one-partition row as the legacy API lowers it: a matmul of a
+        ones column with the row into PSUM, copied out, as many columns at a time as a matmul moves."""
+        if not (isinstance(shape, cst.Tuple) and len(shape.elements) == 2):
+            return None
+        nl, nisa = self.nl, self.nisa
+        rows, columns = (self._code(element.value) for element in shape.elements)
+        base = dst.split("[")[0]
+        ones, product, start, end = (f"{base}_{part}" for part in ("ones", "broadcast", "start", "end"))
+        step = f"{nl}.tile_size.gemm_moving_fmax"
+        chunk = textwrap.dedent(f"""\
+            for {start} in range(0, {columns}, {step}):
+                {end} = min({start} + {step}, {columns})
+                {product} = {self._allocation(src, f'{nl}.float32', f'({rows}, {end} - {start})', 'psum')}
+                {nisa}.nc_matmul(dst={product}, stationary={ones}, moving={src}[:, {start}:{end}])
+                {nisa}.tensor_copy(dst={dst}[:, {start}:{end}], src={product})
+            """)
+        return (self._allocation(src, shape=f"({rows}, {columns})"),
+                [f"{ones} = {self._allocation(src, shape=f'(1, {rows})')}", f"{nisa}.memset(dst={ones}, value=1.0)",
+                 chunk])
+
+    def _reduced(self, dst: str, data: str, function: str) -> tuple[str, list[str]]:
+        """`nl.max / sum / mean(data, axis=1, keepdims=True)` as tensor_reduce along the free axis into a column;
+        a mean is the sum scaled by one over the row's length."""
+        nl, nisa = self.nl, self.nisa
+        reduce = f"{nisa}.tensor_reduce(dst={dst}, op={nl}.{REDUCTIONS[function]}, data={data}, axis=1, keepdims=True)"
+        scale = f"{nisa}.tensor_scalar(dst={dst}, data={dst}, op0={nl}.multiply, operand0=1.0 / {data}.shape[1])"
+        return (self._allocation(data, shape=f"({data}.shape[0], 1)"),
+                [reduce, *([scale] if function == "mean" else [])])
+
+    def _isa_instruction(self, dst: str, call: cst.Call, accumulate: bool) -> tuple[str, str] | None:
+        """A legacy `nisa.*` call that returns its tile, as the same instruction writing `dst`: positional
+        arguments named as the legacy signature names them; the result lives where the legacy one did (a
+        transpose or matmul in PSUM, as float32 for a matmul; anything else in SBUF, shaped as its input)."""
+        instruction = self._isa(call)
+        parameters = LEGACY_ISA_PARAMETERS.get(instruction or "")
+        positional = [a for a in call.args if a.keyword is None]
+        if parameters is None or len(positional) > len(parameters):
+            return None
+        given = {name: arg.value for name, arg in zip(parameters, positional, strict=False)}
+        given |= {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        if "mask" in given and self._maskless(given["mask"], free_axis_only=True):
+            del given["mask"]
+        if "mask" in given or (accumulate and instruction != "nc_matmul"):
+            return None  # a mask moves into the operands' slices: a person decides how
+        text = {name: self._code(value) for name, value in given.items()}
+        arguments = ", ".join(f"{name}={value}" for name, value in text.items())
+        line = f"{self.nisa}.{instruction}(dst={dst}, {arguments}{', accumulate=True' if accumulate else ''})"
+        if instruction == "nc_transpose":
+            data = text["data"]
+            return self._allocation(data, shape=f"({data}.shape[1], {data}.shape[0])", buffer="psum"), line
+        if instruction == "nc_matmul":
+            stationary, moving = text["stationary"], text["moving"]
+            return self._allocation(stationary, dtype=f"{self.nl}.float32", buffer="psum",
+                                    shape=f"({stationary}.shape[1], {moving}.shape[1])"), line
+        return self._allocation(text[parameters[LEGACY_ISA_SHAPED_BY[instruction]]]), line
+
     def _is_tile(self, node: cst.BaseExpression) -> bool:
+        """A name known to hold a tile, or a slice of one (or of one in a list of blocks)."""
+        while isinstance(node, cst.Subscript):
+            node = node.value
         return isinstance(node, cst.Name) and node.value in self.tiles
 
-    def _stored(self, call: cst.Call) -> str | None:
-        """`nl.store(dst, value=tile)` as `nisa.dma_copy(dst=dst, src=tile)`."""
+    def _stored(self, call: cst.Call) -> list[str] | None:
+        """`nl.store(dst, value=tile)` as `nisa.dma_copy(dst=dst, src=tile)`; a value computed in place
+        (`value=nl.copy(acc)`) becomes a tile of its own first."""
         if self._function(call) != "store":
             return None
         given = {a.keyword.value if a.keyword else ("dst", "value")[i]: a.value for i, a in enumerate(call.args)}
-        if set(given) != {"dst", "value"} or not self._is_tile(given["value"]):
+        sliced = self._sliced(given["dst"], given.get("mask")) if "dst" in given else None
+        if sliced is not None:
+            given.pop("mask", None)
+        if set(given) != {"dst", "value"}:
             return None
-        return f"{self.nisa}.dma_copy(dst={self._code(given['dst'])}, src={self._code(given['value'])})"
+        value, before = given["value"], []
+        if isinstance(value, cst.Call):
+            stored = f"{self._code(given['dst']).split('[')[0]}_stored"
+            lines = self._assigned(stored, value)
+            if lines is None:
+                return None
+            self.tiles.add(stored)
+            value, before = cst.Name(stored), lines
+        if not self._is_tile(value):
+            return None
+        if sliced is not None:
+            return [*before, f"{self.nisa}.dma_copy(dst={sliced[0]}, src={self._code(value)}[{sliced[1]}])"]
+        return [*before, f"{self.nisa}.dma_copy(dst={self._code(given['dst'])}, src={self._code(value)})"]
 
     # --- loops --------------------------------------------------------------------------------------------------
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:  # noqa: N802
@@ -210,14 +522,12 @@ class _Leftovers(cst.CSTVisitor):
         self.nl, self.nisa = nl, nisa
         self.found: list[tuple[int, str]] = []
 
-    def visit_Assign(self, node: cst.Assign) -> None:  # noqa: N802
-        dotted = _dotted(node.value.func) if isinstance(node.value, cst.Call) else None
-        if dotted and dotted.startswith(f"{self.nisa}."):
-            line = self.get_metadata(PositionProvider, node).start.line
-            self.found.append((line, f"{dotted} returns its result in the legacy API: give it a dst= tile"))
-
     def visit_Call(self, node: cst.Call) -> None:  # noqa: N802
         dotted = _dotted(node.func)
+        if dotted and dotted.startswith(f"{self.nisa}.") and not any(
+                a.keyword is not None and a.keyword.value == "dst" for a in node.args):
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.found.append((line, f"{dotted} returns its result in the legacy API: give it a dst= tile"))
         if dotted and dotted.startswith(f"{self.nl}.") and dotted[len(self.nl) + 1:] not in MODERN_LANGUAGE:
             line = self.get_metadata(PositionProvider, node).start.line
             self.found.append((line, f"{dotted} has no mechanical nki-package form here"))
@@ -240,15 +550,99 @@ def _module_names(tree: cst.Module) -> tuple[str, str]:
     return nl, nisa
 
 
+class _Scalars(cst.CSTVisitor):
+    """Names bound to a number anywhere in the module: `EPS = 1e-6`, `rows, cols = x.shape`, `scale = 1.0 /
+    math.sqrt(cols)`; an expression of numbers, sizes, arithmetic and calls outside the kernel modules (no tile can
+    come of it)."""
+
+    def __init__(self, nl: str, nisa: str):
+        super().__init__()
+        self.kernel_modules = (nl, nisa)
+        self.names: set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:  # noqa: N802
+        target = node.targets[0].target if len(node.targets) == 1 else None
+        if isinstance(target, cst.Name) and self._numeric(node.value):
+            self.names.add(target.value)
+        if isinstance(target, cst.Tuple) and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
+            self.names |= {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
+
+    def _numeric(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(node, cst.Name):
+            return node.value in self.names
+        if isinstance(node, cst.UnaryOperation):
+            return self._numeric(node.expression)
+        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute):
+            return node.value.attr.value == "shape"  # x.shape[0]
+        if isinstance(node, cst.BinaryOperation):
+            return self._numeric(node.left) and self._numeric(node.right)
+        if isinstance(node, cst.Call):
+            module = (_dotted(node.func) or "").split(".")[0]
+            return bool(module) and module not in self.kernel_modules and all(self._numeric(a.value) for a in node.args)
+        return False
+
+
+def _scalars(tree: cst.Module, nl: str, nisa: str) -> frozenset[str]:
+    found = _Scalars(nl, nisa)
+    tree.visit(found)
+    return frozenset(found.names)
+
+
+class _ShortNames(cst.CSTTransformer):
+    """`nki.isa.f` / `nki.language.f` (the package's own path, as the fused mamba tutorial writes them) as `nisa.f` /
+    `nl.f`, so every rewrite and check sees one spelling."""
+
+    def __init__(self, nl: str, nisa: str):
+        super().__init__()
+        self.short = {"nki.isa": nisa, "nki.language": nl, f"{LEGACY_ROOT}.isa": nisa, f"{LEGACY_ROOT}.language": nl}
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute  # noqa: N802
+                        ) -> cst.Attribute | cst.Name:
+        short = self.short.get(_dotted(updated) or "")
+        return cst.Name(short) if short else updated
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:  # noqa: N802
+        return original  # the imports keep their module paths
+
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:  # noqa: N802
+        return original
+
+
+def _names_read(tree: cst.Module) -> set[str]:
+    """Every name the code mentions (not the words of its strings and comments)."""
+    names: set[str] = set()
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:  # noqa: N802
+            names.add(node.value)
+
+    tree.visit(Collect())
+    return names
+
+
+def _with_import(code: str, line: str) -> str:
+    """`code` with the import `line` added before its first import of the nki package."""
+    lines = code.splitlines(keepends=True)
+    first = next((i for i, text in enumerate(lines) if text.startswith(("import nki", "from nki"))), 0)
+    return "".join([*lines[:first], line, *lines[first:]])
+
+
 def migrate_source(source: str) -> Migration:
     """The legacy kernel `source` with every mechanical rewrite applied, and the lines left for a person."""
     tree = cst.parse_module(source)
     nl, nisa = _module_names(tree)
-    rewritten = tree.visit(_Rewrite(nl, nisa))
-    code = rewritten.code
-    if f"{nisa}." in code and f" as {nisa}" not in code:
-        language = f"import nki.language as {nl}\n"
-        code = code.replace(language, f"{language}import nki.isa as {nisa}\n", 1)
+    tree = tree.visit(_ShortNames(nl, nisa))
+    scalars = _scalars(tree, nl, nisa)
+    first = _Rewrite(nl, nisa, scalars)
+    code = tree.visit(first).code
+    still_read = frozenset(first.dropped & _names_read(cst.parse_module(code)))
+    if still_read:
+        code = tree.visit(_Rewrite(nl, nisa, scalars, still_read)).code
+    for module, local in (("language", nl), ("isa", nisa)):
+        if f"{local}." in code and f"import nki.{module} as {local}\n" not in code:
+            code = _with_import(code, f"import nki.{module} as {local}\n")
     wrapper = cst.metadata.MetadataWrapper(cst.parse_module(code))
     leftovers = _Leftovers(nl, nisa)
     wrapper.visit(leftovers)
@@ -269,9 +663,99 @@ class Verified:
 
 
 def verify(original: str, migrated: str, task: TaskRef, hardware: str = "trn2", seeds: Sequence[int] | None = None,
-           profiler: SimulatorProfiler | None = None) -> Verified:
+           profiler: Profiler | None = None, kernel_name: str | None = None) -> Verified:
     """Profile the legacy kernel and its migration on the same fresh seeds (simulated `hardware`)."""
     chosen = list(seeds) if seeds is not None else fresh_seeds(5)
     runner = profiler or SimulatorProfiler()
-    return Verified(runner.profile(original, task, hardware, seeds=chosen, kernel_label="original.py"),
-                    runner.profile(migrated, task, hardware, seeds=chosen, kernel_label="migrated.py"))
+    return Verified(*(runner.profile(source, task, hardware, seeds=chosen, kernel_label=label, kernel_name=kernel_name)
+                      for source, label in ((original, "original.py"), (migrated, "migrated.py"))))
+
+
+# --- `accelopt migrate`: exit codes as the other commands use them --------------------------------------------------
+EXIT_MIGRATED = 0  # complete, and both versions correct on the same fresh seeds
+EXIT_COULD_NOT_RUN = 1  # one of the two versions failed to run
+EXIT_DISAGREES = 3  # it ran, but a version is wrong on some seed or lines are left for a person
+
+
+def exit_code(migration: Migration, verified: Verified) -> int:
+    """0 only for a complete migration both of whose versions are correct on every seed."""
+    if verified.original.error or verified.migrated.error:
+        return EXIT_COULD_NOT_RUN
+    return EXIT_MIGRATED if verified.agree and migration.complete else EXIT_DISAGREES
+
+
+def _version_line(label: str, result: ProfileResult) -> str:
+    if result.error:
+        return f"{label:<9} failed to run: {result.error}"
+    verdict = "correct" if result.correct else f"WRONG RESULTS ({result.check_message})"
+    latency = f"{result.latency_ms:.4g} ms" if result.latency_ms is not None else "no latency"
+    return f"{label:<9} {latency} ({measured_on(result)}), {verdict}"
+
+
+def render_migration(kernel_path: str, out_path: str, migration: Migration, verified: Verified) -> str:
+    """What a person reads after `accelopt migrate`: where the kernel went, both latencies and where they come
+    from, the verdict on the seeds both ran on, and each line left for a person as `file:line: reason`."""
+    seeds = ", ".join(map(str, verified.original.seeds)) or "none"
+    lines = [f"migrated  {kernel_path} -> {out_path}",
+             _version_line("original", verified.original),
+             _version_line("migrated", verified.migrated),
+             f"seeds     {seeds} (the same fresh seeds for both)"]
+    if verified.agree and verified.original.latency_ms and verified.migrated.latency_ms:
+        ratio = verified.original.latency_ms / verified.migrated.latency_ms
+        lines.append(f"speed     migrated runs {ratio:.2f}x the original's speed")
+    verdict = "both correct on every seed" if verified.agree else "the versions do not both pass"
+    left = len(migration.needs_person)
+    lines.append(f"result    {verdict}; " + ("migration complete" if migration.complete else
+                                             f"{left} line{'s' * (left != 1)} left for a person:"))
+    lines += [f"{out_path}:{line}: {reason}" for line, reason in migration.needs_person]
+    return "\n".join(lines)
+
+
+def migration_dict(kernel_path: str, out_path: str, migration: Migration, verified: Verified) -> dict[str, Any]:
+    """The same as one JSON object, with both profiles as `accelopt profile --json` gives them."""
+    return {"kernel": kernel_path, "out": out_path, "complete": migration.complete, "agree": verified.agree,
+            "needs_person": [{"file": out_path, "line": line, "reason": reason}
+                             for line, reason in migration.needs_person],
+            "original": verified.original.to_dict(), "migrated": verified.migrated.to_dict(),
+            "exit_code": exit_code(migration, verified)}
+
+
+@dataclass(frozen=True)
+class MigrationOffer:
+    """A migration the editor offers as one code action: the text it replaces, the migrated text, and what the
+    run of both versions on the same fresh seeds showed (for the action's title)."""
+
+    base_source: str
+    source: str
+    complete: bool
+    agree: bool
+    needs_person: tuple[tuple[int, str], ...]
+    original_ms: float | None
+    migrated_ms: float | None
+    measured_on: str
+
+    @property
+    def title(self) -> str:
+        """"Migrate to NKI 0.8 — both correct on the same seeds, 0.0137 -> 0.0137 ms (simulated trn2)", or what
+        is still wrong with it."""
+        if not self.agree:
+            verdict = "the migrated kernel does not pass its check"
+        elif self.complete:
+            verdict = "both correct on the same seeds"
+        else:
+            left = len(self.needs_person)
+            verdict = f"both correct, {left} line{'s' * (left != 1)} left for a person"
+        times = (f", {self.original_ms:.4g} -> {self.migrated_ms:.4g} ms ({self.measured_on})"
+                 if self.original_ms is not None and self.migrated_ms is not None else "")
+        return f"Migrate to NKI 0.8 — {verdict}{times}"
+
+
+def offer_migration(source: str, task: TaskRef, profiler: Profiler, hardware: str = "trn2",
+                    kernel_name: str | None = None) -> MigrationOffer:
+    """Migrate `source` and run both versions on the same fresh seeds: what an editor offers (in a worker, never
+    on the editor's event loop: the two runs take seconds)."""
+    migration = migrate_source(source)
+    verified = verify(source, migration.source, task, hardware, profiler=profiler, kernel_name=kernel_name)
+    return MigrationOffer(source, migration.source, migration.complete, verified.agree,
+                          tuple(migration.needs_person), verified.original.latency_ms, verified.migrated.latency_ms,
+                          measured_on(verified.migrated))

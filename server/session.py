@@ -18,7 +18,7 @@ from typing import Any
 
 from accelopt_core.config import Secret
 from accelopt_core.engine import REMOTE, SIMULATOR, ProfilerSettings, cached_profile, check_variant, profile_cache
-from accelopt_core.nki.api_versions import api_findings, parse_version
+from accelopt_core.nki.api_versions import api_findings, detect_version, parse_version
 from accelopt_core.profiling import ProfileResult, SandboxLimits
 from accelopt_core.profiling.profiler import kernel_hash
 from accelopt_core.profiling.sandbox import CANCELLED
@@ -410,6 +410,26 @@ class Session:
         self.changed(doc)
         if first and not trace.error and self.settings.max_quick_fixes:
             self._plan_fixes(doc, request, snap, checked or trace)
+        if first and not trace.error and detect_version(source).legacy:
+            self._plan_migration(doc, request, snap)
+
+    def _plan_migration(self, doc: KernelDocument, request: int, snap: Snapshot) -> None:
+        """A legacy kernel is migrated to NKI 0.8 and both versions run in the worker; the code action appears
+        when that is done, titled with what the run showed."""
+        source = snap.source
+        job = self.profile_lane.submit("migrate", self._payload(doc, snap, True, check_variant(snap.link.ref)),
+                                       priority=0, timeout=2 * self.settings.sandbox_seconds + 600.0)
+
+        def done(future: asyncio.Future[Any]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                if not future.cancelled():
+                    log.warning("migrating the kernel failed: %s", future.exception())
+                return
+            if doc.request_id == request and doc.profiled_source == source:
+                doc.migration = future.result().get("offer")
+                self.changed(doc)
+
+        job.future.add_done_callback(done)
 
     def _plan_fixes(self, doc: KernelDocument, request: int, snap: Snapshot, profile: ProfileResult) -> None:
         """Rule rewrites are planned, timed and checked in the worker (libcst and the rules never load into the

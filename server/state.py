@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pygls.uris import to_fs_path
 
@@ -17,6 +17,9 @@ from accelopt_core.report import counted
 from .edits import line_map
 from .format import ms
 from .kernels import KernelFile, TaskLink, analyze, link_task
+
+if TYPE_CHECKING:  # the migration is made in the worker: libcst never loads into the server
+    from accelopt_core.migrate import MigrationOffer
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class KernelDocument:
     fixes: list[QuickFix] = field(default_factory=list)
     applied_fix: QuickFix | None = None  # the quick fix whose rewrite the profiled text is (judged by its profile)
     rewrites: list[Rewrite] = field(default_factory=list)
+    migration: MigrationOffer | None = None  # a legacy kernel's migration to NKI 0.8, run in the worker
     search: SearchRun | None = None
     last_search: dict[str, Any] | None = None
     chosen_kernel: str | None = None  # picked with a lens in a file of several kernels
@@ -167,7 +171,7 @@ class KernelDocument:
             self.reanalyze()
             self.trace = self.checked = None
             self.profiled_source = self.task_error = self.failure = None
-            self.fixes, self.rewrites = [], []
+            self.fixes, self.rewrites, self.migration = [], [], None
         return True
 
     def keep(self, result: ProfileResult) -> None:
@@ -177,6 +181,11 @@ class KernelDocument:
 
     def current_rewrites(self) -> list[Rewrite]:
         return [r for r in self.rewrites if r.base_digest == self.digest]
+
+    def current_migration(self) -> MigrationOffer | None:
+        """The migration of exactly the text in the editor (an edit since makes it stale)."""
+        offer = self.migration
+        return offer if offer is not None and offer.base_source == self.source else None
 
     def current_fixes(self) -> list[QuickFix]:
         return self.fixes if not self.outdated else []

@@ -35,6 +35,7 @@ from accelopt_core.engine import (
     task_family,
 )
 from accelopt_core.memory import Memory
+from accelopt_core.migrate import offer_migration
 from accelopt_core.profiling import Profiler, ProfileResult
 from accelopt_core.search import BeamSearch, SearchError, preset
 from accelopt_core.tasks import TaskError
@@ -190,10 +191,21 @@ def fixes_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[
         return {"fixes": []}  # the task is reported by the profile job itself
 
 
+def migrate_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
+    """{"offer": MigrationOffer}: the legacy kernel migrated to NKI 0.8, both versions run on the same seeds."""
+    try:
+        return {"offer": offer_migration(payload["source"], payload["task"],
+                                         _profiler(payload["profiler"], payload.get("memory_db")),
+                                         kernel_name=payload.get("kernel_name"))}
+    except TaskError:
+        return {"offer": None}  # the task is reported by the profile job itself
+
+
 JOBS: dict[str, Callable[[dict[str, Any], threading.Event, Callable[[Any], None]], dict[str, Any]]] = {
     "profile": profile_job,
     "optimize": optimize_job,
     "fixes": fixes_job,
+    "migrate": migrate_job,
 }
 
 

@@ -1,6 +1,7 @@
 """Code actions: link a task (inserts the directive), pick one of a file's several kernels, apply a rule-based
-rewrite (a quick fix on its diagnostic, offered once the model timed it faster, labelled checked once it was), and
-apply a verified rewrite from Optimize. Every rewrite is one WorkspaceEdit of minimal line hunks (one undo step);
+rewrite (a quick fix on its diagnostic, offered once the model timed it faster, labelled checked once it was),
+apply a verified rewrite from Optimize, and migrate a legacy kernel to NKI 0.8 (made and run in the worker). Every
+rewrite is one WorkspaceEdit of minimal line hunks (one undo step);
 verified rewrites carry a change annotation that asks for confirmation, so editors that support it show a diff
 preview before applying."""
 
@@ -131,6 +132,12 @@ def actions(ls: AccelOptServer, doc: KernelDocument, params: types.CodeActionPar
                                         diagnostics=_ours(context, change.code, change.line), is_preferred=True,
                                         edit=workspace_edit(ls, doc, new_source=change.fixed_source)))
     inside = info.def_line is not None and first <= (info.end_line or info.def_line) and last >= info.def_line
+    migration = doc.current_migration()
+    if _wanted(only, types.CodeActionKind.RefactorRewrite) and inside and migration is not None:
+        note = types.ChangeAnnotation(label="AccelOpt migration to NKI 0.8", needs_confirmation=True,
+                                      description=migration.title)
+        out.append(types.CodeAction(title=migration.title, kind=types.CodeActionKind.RefactorRewrite,
+                                    edit=workspace_edit(ls, doc, new_source=migration.source, annotation=note)))
     if _wanted(only, types.CodeActionKind.RefactorRewrite) and inside:
         for index, rewrite in enumerate(doc.current_rewrites()):
             note = types.ChangeAnnotation(label="AccelOpt verified rewrite", needs_confirmation=True,

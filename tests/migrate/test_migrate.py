@@ -89,3 +89,284 @@ def test_the_silu_baseline_migrates_completely_and_agrees():
     assert "nisa.tensor_scalar(dst=denominator_1_1, data=tile, op0=nl.multiply, operand0=-1.0)" in migration.source
     verified = verify(source, migration.source, TaskRef(name="silu:small"), seeds=[3, 4])
     assert verified.agree, (verified.original.check_message, verified.migrated.check_message)
+
+
+def _migrated_body(body: str) -> tuple[str, list[tuple[int, str]]]:
+    """`body` (kernel lines, 4-space indented) inside a legacy kernel with tiles `a` and `b` loaded."""
+    source = textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.isa as nisa
+        import neuronxcc.nki.language as nl
+
+
+        @nki.jit
+        def kernel(x, y):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            a = nl.load(x)
+            b = nl.load(y)
+    ''') + textwrap.indent(textwrap.dedent(body), "    ") + "    return out\n"
+    migration = migrate_source(source)
+    return migration.source, migration.needs_person
+
+
+def test_a_transpose_copied_out_goes_through_psum_into_the_named_tile():
+    code, left = _migrated_body("t = nl.copy(nisa.nc_transpose(a))\nnl.store(out, value=t)\n")
+    assert not left, left
+    assert "t_1 = nl.ndarray((a.shape[1], a.shape[0]), dtype=a.dtype, buffer=nl.psum)" in code
+    assert "nisa.nc_transpose(dst=t_1, data=a)" in code and "nisa.tensor_copy(dst=t, src=t_1)" in code
+
+
+def test_a_transpose_copied_into_part_of_a_tile_writes_that_part():
+    code, left = _migrated_body("t = nl.ndarray((128, 256), dtype=a.dtype, buffer=nl.sbuf)\n"
+                                "t[:, 0:128] = nl.copy(nisa.nc_transpose(a[:, 0:128]))\nnl.store(out, value=t)\n")
+    assert not left, left
+    assert "nisa.nc_transpose(dst=t_1, data=a[:, 0:128])" in code
+    assert "nisa.tensor_copy(dst=t[:, 0:128], src=t_1)" in code
+
+
+def test_a_matmul_in_return_form_gets_a_float32_psum_dst_and_plus_equals_accumulates():
+    code, left = _migrated_body("p = nisa.nc_matmul(a, b)\n"
+                                "acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
+                                "acc += nisa.nc_matmul(a, b[:, 0:512])\nnl.store(out, value=nl.copy(acc))\n")
+    assert not left, left
+    assert "p = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)" in code
+    assert "nisa.nc_matmul(dst=p, stationary=a, moving=b)" in code
+    assert "nisa.nc_matmul(dst=acc, stationary=a, moving=b[:, 0:512], accumulate=True)" in code
+    assert "nisa.tensor_copy(dst=out_stored, src=acc)" in code and "nisa.dma_copy(dst=out, src=out_stored)" in code
+
+
+def test_an_instruction_keeps_its_keywords_and_names_its_positionals():
+    code, left = _migrated_body("s = nisa.tensor_tensor_scan(a, b, initial=0.0, op0=nl.multiply, op1=nl.add)\n"
+                                "e = nisa.activation(op=nl.exp, data=a, scale=2.0)\n")
+    assert not left, left
+    assert "nisa.tensor_tensor_scan(dst=s, data0=a, data1=b, initial=0.0, op0=nl.multiply, op1=nl.add)" in code
+    assert "e = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)" in code
+    assert "nisa.activation(dst=e, op=nl.exp, data=a, scale=2.0)" in code
+
+
+def test_a_masked_instruction_is_left_for_a_person():
+    code, left = _migrated_body("p = nisa.nc_matmul(a, b, mask=None)\n")
+    line = next(n for n, text in enumerate(code.splitlines(), 1) if "nisa.nc_matmul(a, b" in text)
+    assert left == [(line, "nisa.nc_matmul returns its result in the legacy API: give it a dst= tile")]
+
+
+def test_row_reductions_become_tensor_reduce_and_a_column_operand_a_scalar_one():
+    code, left = _migrated_body("m = nl.max(a, axis=1, keepdims=True)\nmu = nl.mean(a, axis=1, keepdims=True)\n"
+                                "d = nl.subtract(a, m)\n")
+    assert not left, left
+    assert "m = nl.ndarray((a.shape[0], 1), dtype=a.dtype, buffer=nl.sbuf)" in code
+    assert "nisa.tensor_reduce(dst=m, op=nl.maximum, data=a, axis=1, keepdims=True)" in code
+    assert ("nisa.tensor_reduce(dst=mu, op=nl.add, data=a, axis=1, keepdims=True)\n"
+            "    nisa.tensor_scalar(dst=mu, data=mu, op0=nl.multiply, operand0=1.0 / a.shape[1])") in code
+    assert "nisa.tensor_scalar(dst=d, data=a, op0=nl.subtract, operand0=m)" in code
+
+
+def test_a_reduction_along_another_axis_is_left_for_a_person():
+    _, left = _migrated_body("m = nl.max(a, axis=0, keepdims=True)\n")
+    assert [reason for _, reason in left] == ["nl.max has no mechanical nki-package form here"]
+
+
+def test_the_bmm_softmax_baseline_migrates_completely_and_agrees():
+    """Transposes through PSUM, matmuls in dst form, softmax's row max and sum as tensor_reduce."""
+    source = (Path(__file__).resolve().parents[2] / "nkibench" / "kernels" / "bmm_softmax.py").read_text()
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    verified = verify(source, migration.source, TaskRef(name="bmm_softmax:small"), seeds=[5, 6])
+    assert verified.agree, (verified.original.check_message, verified.migrated.check_message)
+
+
+def test_a_block_dimension_becomes_a_python_list_of_tiles():
+    """As the block-dimension migration guide does: `t[k]` reads the same, `t[k, i]` becomes `t[k][i]`."""
+    code, left = _migrated_body("t = nl.ndarray((4, nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)\n"
+                                "for k in nl.affine_range(4):\n"
+                                "    t[k] = nl.load(x[k * 128:(k + 1) * 128, 0:64])\n"
+                                "    t[k, :, 0:32] = nl.exp(t[k, :, 32:64])\n")
+    assert not left, left
+    assert "t = [nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf) for _ in range(4)]" in code
+    assert "nisa.dma_copy(dst=t[k], src=x[k * 128:(k + 1) * 128, 0:64])" in code
+    assert "nisa.activation(dst=t[k][:, 0:32], op=nl.exp, data=t[k][:, 32:64])" in code
+
+
+def test_a_tile_without_block_dimension_stays_one_tile():
+    code, _ = _migrated_body("t = nl.ndarray((nl.par_dim(128), 4, 64), dtype=a.dtype, buffer=nl.sbuf)\n")
+    assert "t = nl.ndarray((nl.par_dim(128), 4, 64), dtype=a.dtype, buffer=nl.sbuf)" in code
+
+
+def test_the_matmul_baseline_loses_its_block_dimension_and_agrees():
+    source = (Path(__file__).resolve().parents[2] / "nkibench" / "kernels" / "matmul.py").read_text()
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    assert "nl.par_dim" not in migration.source
+    verified = verify(source, migration.source, TaskRef(name="matmul:small"), seeds=[7, 8])
+    assert verified.agree, (verified.original.error, verified.migrated.error, verified.migrated.check_message)
+
+
+def test_an_element_wise_dtype_is_the_allocations_dtype():
+    code, left = _migrated_body("s = nl.add(a, b, dtype=nl.bfloat16)\n")
+    assert not left, left
+    assert "s = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)" in code
+
+
+def test_a_module_constant_and_a_negative_number_are_scalar_operands():
+    _, left = _migrated_body("s = nl.add(a, EPS)\nt = nl.multiply(a, -2)\n")
+    assert [reason for _, reason in left] == ["nl.add has no mechanical nki-package form here"]  # EPS: unknown
+    source = "EPS = 1e-6\n" + textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+
+        @nki.jit
+        def kernel(x):
+            a = nl.load(x)
+            s = nl.add(a, EPS)
+            t = nl.multiply(a, -2)
+    ''')
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    assert "nisa.tensor_scalar(dst=s, data=a, op0=nl.add, operand0=EPS)" in migration.source
+    assert "nisa.tensor_scalar(dst=t, data=a, op0=nl.multiply, operand0=-2)" in migration.source
+
+
+def test_element_wise_on_a_column_stays_a_column_operand():
+    code, left = _migrated_body("m = nl.sum(a, axis=1, keepdims=True)\nr = nl.sqrt(nl.add(m, 1.0))\n"
+                                "d = nl.divide(a, r)\n")
+    assert not left, left
+    assert "nisa.tensor_scalar(dst=d, data=a, op0=nl.divide, operand0=r)" in code
+
+
+def test_a_partition_broadcast_is_the_ones_matmul_the_legacy_api_lowers_it_to():
+    code, left = _migrated_body("row = nl.load(x[0:1, 0:512])\n"
+                                "wide = nl.broadcast_to(row, shape=(128, 512))\n")
+    assert not left, left
+    assert ("wide = nl.ndarray((128, 512), dtype=row.dtype, buffer=nl.sbuf)\n"
+            "    wide_ones = nl.ndarray((1, 128), dtype=row.dtype, buffer=nl.sbuf)\n"
+            "    nisa.memset(dst=wide_ones, value=1.0)\n"
+            "    for wide_start in range(0, 512, nl.tile_size.gemm_moving_fmax):\n"
+            "        wide_end = min(wide_start + nl.tile_size.gemm_moving_fmax, 512)\n"
+            "        wide_broadcast = nl.ndarray((128, wide_end - wide_start), dtype=nl.float32, buffer=nl.psum)\n"
+            "        nisa.nc_matmul(dst=wide_broadcast, stationary=wide_ones, moving=row[:, wide_start:wide_end])\n"
+            "        nisa.tensor_copy(dst=wide[:, wide_start:wide_end], src=wide_broadcast)") in code
+
+
+def test_the_mamba_baseline_migrates_completely_and_agrees():
+    """Return-form activation and tensor_tensor_scan, and two partition broadcasts."""
+    source = (Path(__file__).resolve().parents[2] / "nkibench" / "kernels" / "mamba.py").read_text()
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    verified = verify(source, migration.source, TaskRef(name="mamba:small"), seeds=[9, 10])
+    assert verified.agree, (verified.original.error, verified.migrated.error, verified.migrated.check_message)
+
+
+def test_a_scale_computed_from_sizes_is_a_scalar_operand():
+    """gqa_full's `scale = 1.0 / math.sqrt(d_head)` with `d_head` from `q.shape`."""
+    code, left = _migrated_body("rows, cols = x.shape\nscale = 1.0 / math.sqrt(cols)\nwidth = x.shape[1] * 2\n"
+                                "s = nl.multiply(a, scale)\nt = nl.add(a, width)\n")
+    assert not left, left
+    assert "nisa.tensor_scalar(dst=s, data=a, op0=nl.multiply, operand0=scale)" in code
+    assert "nisa.tensor_scalar(dst=t, data=a, op0=nl.add, operand0=width)" in code
+
+
+def test_a_name_computed_by_the_kernel_modules_is_not_taken_for_a_number():
+    _, left = _migrated_body("c = nl.sum(a, axis=0)\ns = nl.multiply(a, c)\n")
+    assert [reason for _, reason in left] == ["nl.sum has no mechanical nki-package form here",
+                                              "nl.multiply has no mechanical nki-package form here"]
+
+
+def test_the_editors_offer_says_what_the_run_of_both_showed(tmp_path: Path):
+    from accelopt_core.migrate import MigrationOffer, offer_migration
+    from accelopt_core.profiling import SimulatorProfiler
+
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    offer = offer_migration(LEGACY, TaskRef(reference=str(tmp_path / "ref.py")), SimulatorProfiler(seeds=2))
+    assert offer.base_source == LEGACY and offer.complete and offer.agree
+    assert offer.title.startswith("Migrate to NKI 0.8 — both correct on the same seeds, ")
+    assert offer.title.endswith(" ms (simulated trn2)")
+    left = MigrationOffer("a", "b", False, True, ((3, "why"), (4, "why")), 1.0, 2.0, "simulated trn2")
+    assert left.title == "Migrate to NKI 0.8 — both correct, 2 lines left for a person, 1 -> 2 ms (simulated trn2)"
+    wrong = MigrationOffer("a", "b", True, False, (), None, None, "simulated trn2")
+    assert wrong.title == "Migrate to NKI 0.8 — the migrated kernel does not pass its check"
+
+
+def test_masks_over_index_grids_become_slice_bounds_as_beta_2_moved_them():
+    code, left = _migrated_body("i_p = nl.arange(128)[:, None]\ni_f = nl.arange(512)[None, :]\n"
+                                "row = 128 * 2 + i_p\nvalid = row < x.shape[0]\n"
+                                "t = nl.load(x[row, i_f], mask=valid)\n"
+                                "u = nl.multiply(t, 2.0, mask=valid)\n"
+                                "nl.store(out[row, i_f], value=u, mask=valid)\n")
+    assert not left, left
+    assert "nl.arange" not in code and "valid" not in code
+    count = "min(128, x.shape[0] - (128 * 2))"
+    assert "t = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.sbuf)" in code
+    assert f"nisa.dma_copy(dst=t[0:{count}, 0:512], src=x[(128 * 2):(128 * 2) + {count}, 0:0 + 512])" in code
+    assert "nisa.tensor_scalar(dst=u, data=t, op0=nl.multiply, operand0=2.0)" in code
+    assert f"nisa.dma_copy(dst=out[(128 * 2):(128 * 2) + {count}, 0:0 + 512], src=u[0:{count}, 0:512])" in code
+
+
+def test_a_matmul_mask_goes_only_along_the_moving_free_axis():
+    free, left = _migrated_body("i_f = nl.arange(512)[None, :]\n"
+                                "p = nisa.nc_matmul(a, b, mask=(i_f < 300))\n")
+    assert not left and "nisa.nc_matmul(dst=p, stationary=a, moving=b)" in free
+    _, left = _migrated_body("i_p = nl.arange(128)[:, None]\np = nisa.nc_matmul(a, b, mask=(i_p < 64))\n")
+    assert [reason for _, reason in left] == [  # the grid stays: the matmul left for a person reads it
+        "nl.arange has no mechanical nki-package form here",
+        "nisa.nc_matmul returns its result in the legacy API: give it a dst= tile"]
+
+
+def test_the_masked_baselines_migrate_completely_and_agree():
+    """adamw (ragged last row tile) and transpose_matmul (ragged last column tile): masks over nl.arange grids."""
+    for name in ("adamw", "transpose_matmul"):
+        source = (Path(__file__).resolve().parents[2] / "nkibench" / "kernels" / f"{name}.py").read_text()
+        migration = migrate_source(source)
+        assert migration.complete, (name, migration.needs_person)
+        verified = verify(source, migration.source, TaskRef(name=f"{name}:small"), seeds=[12])
+        assert verified.agree, (name, verified.migrated.error, verified.migrated.check_message)
+
+
+def test_instructions_named_through_the_package_path_are_migrated_too():
+    """The fused mamba tutorial writes `nki.isa.tensor_tensor_scan(...)`; its migration failed to run (no dst)."""
+    source = textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+        from neuronxcc.nki.language import par_dim
+
+
+        @nki.jit
+        def kernel(x, y):
+            a = nl.load(x)
+            b = nl.load(y)
+            s = nki.isa.tensor_tensor_scan(a, b, initial=0, op0=nl.multiply, op1=nki.language.add)
+    ''')
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    assert "import nki.isa as nisa\nimport nki\nimport nki.language as nl\nfrom nki.language import par_dim" in (
+        migration.source)
+    assert "nisa.tensor_tensor_scan(dst=s, data0=a, data1=b, initial=0, op0=nl.multiply, op1=nl.add)" in (
+        migration.source)
+
+
+def test_mgrid_indices_and_a_transposed_nl_matmul_as_the_matmul_tutorial_writes_them():
+    code, left = _migrated_body("i_p, i_f = nl.mgrid[0:128, 0:512]\n"
+                                "t = nl.load(x[i_p, i_f])\n"
+                                "p = nl.matmul(a, t, transpose_x=True)\n"
+                                "acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)\n"
+                                "acc += nl.matmul(a, t, transpose_x=True)\n")
+    assert not left, left
+    assert "nisa.dma_copy(dst=t[0:128, 0:512], src=x[0:0 + 128, 0:0 + 512])" in code
+    assert "p = nl.ndarray((a.shape[1], t.shape[1]), dtype=nl.float32, buffer=nl.psum)" in code
+    assert "nisa.nc_matmul(dst=p, stationary=a, moving=t)" in code
+    assert "nisa.nc_matmul(dst=acc, stationary=a, moving=t, accumulate=True)" in code
+
+
+def test_an_untransposed_nl_matmul_is_left_for_a_person():
+    _, left = _migrated_body("p = nl.matmul(a, b)\n")
+    assert [reason for _, reason in left] == ["nl.matmul has no mechanical nki-package form here"]
+
+
+def test_an_index_grid_a_line_left_for_a_person_still_reads_stays_defined():
+    """The softmax tutorial's migration failed with NameError: ix, dropped although nl.max(..., mask=...) kept it."""
+    code, left = _migrated_body("ix = nl.arange(128)[:, None]\niy = nl.arange(512)[None, :]\n"
+                                "t = nl.load(x[ix, iy])\nm = nl.max(t, axis=[1], mask=(ix < 64))\n")
+    assert "ix = nl.arange(128)[:, None]" in code and "iy = nl.arange" not in code
+    assert "nisa.dma_copy(dst=t[0:128, 0:512], src=x[0:0 + 128, 0:0 + 512])" in code
+    assert [reason for _, reason in left] == ["nl.arange has no mechanical nki-package form here",
+                                              "nl.max has no mechanical nki-package form here"]
