@@ -272,6 +272,7 @@ def _add_migrate_parser(sub: Any) -> None:
                              "on the simulator. Exit codes: 0 migrated completely and both correct, 1 a version "
                              "failed to run, 2 bad input, 3 a version is wrong or lines are left for a person.")
     _add_task_arguments(migrate)
+    _add_limit_arguments(migrate)
     migrate.add_argument("--hardware", choices=available_hardware(), default="trn2",
                          help="the Trainium to time both on (default: trn2, which NKI 0.8 targets)")
     migrate.add_argument("--out", help="where to write the migrated kernel (default: KERNEL.migrated.py)")
