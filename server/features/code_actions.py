@@ -132,12 +132,6 @@ def actions(ls: AccelOptServer, doc: KernelDocument, params: types.CodeActionPar
                                         diagnostics=_ours(context, change.code, change.line), is_preferred=True,
                                         edit=workspace_edit(ls, doc, new_source=change.fixed_source)))
     inside = info.def_line is not None and first <= (info.end_line or info.def_line) and last >= info.def_line
-    migration = doc.current_migration()
-    if _wanted(only, types.CodeActionKind.RefactorRewrite) and inside and migration is not None:
-        note = types.ChangeAnnotation(label="AccelOpt migration to NKI 0.8", needs_confirmation=True,
-                                      description=migration.title)
-        out.append(types.CodeAction(title=migration.title, kind=types.CodeActionKind.RefactorRewrite,
-                                    edit=workspace_edit(ls, doc, new_source=migration.source, annotation=note)))
     if _wanted(only, types.CodeActionKind.RefactorRewrite) and inside:
         for index, rewrite in enumerate(doc.current_rewrites()):
             note = types.ChangeAnnotation(label="AccelOpt verified rewrite", needs_confirmation=True,
@@ -145,6 +139,13 @@ def actions(ls: AccelOptServer, doc: KernelDocument, params: types.CodeActionPar
             out.append(types.CodeAction(title=rewrite.title, kind=types.CodeActionKind.RefactorRewrite,
                                         diagnostics=_ours(context, "rewrite-available"), is_preferred=index == 0,
                                         edit=workspace_edit(ls, doc, new_source=rewrite.source, annotation=note)))
+    # the verified rewrites first: a migration changes the API, not the speed
+    migration = doc.current_migration()
+    if _wanted(only, types.CodeActionKind.RefactorRewrite) and inside and migration is not None:
+        note = types.ChangeAnnotation(label="AccelOpt migration to NKI 0.8", needs_confirmation=True,
+                                      description=migration.title)
+        out.append(types.CodeAction(title=migration.title, kind=types.CodeActionKind.RefactorRewrite,
+                                    edit=workspace_edit(ls, doc, new_source=migration.source, annotation=note)))
     return out
 
 
