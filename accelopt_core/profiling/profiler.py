@@ -233,11 +233,14 @@ class CheckBudget:
     memory_bytes: int
 
     @staticmethod
-    def of(limits: SandboxLimits, specs: Sequence[TensorSpec], seeds: int) -> CheckBudget:
+    def of(limits: SandboxLimits, specs: Sequence[TensorSpec] | None, seeds: int) -> CheckBudget:
         """The limits' own check budget where they set one; else the kernel's time limit, or more for a task
         whose `seeds` replays of `specs`-sized inputs need more (a full-size check grows with its data) up to
-        `limits.longest_check()`, and the kernel's memory limit."""
+        `limits.longest_check()`, and the kernel's memory limit. A timing alone (`specs` None: nothing is
+        checked) has the kernel's time limit."""
         seconds = limits.check_seconds
+        if seconds is None and specs is None:
+            seconds = limits.seconds
         if seconds is None:
             inputs = sum(math.prod(s.shape) * s.dtype.itemsize for s in specs)
             seconds = min(limits.longest_check(), max(limits.seconds, max(seeds, 1) * inputs / CHECK_BYTES_PER_SECOND))
@@ -385,9 +388,7 @@ class SimulatorProfiler(CheckingProfiler):
                 case_specs = [specs_of(case) for case in cases]
             result.input_shapes = input_shapes(specs, case_specs[0] if case_specs else None)
             plan = plan_runs(case_specs, check_task.launch, specs, timing_task.launch)
-            # a check's budget may grow with its data; a timing alone has the kernel's own limits
-            budget = (CheckBudget.of(self.limits, case_specs[0], len(result.seeds)) if case_specs
-                      else CheckBudget(self.limits.seconds, self.limits.memory_mb * 2**20))
+            budget = CheckBudget.of(self.limits, case_specs[0] if case_specs else None, len(result.seeds))
             job = SandboxJob(kernel_source, list(plan.runs), hardware, self._forbidden(timing_task), kernel_name,
                              kernel_label, kernel_folder(kernel_label))
             workdir = sandbox_workdir()

@@ -91,6 +91,7 @@ def test_the_default_check_time_grows_with_the_inputs_up_to_a_ceiling() -> None:
     assert limits.longest_evaluation() >= limits.seconds + limits.longest_check()  # what watchdogs allow
     given = SandboxLimits(seconds=300, check_seconds=7)
     assert CheckBudget.of(given, huge, 5).seconds == given.longest_check() == 7
+    assert CheckBudget.of(limits, None, 0).seconds == 300  # a timing alone: the kernel's limit, however large
 
 
 def test_a_seed_worker_out_of_our_memory_leaves_the_kernel_unchecked_and_timed(
