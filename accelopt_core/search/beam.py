@@ -53,6 +53,7 @@ class IterationRecord:
 
 
 VERDICT_WORDS = {"correct": "checked correct", "unchecked": "unchecked", "incorrect": "wrong", "failed": "failed"}
+FAILED = ("incorrect", "failed")  # the verdicts a fixer may repair and `SearchResult.failures` lists
 
 
 def verdict_of(candidate: Candidate) -> str:
@@ -318,7 +319,7 @@ class BeamSearch:
         """AccelOpt's fixer in the loop: each child that failed to run or failed its check goes back to the
         agent that wrote it (one that can repair) with its error and the parent it rewrote; the repaired
         kernels are evaluated like any other, within the budget. Returns them."""
-        failed = [c for c in children if (c.result.error or c.result.correct is False) and c.parent in self.evaluated]
+        failed = [c for c in children if verdict_of(c) in FAILED and c.parent in self.evaluated]
         repairs = [(c, agent) for c in failed if isinstance(agent := self._agent_of(c), Repairer)]
         if not repairs or self.cancel.is_set() or self._out_of_time(not self._screens()):
             return []
@@ -331,9 +332,10 @@ class BeamSearch:
         seen = set(self.evaluated)
         with ThreadPoolExecutor(max_workers=max(1, self.config.workers)) as pool:
             for child, source in pool.map(repair, repairs):
-                if source is None or kernel_hash(source) in seen:
+                digest = kernel_hash(source) if source is not None else None
+                if source is None or digest in seen:
                     continue
-                seen.add(kernel_hash(source))
+                seen.add(digest)
                 why = (child.result.error or child.result.check_message or "wrong results").splitlines()[0]
                 drafts.append((source, self.evaluated[child.parent or ""],
                                Proposal(f"{child.plan} (repaired after: {why[:160]})", child.origin)))
@@ -463,8 +465,9 @@ class BeamSearch:
             if not drafts:
                 self._emit("iteration", iteration, best, "no rewrite applies to any kernel in the beam")
                 break
-            children = self._evaluate_all(drafts, task, hardware, iteration, search_id, best, self._enters_beam(beam))
-            children += self._repair_all(children, task, hardware, iteration, search_id, best, self._enters_beam(beam))
+            bar = self._enters_beam(beam)
+            children = self._evaluate_all(drafts, task, hardware, iteration, search_id, best, bar)
+            children += self._repair_all(children, task, hardware, iteration, search_id, best, bar)
             beam = self._admit([*beam, *children], task, hardware, search_id) or beam
             children = [self.evaluated.get(c.hash, c) for c in children]
             for child in children:
@@ -486,7 +489,7 @@ class BeamSearch:
             self.memory.finish_search(search_id, "cancelled" if cancelled else "finished", best.hash)
         self._emit("cancelled" if cancelled else "finished", len(history), best)
         assert self._base is not None
-        failures = [c for c in self.evaluated.values() if c.result.error or c.result.correct is False]
+        failures = [c for c in self.evaluated.values() if verdict_of(c) in FAILED]
         return SearchResult(search_id, self._base, best, beam, history, len(self.evaluated) - 1, cancelled,
                             time.monotonic() - start_time, self._lineage(best), failures)
 
