@@ -416,25 +416,17 @@ class Session:
     def _plan_migration(self, doc: KernelDocument, request: int, snap: Snapshot) -> None:
         """A legacy kernel is migrated to NKI 0.8 and both versions run in the worker; the code action appears
         when that is done, titled with what the run showed."""
-        source = snap.source
         job = self.profile_lane.submit("migrate", self._payload(doc, snap, True, check_variant(snap.link.ref)),
                                        priority=0, timeout=2 * self.settings.sandbox_seconds + 600.0)
 
-        def done(future: asyncio.Future[Any]) -> None:
-            if future.cancelled() or future.exception() is not None:
-                if not future.cancelled():
-                    log.warning("migrating the kernel failed: %s", future.exception())
-                return
-            if doc.request_id == request and doc.profiled_source == source:
-                doc.migration = future.result().get("offer")
-                self.changed(doc)
+        def show(value: dict[str, Any]) -> None:
+            doc.migration = value.get("offer")
 
-        job.future.add_done_callback(done)
+        self._show_when_done(job, doc, request, snap.source, "migrating the kernel", show)
 
     def _plan_fixes(self, doc: KernelDocument, request: int, snap: Snapshot, profile: ProfileResult) -> None:
         """Rule rewrites are planned, timed and checked in the worker (libcst and the rules never load into the
         server); only those the model shows faster come back."""
-        source = snap.source
         payload = {**self._payload(doc, snap, False, check_variant(snap.link.ref)), "profile": profile,
                    "limit": self.settings.max_quick_fixes, "specs": list(self.settings.quick_fix_rules),
                    "seconds": FIX_SECONDS}
@@ -442,15 +434,27 @@ class Session:
                                        timeout=FIX_SECONDS + self.settings.sandbox_seconds + 600.0)
         self._fix_jobs[doc.uri] = job
 
-        def done(future: asyncio.Future[Any]) -> None:
+        def forget(_: asyncio.Future[Any]) -> None:
             if self._fix_jobs.get(doc.uri) is job:
                 del self._fix_jobs[doc.uri]
+
+        def show(value: dict[str, Any]) -> None:
+            doc.fixes = list(value.get("fixes") or [])
+
+        job.future.add_done_callback(forget)
+        self._show_when_done(job, doc, request, snap.source, "planning quick fixes", show)
+
+    def _show_when_done(self, job: Any, doc: KernelDocument, request: int, source: str, what: str,
+                        show: Callable[[dict[str, Any]], None]) -> None:
+        """When the worker's `job` for profile `request` of `source` ends, `show` its value on the document while
+        the document still shows that profile; a failure of ours (`what` failed) is logged, never shown."""
+        def done(future: asyncio.Future[Any]) -> None:
             if future.cancelled() or future.exception() is not None:
                 if not future.cancelled():
-                    log.warning("planning quick fixes failed: %s", future.exception())
+                    log.warning("%s failed: %s", what, future.exception())
                 return
             if doc.request_id == request and doc.profiled_source == source:
-                doc.fixes = list(future.result().get("fixes") or [])
+                show(future.result())
                 self.changed(doc)
 
         job.future.add_done_callback(done)

@@ -35,7 +35,6 @@ from accelopt_core.engine import (
     task_family,
 )
 from accelopt_core.memory import Memory
-from accelopt_core.migrate import offer_migration
 from accelopt_core.profiling import Profiler, ProfileResult
 from accelopt_core.search import BeamSearch, SearchError, preset
 from accelopt_core.tasks import TaskError
@@ -96,12 +95,17 @@ def _profiler(settings: ProfilerSettings, memory_db: str | None) -> Profiler:
     return _profilers[key]
 
 
+def _profile(payload: dict[str, Any], source: str, check: bool, cancel: threading.Event) -> ProfileResult:
+    """`source` profiled as the payload's kernel would be: its task, hardware, file, function and profiler."""
+    return _profiler(payload["profiler"], payload.get("memory_db")).profile(
+        source, payload["task"], payload["hardware"], check=check, kernel_label=payload.get("label", "kernel.py"),
+        kernel_name=payload.get("kernel_name"), cancel=cancel)
+
+
 def profile_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
     """{"result": ProfileResult} or {"task_error": why the task itself could not be used}."""
     try:
-        result = _profiler(payload["profiler"], payload.get("memory_db")).profile(
-            payload["source"], payload["task"], payload["hardware"], check=payload["check"],
-            kernel_label=payload.get("label", "kernel.py"), kernel_name=payload.get("kernel_name"), cancel=cancel)
+        result = _profile(payload, payload["source"], payload["check"], cancel)
     except TaskError as exc:
         return {"task_error": str(exc)}
     except Exception as exc:  # the reference raised while drawing inputs or computing outputs
@@ -176,12 +180,8 @@ def fixes_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[
     """{"fixes": [QuickFix]}: the rules' rewrites of this kernel that the model times faster, checked while
     `seconds` allow, each with its source."""
     rules = _quick_fix_rules(tuple(payload.get("specs") or ()))
-    profiler = _profiler(payload["profiler"], payload.get("memory_db"))
-
     def evaluate(source: str, check: bool) -> ProfileResult:
-        return profiler.profile(source, payload["task"], payload["hardware"], check=check,
-                                kernel_label=payload.get("label", "kernel.py"), kernel_name=payload.get("kernel_name"),
-                                cancel=cancel)
+        return _profile(payload, source, check, cancel)
 
     deadline = time.monotonic() + float(payload.get("seconds", 120.0))
     try:
@@ -192,7 +192,10 @@ def fixes_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[
 
 
 def migrate_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
-    """{"offer": MigrationOffer}: the legacy kernel migrated to NKI 0.8, both versions run on the same seeds."""
+    """{"offer": MigrationOffer}: the legacy kernel migrated to NKI 0.8, both versions run on the same seeds.
+    libcst loads only here, for a legacy kernel, not when the worker starts."""
+    from accelopt_core.migrate import offer_migration
+
     try:
         return {"offer": offer_migration(payload["source"], payload["task"],
                                          _profiler(payload["profiler"], payload.get("memory_db")),
