@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from .dtypes import DTYPE_SIZES
+
 
 class Engine:
     """Names of the NeuronCore engines an instruction can run on."""
@@ -310,26 +312,6 @@ def collector_paused() -> Iterator[None]:
                     gc.freeze()  # every tracked object to the permanent generation, unscanned ...
                     gc.unfreeze()  # ... and back into the oldest one
                 gc.enable()
-
-
-DTYPE_SIZES: dict[str, int] = {
-    "float32": 4,
-    "tfloat32": 4,
-    "int32": 4,
-    "uint32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "int16": 2,
-    "uint16": 2,
-    "float8_e4m3": 1,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "float64": 8,
-    "int64": 8,
-}
 
 
 # --------------------------------------------------------------------------------------------
