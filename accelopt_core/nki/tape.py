@@ -66,9 +66,6 @@ class TapeWriter:
 
     def __init__(self, trace: Trace):
         self.trace = trace
-        self._classes = (Tile, Mask, IndexExpr, DynamicIndex, LoopReduction, Buffer)
-        self._full = full_subscript
-        self._op_name = op_name
         self.arrays: list[list[Any]] = []
         self._array_index: dict[tuple[Any, ...], int] = {}
         self._by_object: dict[int, int] = {}
@@ -172,25 +169,24 @@ class TapeWriter:
         kind = type(value)
         if value is None or kind is bool or kind is int or kind is float or kind is str:
             return value
-        tile, mask, expr, dynamic, reduction, buffer = self._classes
-        if kind is tile:
+        if kind is Tile:
             return self.tile(value)
         if isinstance(value, np.generic):
             return ["np", value.dtype.name, value.item()]
-        if kind is mask:
+        if kind is Mask:
             return ["mask", self.array(value.values)]
         if kind is tuple or kind is list:
             return ["tuple" if kind is tuple else "list", *[self.value(v) for v in value]]
         if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, (np.generic, int, float))):
             return ["dtype", np.dtype(value).name]
-        if isinstance(value, expr) and not isinstance(value, dynamic):
+        if isinstance(value, IndexExpr) and not isinstance(value, DynamicIndex):
             return self.expr(value)
-        if kind is reduction:
+        if kind is LoopReduction:
             return ["reduce", self.tile(value.tile), self.value(value.op), self.value(value.dtype),
                     self.value(value.mask)]
         if isinstance(value, np.ndarray):
             return ["array", self.array(value)]
-        if isinstance(value, buffer):
+        if isinstance(value, Buffer):
             return value.kind
         if hasattr(value, "_engine"):
             return value._engine
@@ -199,24 +195,23 @@ class TapeWriter:
         if isinstance(value, enum.Enum):
             return value.name
         if callable(value):
-            return self._op_name(value)
+            return op_name(value)
         raise TapeError(f"an instruction argument of type {kind.__name__} cannot be recorded")
 
     def tile(self, tile: Any) -> list[Any]:
         storage = tile.storage
         self.last_use[storage.id] = self.position
         sub = tile.sub
-        if sub is self._full(storage.shape):
+        if sub is full_subscript(storage.shape):
             return ["tile", storage.id]
         items: list[Any] = ["tile", storage.id]
-        dynamic = self._classes[3]
         for item in sub.items:
             kind = type(item)
             if kind is int:
                 items.append(item)
             elif kind is slice:
                 items.append(["s", item.start, len(range(item.start, item.stop, item.step)), item.step])
-            elif kind is dynamic:
+            elif kind is DynamicIndex:
                 items.append(["d", self.tile(item.source), item.size, item.step, item.start])
             else:
                 items.append(self.expr(item))
@@ -296,24 +291,23 @@ class TapeReader:
     """
 
     def __init__(self, data: Any):
-        self._classes = (IndexExpr, Mask, LoopReduction)
         if not isinstance(data, dict) or data.get("format") != TAPE_FORMAT:
             raise TapeError("not a trace tape")
         if data.get("version") != TAPE_VERSION:
             raise TapeError(f"trace tape version {data.get('version')!r}; this side reads version {TAPE_VERSION}")
         self._arrays: list[Any] = []
         self._exprs: list[Any] = []
-        self._decoded_exprs: dict[int, Any] = {}
+        self._decoded_exprs: dict[int, IndexExpr] = {}
         self.entries: list[Any] = []
         self.loops: list[Loop] = []
         self.nests: list[LoopNest] = []
         self.extend(data)
         self._decoded: dict[int, np.ndarray] = {}
-        self._masks: dict[int, Any] = {}
+        self._masks: dict[int, Mask] = {}
         self._array_bytes = 0
         self.resolve: Callable[[list[Any]], Any] = _no_tensors
         # waits for the next chunk of a tape still being recorded and `extend`s with it; False once the tape is
-        # whole (a reader following a recording sets it: profiling/streams.py)
+        # whole (a reader following a recording sets it: profiling/verdict.py)
         self.more: Callable[[], bool] = _whole
         # tile references already decoded, by the identity of their entry, for a tape replayed more than
         # once (the seeds of a check meet the same entries, on tensors of the same shapes: replay.py,
@@ -426,7 +420,7 @@ class TapeReader:
         if tag == "mask" and len(plain) == 2:
             mask = self._masks.get(plain[1])
             if mask is None:
-                mask = self._masks[plain[1]] = self._classes[1](self.array(plain[1], "bool"))
+                mask = self._masks[plain[1]] = Mask(self.array(plain[1], "bool"))
             return mask
         if tag == "x" or tag == "v":
             return self.expr(plain)
@@ -438,26 +432,26 @@ class TapeReader:
         if tag == "dtype" and len(plain) == 2:
             return self.dtype(plain[1])
         if tag == "reduce" and len(plain) == 5:
-            return self._classes[2](self.resolve(plain[1]), self.value(plain[2], depth + 1),
-                                    self.value(plain[3], depth + 1), self.value(plain[4], depth + 1))
+            return LoopReduction(self.resolve(plain[1]), self.value(plain[2], depth + 1),
+                                 self.value(plain[3], depth + 1), self.value(plain[4], depth + 1))
         if tag == "array" and len(plain) == 2:
             return self.array(plain[1])
         raise TapeError(f"{_shown(plain)} is not a recorded value")
 
-    def expr(self, plain: list[Any]) -> Any:
+    def expr(self, plain: list[Any]) -> IndexExpr:
         """An index expression: ["x", k] (affine, k in exprs) or ["v", k] (materialised, k in arrays)."""
         if len(plain) != 2:
             raise TapeError(f"{_shown(plain)} is not an index expression")
         if plain[0] == "v":
             values = self.array(plain[1], "int64")
-            return self._classes[0](values.shape, values=values)
+            return IndexExpr(values.shape, values=values)
         index = plain[1]
         expr = self._decoded_exprs.get(index) if type(index) is int else None
         if expr is None:
             expr = self._decoded_exprs[index] = self._decode_expr(index)
         return expr
 
-    def _decode_expr(self, index: Any) -> Any:
+    def _decode_expr(self, index: Any) -> IndexExpr:
         """Affine expression `index` of the table, checked (once: its uses share it, as they never change it)."""
         if type(index) is not int or not 0 <= index < len(self._exprs):
             raise TapeError(f"index expression {index!r} does not exist")
@@ -470,7 +464,7 @@ class TapeReader:
         terms = tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
         if not all(type(a) is int and 0 <= a < len(shape) and type(c) is int for a, c in terms):
             raise TapeError(f"{_shown(plain)} has a term on an axis it does not have")
-        return self._classes[0](shape, plain[1], terms)
+        return IndexExpr(shape, plain[1], terms)
 
 
 LOOP_KINDS = (LoopKind.AFFINE, LoopKind.SEQUENTIAL, LoopKind.STATIC)
