@@ -145,6 +145,9 @@ class Loop:
 LoopNest = tuple[tuple[Loop, int], ...]
 
 
+LEVELS = ("hbm", "sbuf", "psum")  # the memories a tensor lives in (`TensorInfo.buffer`, `Access.buffer`)
+
+
 @dataclass(slots=True, eq=False)
 class TensorInfo:
     """A tensor allocated by the kernel or passed to it."""
@@ -250,23 +253,14 @@ class Trace:
 
     def summary(self) -> dict[str, Any]:
         """Counts that need no timing model: instructions, flops and bytes moved by level."""
-        hbm_read = hbm_write = sbuf_read = sbuf_write = psum_read = psum_write = 0
+        read = dict.fromkeys(LEVELS, 0)
+        written = dict.fromkeys(LEVELS, 0)
         flops = transpose_flops = 0
         for inst in self.instructions:
             for acc in inst.reads:
-                if acc.buffer == "hbm":
-                    hbm_read += acc.nbytes
-                elif acc.buffer == "sbuf":
-                    sbuf_read += acc.nbytes
-                else:
-                    psum_read += acc.nbytes
+                read[acc.buffer] += acc.nbytes
             for acc in inst.writes:
-                if acc.buffer == "hbm":
-                    hbm_write += acc.nbytes
-                elif acc.buffer == "sbuf":
-                    sbuf_write += acc.nbytes
-                else:
-                    psum_write += acc.nbytes
+                written[acc.buffer] += acc.nbytes
             if inst.engine == Engine.TENSOR:
                 flops += inst.flops
                 if inst.attrs and inst.attrs.get("is_transpose"):
@@ -274,12 +268,8 @@ class Trace:
         return {
             "instruction_count": len(self.instructions),
             "instructions_by_engine": self.count_by_engine(),
-            "hbm_read_bytes": hbm_read,
-            "hbm_write_bytes": hbm_write,
-            "sbuf_read_bytes": sbuf_read,
-            "sbuf_write_bytes": sbuf_write,
-            "psum_read_bytes": psum_read,
-            "psum_write_bytes": psum_write,
+            **{f"{level}_{way}_bytes": moved[level] for level in LEVELS
+               for way, moved in (("read", read), ("write", written))},
             "hardware_flops": flops,
             "transpose_flops": transpose_flops,
         }
