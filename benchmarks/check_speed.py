@@ -99,7 +99,7 @@ def measure(name: str, seeds: int, seconds: float) -> dict[str, Any]:
     from accelopt_core.blas import single_threaded_blas
     from accelopt_core.nki import TensorSpec, load_kernel, run_kernel
     from accelopt_core.nki.replay import ReplayLimits, replay
-    from accelopt_core.nki.trace import tape_to_plain
+    from accelopt_core.nki.tape import tape_to_plain
     from accelopt_core.profiling import SandboxLimits, SimulatorProfiler, TaskRef
 
     single_threaded_blas()

@@ -97,7 +97,7 @@ def step(name: str, which: str, tape_path: str, folder: str) -> dict[str, Any]:
     from accelopt_core.blas import single_threaded_blas
     from accelopt_core.nki import TensorSpec, load_kernel, run_kernel
     from accelopt_core.nki.replay import replay
-    from accelopt_core.nki.trace import tape_to_plain
+    from accelopt_core.nki.tape import tape_to_plain
 
     single_threaded_blas()
     spec = kernels(folder)[name]

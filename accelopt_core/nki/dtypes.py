@@ -8,7 +8,6 @@ import ml_dtypes
 import numpy as np
 
 from .errors import KernelUsageError, UnsupportedApiError
-from .trace import DTYPE_SIZES
 
 float32 = np.dtype(np.float32)
 float16 = np.dtype(np.float16)
@@ -31,6 +30,28 @@ bool_ = np.dtype(np.bool_)
 NAMED: dict[str, np.dtype] = {
     d.name: d for d in (bool_, int8, int16, int32, np.dtype(np.int64), uint8, uint16, uint32, np.dtype(np.uint64),
                         float16, float32, np.dtype(np.float64), bfloat16, float8_e4m3, float8_e4m3fn, float8_e5m2)}
+
+
+# The bytes an element takes on the device, by dtype name: a trace names its tensors' and accesses' dtypes, the
+# performance model prices them by these sizes.
+DTYPE_SIZES: dict[str, int] = {
+    "float32": 4,
+    "tfloat32": 4,
+    "int32": 4,
+    "uint32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int16": 2,
+    "uint16": 2,
+    "float8_e4m3": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float64": 8,
+    "int64": 8,
+}
 
 
 _ALLOWED = frozenset(NAMED.values())

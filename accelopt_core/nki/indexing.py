@@ -610,10 +610,14 @@ def _affine_pattern(steps: list[int], nums: tuple[int, ...], offset: int, dims: 
     return tuple(IndexExpr(nums, int(start[d]), tuple(terms[d])) for d in range(len(dims)))
 
 
-def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
+def normalize(key: Any, dims: tuple[int, ...], name: str, from_the_end: bool = False) -> Subscript:
     """Turn a kernel's subscript into a `Subscript` over a tensor of shape `dims`, checking bounds. One of
     ints and slices only (the tutorials' `a[m * 128:(m + 1) * 128, k * 128:(k + 1) * 128]`) is worked out
-    once per shape and numbers: a loop nest names the same few blocks again and again."""
+    once per shape and numbers: a loop nest names the same few blocks again and again.
+
+    `from_the_end`: negative slice bounds count from the end, as the newer API's tensors take them
+    (NkiTensor.__getitem__); in the legacy one a negative bound is a computed offset gone out of bounds,
+    refused as the compiler does. Such subscripts skip the memo, so the two never mix."""
     if isinstance(key, GridIndices):  # `x[nl.mgrid[0:128, 0:512]]`: one index per axis
         key = tuple(key.exprs)
     key = key if isinstance(key, tuple) else (key,)
@@ -625,10 +629,10 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
             if len(_SLICED) < _SLICED_LIMIT:
                 _SLICED[memo] = known
         return known
-    return _normalize(key, dims, name)
+    return _normalize(key, dims, name, from_the_end)
 
 
-def _normalize(key: tuple[Any, ...], dims: tuple[int, ...], name: str) -> Subscript:
+def _normalize(key: tuple[Any, ...], dims: tuple[int, ...], name: str, from_the_end: bool = False) -> Subscript:
     if len(key) == len(dims):
         plain = _in_bounds_indices(key, dims)
         if plain is not None:
@@ -678,7 +682,7 @@ def _normalize(key: tuple[Any, ...], dims: tuple[int, ...], name: str) -> Subscr
             if step is None:
                 raise KernelUsageError(f"{name}: negative slice steps are not supported")
             raw_start, raw_stop = k.start or 0, k.stop if k.stop is not None else size
-            if _counts_from_the_end():  # the newer API's tensors take Python's negative indices
+            if from_the_end:
                 raw_start += size if raw_start < 0 else 0
                 raw_stop += size if raw_stop < 0 else 0
             if raw_start < 0 or raw_stop > size or raw_start > size:
@@ -715,15 +719,6 @@ def _normalize(key: tuple[Any, ...], dims: tuple[int, ...], name: str) -> Subscr
     return Subscript(tuple(items), final_shape, tuple(region), advanced)
 
 
-def _counts_from_the_end() -> bool:
-    """Negative slice bounds count from the end in the newer API (NkiTensor.__getitem__); in the legacy
-    one a negative bound is a computed offset gone out of bounds, refused as the compiler does."""
-    from .tensor import running
-
-    sim = running()
-    return sim is not None and sim.generation == "modern"
-
-
 def _in_bounds_indices(key: tuple[Any, ...], dims: tuple[int, ...]) -> Subscript | None:
     """`normalize` of the commonest subscript, in one pass: one in-bounds int or affine index expression
     per dimension, at least one expression (every instruction operand of compiler-style code, and most
@@ -749,9 +744,10 @@ def _in_bounds_indices(key: tuple[Any, ...], dims: tuple[int, ...]) -> Subscript
     return Subscript(key, shape, tuple(region), True) if advanced else None
 
 
-def compose(outer: Subscript, key: Any, name: str, dims: tuple[int, ...]) -> Subscript:
-    """Index a view again: map a subscript on the view's shape back onto the tensor's dimensions `dims`."""
-    inner = normalize(key, outer.shape, name)
+def compose(outer: Subscript, key: Any, name: str, dims: tuple[int, ...], from_the_end: bool = False) -> Subscript:
+    """Index a view again: map a subscript on the view's shape back onto the tensor's dimensions `dims`
+    (`from_the_end`: as `normalize`)."""
+    inner = normalize(key, outer.shape, name, from_the_end)
     if outer.advanced:
         return _compose_advanced(outer, inner, name, dims)
     if inner.overhang is not None:

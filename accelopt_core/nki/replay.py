@@ -1,4 +1,4 @@
-"""Replaying a trace's tape (trace.py): the trusted side's own run of exactly what a kernel did.
+"""Replaying a trace's tape (its wire form: tape.py): the trusted side's own run of exactly what a kernel did.
 
 A sandboxed kernel hands back its tape, never a verdict. The replay rebuilds the tensors the tape
 declares and executes each recorded call with this simulator's own instructions (ops.py), in order,
@@ -7,7 +7,7 @@ instruction list for the performance model. Nothing the kernel's process compute
 trace whose instructions were edited, deleted or forged, or outputs written by host code (which
 leave no call on the tape), give the outputs and the timing of what the tape really asks for.
 
-Every entry is checked as it is reached (trace.TapeReader checks the tables): references to
+Every entry is checked as it is reached (tape.TapeReader checks the tables): references to
 tensors that do not exist (or were dropped), arguments no recording writes, calls that create other
 tensors or emit other instructions than the tape says, memory beyond a budget and time beyond a
 limit all stop the replay with a `TapeError` or a `ReplayLimitError`. A hardware rule or a kernel
@@ -31,8 +31,9 @@ from .errors import NkiError, replaying
 from .indexing import DynamicIndex, full_subscript, normalize
 from .ops import REPLAYABLE
 from .runner import RunResult, TensorSpec, end_launch, returns_unwritten_input, start_program
+from .tape import TapeError, TapeReader, shown_name
 from .tensor import HBM, PSUM, SBUF, BufferPool, MemoryBudget, Simulation, Storage, Tile, declare, host_fill, pop, push
-from .trace import TapeError, TapeReader, collector_paused, shown_name
+from .trace import collector_paused
 
 MAX_TILE_ELEMENTS = 2**28  # one operand of one instruction; the largest honest one is a whole HBM tensor
 

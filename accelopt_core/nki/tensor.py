@@ -302,6 +302,7 @@ class Storage:
         "data",
         "dtype",
         "dtype_name",
+        "from_the_end",
         "id",
         "initialized",
         "itemsize",
@@ -323,6 +324,7 @@ class Storage:
         self.shape = shape
         self.dtype = dtype
         self.dtype_name, self.itemsize = dtypes.facts_of(dtype)
+        self.from_the_end = sim.generation == "modern"  # NkiTensor.__getitem__ takes negative slice bounds
         self.partition_axis = partition_axis
         self.data = data
         self.producer: Instruction | None = None
@@ -446,8 +448,9 @@ class Tile(TensorViews):
                 and _one_column(key[1])):
             key = key[0]  # a [P] on-chip tile is [P, 1] in memory: t[:, 0] and t[:, :1] are t[:]
         if self.sub is full_subscript(storage.shape):
-            return Tile(storage, normalize(_one_partition(storage, key), storage.shape, storage.name))
-        return Tile(storage, compose(self.sub, key, storage.name, storage.shape))
+            return Tile(storage, normalize(_one_partition(storage, key), storage.shape, storage.name,
+                                           storage.from_the_end))
+        return Tile(storage, compose(self.sub, key, storage.name, storage.shape, storage.from_the_end))
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(key, Mask):
@@ -551,9 +554,7 @@ class Tile(TensorViews):
         if self.storage.buffer == HBM:
             raise KernelUsageError(f"broadcast_to needs a tile in SBUF or PSUM; {self.storage.name} is in HBM "
                                    "(nl.load it first)")
-        from .language import broadcast_to
-
-        return broadcast_to(self, shape)
+        return language.broadcast_to(self, shape)
 
     # --- data, for numeric mode --------------------------------------------------------------
     def read(self) -> np.ndarray:
@@ -921,6 +922,7 @@ def _check_on_chip(limits: Limits, kind: str, dims: tuple[int, ...], partition_a
                                 f"partition; a PSUM bank holds {limits.psum_bank_bytes} (512 float32)")
 
 
-# the instructions that tile sugar (t += x, t * 2, t[i] = x) stands for; ops builds on this module, so it is
-# bound once both are defined (an import inside each method would cost half a microsecond per call)
-from . import ops  # noqa: E402
+# the instructions and nl functions that tile sugar (t += x, t * 2, t[i] = x, t.broadcast_to(shape)) stands for;
+# ops and language build on this module, so they are bound once it is defined (an import inside each method
+# would cost half a microsecond per call)
+from . import language, ops  # noqa: E402

@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass
 
 from accelopt_core.hardware import ComputeEngineSpec, HardwareProfile
-from accelopt_core.nki.trace import DTYPE_SIZES, Access, Alu, Engine, Instruction, Op
+from accelopt_core.nki.dtypes import DTYPE_SIZES
+from accelopt_core.nki.trace import Access, Alu, Engine, Instruction, Op
 
 # tensor_tensor ops that run at one element per cycle for all-BF16 SBUF operands (fact sheet B.8).
 _FAST_TT_OPS = frozenset({Alu.ADD, Alu.SUBTRACT, Alu.MULTIPLY})

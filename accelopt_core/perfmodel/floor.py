@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from accelopt_core.hardware import HardwareProfile
-from accelopt_core.nki.trace import DTYPE_SIZES, Access, Engine, Instruction, Op, TensorInfo, Trace
+from accelopt_core.nki.dtypes import DTYPE_SIZES
+from accelopt_core.nki.trace import Access, Engine, Instruction, Op, TensorInfo, Trace
 
 _COPIES = frozenset({Op.DMA_COPY, Op.NC_TRANSPOSE, Op.TENSOR_COPY})  # data movement the compiler may drop
 _CHOSEN_AMONG = (Engine.VECTOR, Engine.SCALAR)  # the engines an instruction left to the compiler may run on

@@ -40,7 +40,8 @@ from bisect import bisect_right
 from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
-from accelopt_core.nki.trace import DTYPE_SIZES, Engine, Instruction, LoopNest, Op, Trace, unknown_op
+from accelopt_core.nki.dtypes import DTYPE_SIZES
+from accelopt_core.nki.trace import Engine, Instruction, LoopNest, Op, Trace, unknown_op
 from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline

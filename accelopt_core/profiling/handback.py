@@ -1,6 +1,6 @@
 """What a kernel's child process hands back to the trusted side: plain data only.
 
-The child writes `result.json` and, per recorded run, a `tape-K.stream` (the trace's tape, nki/trace.py,
+The child writes `result.json` and, per recorded run, a `tape-K.stream` (the trace's tape, nki/tape.py,
 in chunks written as the kernel runs) into its job folder; the neuron backend's child writes one `.npy`
 file per output array instead (the hardware's outputs are the measurement there). Nothing in them is
 ever executed: every file is opened with `open_job_file` (no link followed, no blocking on a FIFO, checked
@@ -64,7 +64,7 @@ def write_result(folder: str, fields: dict[str, Any]) -> None:
 
 class TapeFile:
     """Child side: a recorded run's tape as FOLDER/tape-INDEX.stream, written chunk by chunk while the
-    kernel runs (nki.trace.TapeWriter), each chunk as its length in ASCII digits, a newline and its JSON, so
+    kernel runs (nki.tape.TapeWriter), each chunk as its length in ASCII digits, a newline and its JSON, so
     the trusted side can replay what is there while the rest is being recorded."""
 
     def __init__(self, folder: str, index: int):

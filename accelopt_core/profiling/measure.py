@@ -1,5 +1,5 @@
 """What a sandboxed worker executes: run the kernel, trace-only, at every size the trusted side asks
-for, and hand back each run's recorded trace (its tape, nki/trace.py) as plain data. Nothing else.
+for, and hand back each run's recorded trace (its tape, nki/tape.py) as plain data. Nothing else.
 
 The worker sees the inputs' shapes and dtypes (and the values of 0-d scalar inputs, which reach the
 kernel as Python numbers), never their data: it computes no outputs, no timing and no facts for the
@@ -18,7 +18,8 @@ import numpy as np
 
 from ..nki import Kernel, NkiError, TensorSpec, run_kernel
 from ..nki.runner import Launch
-from ..nki.trace import TapeError, TapeWriter, Trace
+from ..nki.tape import TapeError, TapeWriter
+from ..nki.trace import Trace
 from .errors import describe_kernel_exception
 from .handback import OPTIONAL_INT, OPTIONAL_TEXT, MalformedResultError, TapeFile, save_array, typed
 

@@ -30,7 +30,8 @@ from ..hardware import load_hardware
 from ..nki import NkiError, RunResult, TensorSpec
 from ..nki.api_versions import detect_version
 from ..nki.replay import ReplayLimitError
-from ..nki.trace import TapeError, assemble, collector_paused
+from ..nki.tape import TapeError, assemble
+from ..nki.trace import collector_paused
 from ..perfmodel import peak_percent, peak_times
 from ..tasks import Case, PeakWork, Task, TaskError, load_reference
 from ..tasks.check import compare, fresh_seeds

@@ -39,8 +39,9 @@ from ..blas import single_threaded_blas
 from ..nki import NkiError, TensorSpec
 from ..nki.blocks import BlockLiveness
 from ..nki.replay import ReplayLimitError, ReplayLimits, replay
+from ..nki.tape import TapeError, TapeReader
 from ..nki.tensor import BufferPool
-from ..nki.trace import TapeError, TapeReader, collector_paused
+from ..nki.trace import collector_paused
 from ..tasks import TaskError
 from ..tasks.check import compare
 from .sandbox import CANCELLED

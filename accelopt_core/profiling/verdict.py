@@ -34,8 +34,8 @@ from ..nki import RunResult, TensorSpec, Trace
 from ..nki.blocks import BlockLiveness
 from ..nki.replay import ReplayLimitError, ReplayLimits, declares_block_tensors, replay
 from ..nki.runner import Launch, storage_root
+from ..nki.tape import TapeError, TapeReader
 from ..nki.tensor import BufferPool
-from ..nki.trace import TapeError, TapeReader
 from ..perfmodel import estimate
 from ..tasks import Case
 from .handback import ParseBudget, TapeFollower

@@ -36,7 +36,7 @@ from accelopt_core.nki import (
 from accelopt_core.nki.blocks import BlockLiveness
 from accelopt_core.nki.replay import replay
 from accelopt_core.nki.runner import Kernel
-from accelopt_core.nki.trace import tape_to_plain
+from accelopt_core.nki.tape import tape_to_plain
 
 _counter = itertools.count()
 

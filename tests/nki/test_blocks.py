@@ -14,7 +14,7 @@ import pytest
 from accelopt_core.nki import TensorSpec, load_kernel, run_kernel
 from accelopt_core.nki.blocks import BlockLiveness, LiveBlocks, _Mapped
 from accelopt_core.nki.replay import declares_block_tensors
-from accelopt_core.nki.trace import TapeReader, tape_to_plain
+from accelopt_core.nki.tape import TapeReader, tape_to_plain
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "rules"))
 from kernel_styles import KERNELS, SHAPES

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from accelopt_core.nki import HardwareRuleError, KernelUsageError
+from accelopt_core.nki.indexing import compose, normalize
 
 HEADER = """
 import neuronxcc.nki as nki
@@ -230,7 +231,7 @@ def test_out_of_bounds_index_without_mask_is_an_error(fails):
 
 
 @pytest.mark.parametrize("index", ["a[0:256, :]", "a[128 + nl.arange(128)[:, None], nl.arange(64)[None, :]]",
-                                   "a[200, 0]", "a[:, 0:65]"])
+                                   "a[200, 0]", "a[:, 0:65]", "a[:, -1:]"])
 def test_out_of_bounds_subscripts(fails, index):
     err = fails(HEADER + f"""
 @nki.jit
@@ -239,6 +240,19 @@ def kernel(a):
     return a
 """, np.zeros((200, 64), np.float32), error=HardwareRuleError)
     assert "out of bounds" in err.message
+
+
+def test_negative_slice_bounds_count_from_the_end_only_when_asked():
+    """The newer API's tensors take Python's negative slice bounds (the tensor says so); the legacy API refuses
+    one as an offset computed out of bounds, also on a view."""
+    last_two = (slice(None), slice(-2, None))
+    assert normalize(last_two, (4, 8), "t", from_the_end=True).region == ((0, 4), (6, 8))
+    with pytest.raises(HardwareRuleError, match="out of bounds"):
+        normalize(last_two, (4, 8), "t")
+    view = normalize((slice(None), slice(2, 8)), (4, 8), "t")
+    assert compose(view, last_two, "t", (4, 8), from_the_end=True).region == ((0, 4), (6, 8))
+    with pytest.raises(HardwareRuleError, match="out of bounds"):
+        compose(view, last_two, "t", (4, 8))
 
 
 def test_mask_that_does_not_cover_the_overhang_is_an_error(fails):

@@ -15,7 +15,7 @@ from accelopt_core.nki import find_kernel, load_kernel, load_module, run_kernel
 from accelopt_core.nki.host_modules import HostPackageMissingError
 from accelopt_core.nki.loader import package_folders, visible_folder
 from accelopt_core.nki.replay import replay
-from accelopt_core.nki.trace import tape_to_plain
+from accelopt_core.nki.tape import tape_to_plain
 
 COPY_BODY = """
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)

@@ -18,8 +18,8 @@ from calibration_set import ABSENT, calibration_cases
 
 from accelopt_core.nki import HardwareRuleError, NkiError, TensorSpec, load_kernel, run_kernel
 from accelopt_core.nki.replay import MAX_TILE_ELEMENTS, ReplayLimitError, ReplayLimits, replay
+from accelopt_core.nki.tape import TAPE_VERSION, TapeError, TapeReader, tape_to_plain
 from accelopt_core.nki.tensor import BufferPool
-from accelopt_core.nki.trace import TAPE_VERSION, TapeError, TapeReader, tape_to_plain
 from accelopt_core.tasks import load_reference
 
 HEADER = """

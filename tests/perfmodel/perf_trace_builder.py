@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelopt_core.nki.trace import DTYPE_SIZES, Access, Instruction, Loop, LoopNest, TensorInfo, Trace
+from accelopt_core.nki.dtypes import DTYPE_SIZES
+from accelopt_core.nki.trace import Access, Instruction, Loop, LoopNest, TensorInfo, Trace
 
 Region = tuple[tuple[int, int], ...]
 

@@ -16,7 +16,8 @@ import pytest
 from accelopt_core.hardware import HardwareProfile, load_hardware
 from accelopt_core.nki import TensorSpec, load_kernel, run_kernel
 from accelopt_core.nki.replay import replay
-from accelopt_core.nki.trace import Trace, tape_to_plain
+from accelopt_core.nki.tape import tape_to_plain
+from accelopt_core.nki.trace import Trace
 from accelopt_core.perfmodel import estimate
 from accelopt_core.perfmodel.allocator import _BlockIndex, _fused_order
 

@@ -16,7 +16,7 @@ import pytest
 from accelopt_core.nki import TensorSpec, load_module
 from accelopt_core.nki.loader import find_kernel
 from accelopt_core.nki.replay import replay
-from accelopt_core.nki.trace import assemble
+from accelopt_core.nki.tape import assemble
 from accelopt_core.profiling import SimulatorProfiler, TaskRef
 from accelopt_core.profiling.handback import read_tape
 from accelopt_core.profiling.measure import CHUNK_ENTRIES, Run, record

@@ -109,7 +109,7 @@ def test_a_result_file_and_a_trace_of_another_kernel_fail(checked_small, honest)
     kernel = at_start("""
 import json, os
 import accelopt_core.nki as nki_sim
-from accelopt_core.nki.trace import TapeWriter
+from accelopt_core.nki.tape import TapeWriter
 from accelopt_core.nki.runner import TensorSpec
 from accelopt_core.profiling.handback import TapeFile
 def copy(x):
