@@ -81,11 +81,14 @@ describe('parseReport', () => {
 
 describe('formatting', () => {
   it('formats latency like the code lens', () => {
-    assert.equal(formatLatency(1.3349), '1.33 ms');
-    assert.equal(formatLatency(13.349), '13.3 ms');
-    assert.equal(formatLatency(133.49), '133 ms');
+    assert.equal(formatLatency(1.33449), '1.334 ms');
+    assert.equal(formatLatency(13.349), '13.35 ms');
+    assert.equal(formatLatency(133.49), '133.5 ms');
+    assert.equal(formatLatency(0.6640), '0.664 ms');
+    assert.equal(formatLatency(0.6574), '0.6574 ms');
     assert.equal(formatLatency(0.0412), '41.2 µs');
-    assert.equal(formatLatency(2048.4), '2048 ms');
+    assert.equal(formatLatency(2048.4), '2.048 s');
+    assert.equal(formatLatency(0), '0 ms');
   });
 
   it('formats percents', () => {
@@ -98,10 +101,10 @@ describe('formatting', () => {
   it('builds the status bar text', () => {
     const report = parseReport(PROFILE)!;
     assert.equal(statusText(report, 'trn2'), '40% of peak · trn1');
-    assert.equal(statusText({ ...report, hardware: null, peakPercent: null }, 'trn2'), '1.33 ms · trn2');
+    assert.equal(statusText({ ...report, hardware: null, peakPercent: null }, 'trn2'), '1.335 ms · trn2');
     assert.equal(statusText({ ...report, correct: false }, 'trn1'), '$(warning) 40% of peak · trn1');
     assert.equal(statusText({ ...report, error: 'partition dim 256 > 128' }, 'trn1'), '$(error) kernel fails · trn1');
-    assert.match(statusTooltip(report), /Latency 1\.33 ms\n40% of peak\nvector-bound/);
+    assert.match(statusTooltip(report), /Latency 1\.335 ms\n40% of peak\nvector-bound/);
   });
 
   it('ranks the top lines with their share of time', () => {

@@ -169,3 +169,15 @@ def test_without_prefetch_realize_asks_for_exactly_k_samples(fake_llm) -> None:
         assert [d.source for d in drafts] == [fused(SILU), fused(SILU)]
         assert len(server.by_role("executor")) == 2
         assert "Usage" not in agent.usage_line() and agent.usage_line().startswith("LLM: 5 calls (0 failed")
+
+
+def test_profile_summary_tells_the_planner_what_the_latency_assumes_weightiest_first() -> None:
+    """A plan that swaps loops around a load assumed reused loses that reuse: the planner must see it."""
+    result = ProfileResult("k", 1.0, "trn1", "simulator", profile={"assumptions": [
+        {"kind": "loops merged", "line": 9, "bytes_not_moved": 0, "bytes_added": 0, "description": "loops merged: ..."},
+        {"kind": "repeated load removed", "line": 18, "bytes_not_moved": 12_582_912, "bytes_added": 0,
+         "description": "repeated load removed: 384 times this line loads HBM data"},
+    ]})
+    text = prompts.profile_summary(result)
+    first = text.index("the latency assumes, line 18: repeated load removed: 384 times")
+    assert first < text.index("the latency assumes, line 9: loops merged")

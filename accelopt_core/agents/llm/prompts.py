@@ -130,7 +130,15 @@ def profile_summary(result: ProfileResult, source: str | None = None, top: int =
                        f"{ln.get('instructions', '?')} instructions | {text}")
     notes = result.profile.get("notes") or []
     out.extend(f"note: {note}" for note in notes[:4])
+    out.extend(f"the latency assumes, line {a['line']}: {a['description']}" for a in _weightiest(result)[:TOP_LINES])
     return "\n".join(out) or "no profile available"
+
+
+def _weightiest(result: ProfileResult) -> list[dict[str, Any]]:
+    """The profile's compiler assumptions, those that move the most bytes first: a plan that undoes one (a loop
+    swap that breaks a reused load) changes the latency as much as the bytes it moves."""
+    assumptions = result.profile.get("assumptions") or []
+    return sorted(assumptions, key=lambda a: -(a.get("bytes_not_moved", 0) + a.get("bytes_added", 0)))
 
 
 def key_numbers(result: ProfileResult) -> str:

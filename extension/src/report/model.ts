@@ -173,22 +173,20 @@ export function parseReport(raw: unknown): Report | null {
   return hasAnything ? report : null;
 }
 
-/** `1.33 ms`, `13.3 ms`, `133 ms`, `41.2 µs`: three significant digits, like the code lens. */
+/** `1.335 ms`, `13.35 ms`, `81.23 µs`, `2.048 s`: four significant digits in a unit read at a glance, as the
+ * server's lenses and hovers write them (server/format.py), so a 1.01x rewrite shows a different number. */
 export function formatLatency(ms: number): string {
   if (ms > 0 && ms < 0.1) {
-    return `${toPrecision3(ms * 1000)} µs`;
+    return `${fourDigits(ms * 1000)} µs`;
   }
-  return `${toPrecision3(ms)} ms`;
+  if (ms >= 1000) {
+    return `${fourDigits(ms / 1000)} s`;
+  }
+  return `${fourDigits(ms)} ms`;
 }
 
-function toPrecision3(value: number): string {
-  if (value === 0) {
-    return '0';
-  }
-  if (Math.abs(value) >= 1000) {
-    return Math.round(value).toString();
-  }
-  return Number(value.toPrecision(3)).toString();
+function fourDigits(value: number): string {
+  return value === 0 ? '0' : Number(value.toPrecision(4)).toString();
 }
 
 /** `40%`, `3.4%`, `0%`: whole percents from 10 up, one decimal below. */
