@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .blas import single_threaded_blas
-from .engine import PLANNERS, REMOTE, ProfilerSettings, limits_of, make_profiler
+from .engine import PLANNERS, REMOTE, ProfilerSettings, SearchSettings, check_variant, limits_of, make_profiler
 from .hardware import available_hardware
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
@@ -171,7 +171,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The embedded default, offline: optimize a bundled NKIBench baseline on the simulator with the
     rule-based optimizer and show before/after (the kernel is copied, the bundled file is untouched)."""
-    from .optimize import run_optimize
+    from .optimize import OptimizeRun, run_optimize
 
     files = task_files(args.task)
     os.makedirs(args.out_dir, exist_ok=True)
@@ -180,23 +180,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with open(kernel_path, "w", encoding="utf-8") as handle:
         handle.write(source)
     require_isolation("simulator")
-    options = argparse.Namespace(kernel=kernel_path, kernel_name=None, hardware=args.hardware, preset=args.preset,
-                                 iterations=None, beam_width=None, workers=None, replay_steps=None, time_budget=None,
-                                 planner="rules", llm=False, out=None, resume=None, db=args.db, json=None,
-                                 backend="simulator", seconds=None, memory_mb=None)
-    return run_optimize(options, source, TaskRef(name=files.name))
+    task = TaskRef(name=files.name)
+    settings = SearchSettings(args.preset, profiler=ProfilerSettings(check_variant=check_variant(task),
+                                                                     limits=limits_of(None, None)))
+    return run_optimize(OptimizeRun(kernel_path, args.hardware, db=args.db), settings, source, task)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Beam search for a faster kernel; prints progress, writes the best kernel and a diff."""
-    from .optimize import run_optimize
+    from .optimize import optimize_command
 
     task = _task_for(args)
     source = _read_kernel(args)
     if args.backend == "remote" and not (args.service_url and args.token_file):
         raise CliError("--backend remote needs --service-url and --token-file")
     require_isolation(args.backend)
-    return run_optimize(args, source, task)
+    return optimize_command(args, source, task)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
