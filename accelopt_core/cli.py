@@ -248,34 +248,39 @@ def _add_backend_arguments(parser: argparse.ArgumentParser, backend_help: str) -
     parser.add_argument("--token-file", help="file holding the service's bearer token, for --backend remote")
 
 
+def _add_kernel_command(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    """A command on one kernel checked against its task within --seconds / --memory-mb, its result in words or,
+    with --json, as one JSON object."""
+    parser = sub.add_parser(name, help=summary, description=description)
+    _add_task_arguments(parser)
+    _add_limit_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    return parser
+
+
 def _add_profile_parser(sub: Any) -> None:
-    profile = sub.add_parser("profile", help="check a kernel against its task and profile it",
-                             description="Exit codes: 0 ok, 1 the kernel failed to run, 2 bad input, "
-                             "3 wrong results, 4 unchecked: the kernel ran and was timed, but checking it needs "
-                             "more than --seconds / --memory-mb allow here.")
-    _add_task_arguments(profile)
+    profile = _add_kernel_command(sub, "profile", "check a kernel against its task and profile it",
+                                  "Exit codes: 0 ok, 1 the kernel failed to run, 2 bad input, 3 wrong results, 4 "
+                                  "unchecked: the kernel ran and was timed, but checking it needs more than "
+                                  "--seconds / --memory-mb allow here.")
     _add_launch_arguments(profile)
-    _add_limit_arguments(profile)
     _add_backend_arguments(profile, "where to profile: the built-in simulator or a profiling service (--service-url)")
     profile.add_argument("--no-check", action="store_true", help="skip the numeric check (trace-only mode)")
     profile.add_argument("--seeds", type=positive_int, help="number of random seeds to check (default 5)")
     profile.add_argument("--seed", type=int, action="append", help="check this seed (repeatable)")
     profile.add_argument("--rtol", type=float, help="relative L2 tolerance (default: the task's, 2e-5)")
-    profile.add_argument("--json", action="store_true", help="print the result as one JSON object")
     profile.set_defaults(func=cmd_profile)
 
 
 def _add_migrate_parser(sub: Any) -> None:
-    migrate = sub.add_parser("migrate", help="rewrite a legacy (neuronxcc.nki) kernel for NKI 0.8 and check both agree",
-                             description="Writes KERNEL.migrated.py and runs both versions on the same 5 fresh seeds "
-                             "on the simulator. Exit codes: 0 migrated completely and both correct, 1 a version "
-                             "failed to run, 2 bad input, 3 a version is wrong or lines are left for a person.")
-    _add_task_arguments(migrate)
-    _add_limit_arguments(migrate)
+    migrate = _add_kernel_command(sub, "migrate", "rewrite a legacy (neuronxcc.nki) kernel for NKI 0.8 and check "
+                                  "both agree", "Writes KERNEL.migrated.py and runs both versions on the same 5 fresh "
+                                  "seeds on the simulator. Exit codes: 0 migrated completely and both correct, 1 a "
+                                  "version failed to run, 2 bad input, 3 a version is wrong or lines are left for a "
+                                  "person.")
     migrate.add_argument("--hardware", choices=available_hardware(), default="trn2",
                          help="the Trainium to time both on (default: trn2, which NKI 0.8 targets)")
     migrate.add_argument("--out", help="where to write the migrated kernel (default: KERNEL.migrated.py)")
-    migrate.add_argument("--json", action="store_true", help="print the result as one JSON object")
     migrate.set_defaults(func=cmd_migrate, grid=None, backend="simulator", seeds=None, rtol=None)
 
 
