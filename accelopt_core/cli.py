@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .blas import single_threaded_blas
-from .engine import PLANNERS, REMOTE, ProfilerSettings, limits_of, make_profiler
+from .engine import PLANNERS, REMOTE, ProfilerSettings, SearchSettings, check_variant, limits_of, make_profiler
 from .hardware import available_hardware
 from .memory.cli import add_memory_parser
 from .nki import KernelLoadError, NkiError
@@ -171,7 +171,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The embedded default, offline: optimize a bundled NKIBench baseline on the simulator with the
     rule-based optimizer and show before/after (the kernel is copied, the bundled file is untouched)."""
-    from .optimize import run_optimize
+    from .optimize import OptimizeRun, run_optimize
 
     files = task_files(args.task)
     os.makedirs(args.out_dir, exist_ok=True)
@@ -180,23 +180,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with open(kernel_path, "w", encoding="utf-8") as handle:
         handle.write(source)
     require_isolation("simulator")
-    options = argparse.Namespace(kernel=kernel_path, kernel_name=None, hardware=args.hardware, preset=args.preset,
-                                 iterations=None, beam_width=None, workers=None, replay_steps=None, time_budget=None,
-                                 planner="rules", llm=False, out=None, resume=None, db=args.db, json=None,
-                                 backend="simulator", seconds=None, memory_mb=None)
-    return run_optimize(options, source, TaskRef(name=files.name))
+    task = TaskRef(name=files.name)
+    settings = SearchSettings(args.preset, profiler=ProfilerSettings(check_variant=check_variant(task),
+                                                                     limits=limits_of(None, None)))
+    return run_optimize(OptimizeRun(kernel_path, args.hardware, db=args.db), settings, source, task)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Beam search for a faster kernel; prints progress, writes the best kernel and a diff."""
-    from .optimize import run_optimize
+    from .optimize import optimize_command
 
     task = _task_for(args)
     source = _read_kernel(args)
     if args.backend == "remote" and not (args.service_url and args.token_file):
         raise CliError("--backend remote needs --service-url and --token-file")
     require_isolation(args.backend)
-    return run_optimize(args, source, task)
+    return optimize_command(args, source, task)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -249,34 +248,39 @@ def _add_backend_arguments(parser: argparse.ArgumentParser, backend_help: str) -
     parser.add_argument("--token-file", help="file holding the service's bearer token, for --backend remote")
 
 
+def _add_kernel_command(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    """A command on one kernel checked against its task within --seconds / --memory-mb, its result in words or,
+    with --json, as one JSON object."""
+    parser = sub.add_parser(name, help=summary, description=description)
+    _add_task_arguments(parser)
+    _add_limit_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    return parser
+
+
 def _add_profile_parser(sub: Any) -> None:
-    profile = sub.add_parser("profile", help="check a kernel against its task and profile it",
-                             description="Exit codes: 0 ok, 1 the kernel failed to run, 2 bad input, "
-                             "3 wrong results, 4 unchecked: the kernel ran and was timed, but checking it needs "
-                             "more than --seconds / --memory-mb allow here.")
-    _add_task_arguments(profile)
+    profile = _add_kernel_command(sub, "profile", "check a kernel against its task and profile it",
+                                  "Exit codes: 0 ok, 1 the kernel failed to run, 2 bad input, 3 wrong results, 4 "
+                                  "unchecked: the kernel ran and was timed, but checking it needs more than "
+                                  "--seconds / --memory-mb allow here.")
     _add_launch_arguments(profile)
-    _add_limit_arguments(profile)
     _add_backend_arguments(profile, "where to profile: the built-in simulator or a profiling service (--service-url)")
     profile.add_argument("--no-check", action="store_true", help="skip the numeric check (trace-only mode)")
     profile.add_argument("--seeds", type=positive_int, help="number of random seeds to check (default 5)")
     profile.add_argument("--seed", type=int, action="append", help="check this seed (repeatable)")
     profile.add_argument("--rtol", type=float, help="relative L2 tolerance (default: the task's, 2e-5)")
-    profile.add_argument("--json", action="store_true", help="print the result as one JSON object")
     profile.set_defaults(func=cmd_profile)
 
 
 def _add_migrate_parser(sub: Any) -> None:
-    migrate = sub.add_parser("migrate", help="rewrite a legacy (neuronxcc.nki) kernel for NKI 0.8 and check both agree",
-                             description="Writes KERNEL.migrated.py and runs both versions on the same 5 fresh seeds "
-                             "on the simulator. Exit codes: 0 migrated completely and both correct, 1 a version "
-                             "failed to run, 2 bad input, 3 a version is wrong or lines are left for a person.")
-    _add_task_arguments(migrate)
-    _add_limit_arguments(migrate)
+    migrate = _add_kernel_command(sub, "migrate", "rewrite a legacy (neuronxcc.nki) kernel for NKI 0.8 and check "
+                                  "both agree", "Writes KERNEL.migrated.py and runs both versions on the same 5 fresh "
+                                  "seeds on the simulator. Exit codes: 0 migrated completely and both correct, 1 a "
+                                  "version failed to run, 2 bad input, 3 a version is wrong or lines are left for a "
+                                  "person.")
     migrate.add_argument("--hardware", choices=available_hardware(), default="trn2",
                          help="the Trainium to time both on (default: trn2, which NKI 0.8 targets)")
     migrate.add_argument("--out", help="where to write the migrated kernel (default: KERNEL.migrated.py)")
-    migrate.add_argument("--json", action="store_true", help="print the result as one JSON object")
     migrate.set_defaults(func=cmd_migrate, grid=None, backend="simulator", seeds=None, rtol=None)
 
 

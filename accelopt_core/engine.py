@@ -1,6 +1,6 @@
 """Engine wiring: the one place that turns settings — the command line's flags, the editor's settings, the
-service's configuration — into the engine's working parts (a profiler and its cache, the search's agents,
-the rewrite rules' quick fixes), and that answers what a front end asks before anything runs: how a task is
+service's configuration — into the engine's working parts (a profiler and its cache, the search and its
+agents, the rewrite rules' quick fixes), and that answers what a front end asks before anything runs: how a task is
 checked, which family of lessons it belongs to, what is cached for a kernel.
 
 Importing this module loads neither the rewrite rules (libcst) nor the LLM agents: the language server's
@@ -23,6 +23,7 @@ from .config import LLMSettings
 from .memory import Memory, ProfileCache
 from .profiling import Profiler, ProfileResult, RemoteProfiler, SandboxLimits, SimulatorProfiler, TaskRef
 from .profiling.profiler import profile_key
+from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, preset
 from .tasks.declared import default_task_name, read_declared
 
 if TYPE_CHECKING:
@@ -209,6 +210,68 @@ def search_agents(planner: str, settings: LLMSettings | None, samples_per_plan: 
         chosen.llm.expect_samples(samples_per_plan)
         chosen.agents.append(chosen.llm)
     return chosen
+
+
+# --- the search -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Everything a search is built from, whichever front end asks: a preset and what overrides it (None: the
+    preset's; `time_budget_s` 0: no limit), the profiler, and who plans: `planner` with the LLM's settings, or
+    the agents the factories `agent_specs` make ("module:callable", see load_factories) instead."""
+
+    preset: str = "default"
+    iterations: int | None = None
+    beam_width: int | None = None
+    workers: int | None = None
+    replay_steps: int | None = None
+    time_budget_s: float | None = None
+    profiler: ProfilerSettings = ProfilerSettings()
+    planner: str = "rules"
+    llm: LLMSettings | None = None
+    agent_specs: tuple[str, ...] = ()
+
+    def config(self) -> SearchConfig:
+        """The preset with the overrides given; ValueError for an unknown preset."""
+        config = preset(self.preset, iterations=self.iterations, beam_width=self.beam_width, workers=self.workers,
+                        replay_steps=self.replay_steps)
+        return config if self.time_budget_s is None else replace(config, time_budget_s=self.time_budget_s or None)
+
+
+@dataclass
+class BuiltSearch:
+    """A search ready to run, with the agents it runs (closed by `close`; the LLM agent's usage and who plans
+    are there) and the profiler it evaluates on."""
+
+    search: BeamSearch
+    agents: SearchAgents
+    profiler: Profiler
+
+    def close(self) -> None:
+        self.agents.close()
+
+
+def build_search(settings: SearchSettings, memory: Memory | None = None,
+                 on_event: Callable[[SearchEvent], None] | None = None,
+                 cancel: threading.Event | None = None) -> BuiltSearch:
+    """The one place a search is assembled: its configuration, a profiler on `settings.profiler` with the preset's
+    seeds caching in `memory` (the optimization memory the search also records to), and its agents.
+    RuntimeError when the factories of `agent_specs` cannot make agents."""
+    config = settings.config()
+    profiler = make_profiler(replace(settings.profiler, seeds=config.seeds), profile_cache(memory))
+    if settings.agent_specs:
+        try:
+            agents = SearchAgents(load_factories(settings.agent_specs))
+        except Exception as exc:
+            raise RuntimeError(f"cannot load the optimizer agents {', '.join(settings.agent_specs)}: {exc}") from None
+    else:
+        agents = search_agents(settings.planner, settings.llm, config.samples_per_plan)
+    try:
+        return BuiltSearch(BeamSearch(profiler, agents.agents, config, memory, on_event, cancel), agents, profiler)
+    except SearchError:
+        agents.close()
+        raise
 
 
 # --- quick fixes ---------------------------------------------------------------------------------------

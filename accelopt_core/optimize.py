@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import threading
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
 from .config import ConfigError, LLMSettings
@@ -16,19 +16,18 @@ from .engine import (
     REMOTE,
     ProfilerSettings,
     SearchAgents,
+    SearchSettings,
+    build_search,
     check_variant,
     kernel_family_name,
     limits_of,
-    make_profiler,
-    profile_cache,
-    search_agents,
     task_family,
 )
 from .memory import Memory
 from .nki.loader import check_source, read_source
 from .profiling import TaskRef, measured_on
 from .report import CLI_LIMIT_KNOBS, counted, what_bounds
-from .search import BeamSearch, SearchConfig, SearchError, SearchEvent, SearchResult, preset
+from .search import SearchError, SearchEvent, SearchResult
 
 NO_ENDPOINT = "no LLM endpoint configured: using the rule-based optimizer"
 
@@ -93,54 +92,79 @@ def summary_lines(result: SearchResult, hardware: str) -> list[str]:
     return lines
 
 
-def choose_agents(args: argparse.Namespace, config: SearchConfig, settings: LLMSettings) -> tuple[SearchAgents, str]:
-    """The search's agents for --planner / --llm and who plans, in words. The LLM agents run when asked for,
-    or by default when an endpoint is configured; asked for with no endpoint configured, the rule-based
-    optimizer runs instead and says so."""
-    planner = args.planner or ("llm" if args.llm or settings.configured() else "rules")
-    if args.llm and planner == "rules":
-        planner = "llm"
-    chosen = search_agents(planner, settings, config.samples_per_plan)
-    if chosen.missing:
-        print(f"{NO_ENDPOINT} (missing {', '.join(chosen.missing)})", file=sys.stderr)
-    models = ", ".join(sorted({settings.for_role(role).model for role in ("planner", "executor")}))
-    who = {"rules": "the rule-based optimizer", "llm": f"the LLM agents ({models} at {settings.base_url})",
-           "both": f"the rule-based optimizer and the LLM agents ({models} at {settings.base_url})"}[chosen.planner]
-    return chosen, who
+@dataclass(frozen=True)
+class OptimizeRun:
+    """One `accelopt optimize` apart from how it searches: the kernel file (and which of its functions), the
+    Trainium it is timed on, the search to resume, where the results and the optimization memory go."""
+
+    kernel: str
+    hardware: str
+    kernel_name: str | None = None
+    resume: int | None = None
+    out: str | None = None
+    json: str | None = None
+    db: str | None = None
 
 
-def profiler_settings(args: argparse.Namespace, config: SearchConfig, variant: str | None) -> ProfilerSettings:
+def optimize_run(args: argparse.Namespace) -> OptimizeRun:
+    return OptimizeRun(args.kernel, args.hardware, args.kernel_name, args.resume, args.out, args.json, args.db)
+
+
+def planner_of(args: argparse.Namespace, llm: LLMSettings) -> str:
+    """Who plans for --planner / --llm: the LLM agents when asked for, or by default when an endpoint is
+    configured; else the rule-based optimizer."""
+    planner = args.planner or ("llm" if args.llm or llm.configured() else "rules")
+    return "llm" if args.llm and planner == "rules" else planner
+
+
+def search_settings(args: argparse.Namespace, task: TaskRef, llm: LLMSettings) -> SearchSettings:
+    """The search the optimize command's flags ask for."""
+    return SearchSettings(args.preset, args.iterations, args.beam_width, args.workers, args.replay_steps,
+                          args.time_budget, profiler_settings(args, check_variant(task)), planner_of(args, llm), llm)
+
+
+def profiler_settings(args: argparse.Namespace, variant: str | None) -> ProfilerSettings:
     """The simulator, or the profiling service with --backend remote (e.g. a Trainium host)."""
     if args.backend == REMOTE:
         token = read_source(args.token_file).strip()
         return ProfilerSettings(REMOTE, args.service_url, token, check_variant=variant,
                                 allow_fallback=args.allow_fallback)
-    return ProfilerSettings(seeds=config.seeds, check_variant=variant, limits=limits_of(args.seconds, args.memory_mb))
+    return ProfilerSettings(check_variant=variant, limits=limits_of(args.seconds, args.memory_mb))
 
 
-def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
-    config = preset(args.preset, iterations=args.iterations, beam_width=args.beam_width, workers=args.workers,
-                    replay_steps=args.replay_steps)
-    budget = getattr(args, "time_budget", None)
-    if budget is not None:
-        config = replace(config, time_budget_s=budget or None)  # 0: no limit
+def who_plans(chosen: SearchAgents, llm: LLMSettings | None) -> str:
+    """Who plans, in words: the rule-based optimizer, the LLM agents (their models and endpoint) or both."""
+    if chosen.planner == "rules" or llm is None:
+        return "the rule-based optimizer"
+    models = ", ".join(sorted({llm.for_role(role).model for role in ("planner", "executor")}))
+    agents = f"the LLM agents ({models} at {llm.base_url})"
+    return agents if chosen.planner == "llm" else f"the rule-based optimizer and {agents}"
+
+
+def optimize_command(args: argparse.Namespace, source: str, task: TaskRef) -> int:
+    """`accelopt optimize` with its flags; 2 when the LLM configuration cannot be read."""
     try:
-        settings = LLMSettings.load()
+        llm = LLMSettings.load()
     except ConfigError as exc:
         print(f"accelopt: {exc}", file=sys.stderr)
         return 2
-    chosen, who = choose_agents(args, config, settings)
-    llm = chosen.llm
-    memory = Memory(args.db)
+    return run_optimize(optimize_run(args), search_settings(args, task, llm), source, task)
+
+
+def run_optimize(run: OptimizeRun, settings: SearchSettings, source: str, task: TaskRef) -> int:
+    """Search for a faster kernel than `source`; the asked-for LLM agents, when they cannot run, are replaced by
+    the rule-based optimizer, which says so."""
+    memory = Memory(run.db)
     cancel = threading.Event()
-    profiler = make_profiler(profiler_settings(args, config, check_variant(task)), profile_cache(memory))
-    search = BeamSearch(profiler, chosen.agents, config, memory, ProgressLine(), cancel)
-    print(f"optimizing {os.path.relpath(args.kernel)} for {task.key} on {args.hardware} ({profiler.backend} backend) "
-          f"with {who}", file=sys.stderr)
+    built = build_search(settings, memory, ProgressLine(), cancel)
+    chosen, llm = built.agents, built.agents.llm
+    if chosen.missing:
+        print(f"{NO_ENDPOINT} (missing {', '.join(chosen.missing)})", file=sys.stderr)
+    print(f"optimizing {os.path.relpath(run.kernel)} for {task.key} on {run.hardware} ({built.profiler.backend} "
+          f"backend) with {who_plans(chosen, settings.llm)}", file=sys.stderr)
     try:
-        family = task_family(task, kernel_family_name(check_source(source, args.kernel, args.kernel_name), args.kernel))
-        result = search.run(source, task, args.hardware, family, resume=args.resume,
-                            kernel_name=args.kernel_name)
+        family = task_family(task, kernel_family_name(check_source(source, run.kernel, run.kernel_name), run.kernel))
+        result = built.search.run(source, task, run.hardware, family, resume=run.resume, kernel_name=run.kernel_name)
     except SearchError as exc:
         print(f"accelopt: {exc}", file=sys.stderr)
         return 1
@@ -150,22 +174,22 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
         return 130
     finally:
         memory.close()
-        chosen.close()
+        built.close()
     found = improved(result)
-    target, diff_path = write_outputs(args.kernel, args.out, result) if found else (None, None)
-    to_stdout = args.json == "-"  # `--json`: the JSON is stdout's, the words go to stderr
+    target, diff_path = write_outputs(run.kernel, run.out, result) if found else (None, None)
+    to_stdout = run.json == "-"  # `--json`: the JSON is stdout's, the words go to stderr
     words = sys.stderr if to_stdout else sys.stdout
-    print("\n".join(summary_lines(result, args.hardware)), file=words)
+    print("\n".join(summary_lines(result, run.hardware)), file=words)
     if llm is not None:
         print(llm.usage_line(), file=words)
     if found:
         print(f"best kernel: {target}\ndiff:        {diff_path}", file=words)
     else:
-        print(f"no faster correct kernel found: nothing written ({os.path.relpath(args.kernel)} stays the best)",
+        print(f"no faster correct kernel found: nothing written ({os.path.relpath(run.kernel)} stays the best)",
               file=words)
         print("\n".join(what_bounds(result.base.result)), file=words)
     print(f"search id:   {result.search_id}", file=words)
-    if args.json:
+    if run.json:
         summary = {"search_id": result.search_id, "speedup": result.speedup, "evaluated": result.evaluated,
                    "seconds": result.seconds, "before": result.base.result.to_dict(),
                    "after": result.best.result.to_dict(),
@@ -176,11 +200,11 @@ def run_optimize(args: argparse.Namespace, source: str, task: TaskRef) -> int:
                                "check_message": None if c.result.error else c.result.check_message}
                               for c in result.failures],
                    "llm": None if llm is None else {
-                       "settings": settings.describe(), "usage": llm.usage().to_dict(), "stopped": llm.stop_reason,
+                       "settings": llm.settings.describe(), "usage": llm.usage().to_dict(), "stopped": llm.stop_reason,
                        "by_agent": {r: u.to_dict() for r, u in llm.usage_by_role().items()}}}
         if to_stdout:
             print(json.dumps(summary, indent=2))
         else:
-            with open(args.json, "w", encoding="utf-8") as handle:
+            with open(run.json, "w", encoding="utf-8") as handle:
                 json.dump(summary, handle, indent=2)
     return 0

@@ -26,26 +26,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from accelopt_core.blas import single_threaded_blas  # noqa: E402
-from accelopt_core.engine import ProfilerSettings, check_variant, make_profiler, search_agents, task_family  # noqa: E402
+from accelopt_core.engine import ProfilerSettings, SearchSettings, build_search, check_variant, task_family  # noqa: E402
 from accelopt_core.memory import Memory  # noqa: E402
 from accelopt_core.nki.loader import read_source  # noqa: E402
 from accelopt_core.profiling import TaskRef  # noqa: E402
-from accelopt_core.search import BeamSearch, SearchConfig, SearchResult, preset  # noqa: E402
+from accelopt_core.search import BeamSearch, SearchResult  # noqa: E402
 from accelopt_core.tasks.registry import all_task_files  # noqa: E402
 from nkibench.bench import bench_task_names  # noqa: E402
 
 
-def rule_search(task: str, source: str, config: SearchConfig, memory: Memory) -> tuple[BeamSearch, SearchResult]:
-    """The rule-based search as `accelopt optimize` wires it, on trn1."""
+def rule_search(task: str, source: str, config_name: str, workers: int, memory: Memory
+                ) -> tuple[BeamSearch, SearchResult]:
+    """The rule-based search as `accelopt optimize` builds it, on trn1."""
     ref = TaskRef(task)
-    profiler = make_profiler(ProfilerSettings(seeds=config.seeds, check_variant=check_variant(ref)))
-    search = BeamSearch(profiler, search_agents("rules", None).agents, config, memory)
-    return search, search.run(source, ref, "trn1", task_family(ref))
+    settings = SearchSettings(config_name, workers=workers, profiler=ProfilerSettings(check_variant=check_variant(ref)))
+    built = build_search(settings, memory)
+    try:
+        return built.search, built.search.run(source, ref, "trn1", task_family(ref))
+    finally:
+        built.close()
 
 
 def optimize(task: str, source: str, config_name: str, workers: int, db: str) -> SearchResult:
     with Memory(db) as memory:
-        return rule_search(task, source, preset(config_name, workers=workers), memory)[1]
+        return rule_search(task, source, config_name, workers, memory)[1]
 
 
 def evaluations_to_reach(search: BeamSearch, target_ms: float) -> int | None:
@@ -93,7 +97,7 @@ def memory_effect(first: str, second: str, config_name: str, workers: int) -> di
         runs = {}
         for label, db in (("cold", cold_db), ("warm", warm_db)):
             with Memory(db) as memory:
-                runs[label] = rule_search(second, source, preset(config_name, workers=workers), memory)
+                runs[label] = rule_search(second, source, config_name, workers, memory)
         target = runs["cold"][1].best.latency_ms
         return {"first": first, "second": second, "target_ms": target,
                 **{label: {"evaluations_to_target": evaluations_to_reach(search, target),

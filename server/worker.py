@@ -18,25 +18,25 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
 from typing import IO, Any
 
 from accelopt_core.blas import single_threaded_blas
 from accelopt_core.config import LLMSettings
 from accelopt_core.engine import (
+    BuiltSearch,
     ProfilerSettings,
-    SearchAgents,
+    SearchSettings,
+    build_search,
     default_rules,
     load_factories,
     make_profiler,
     profile_cache,
     quick_fixes,
-    search_agents,
     task_family,
 )
 from accelopt_core.memory import Memory
 from accelopt_core.profiling import Profiler, ProfileResult
-from accelopt_core.search import BeamSearch, SearchError, preset
+from accelopt_core.search import SearchError
 from accelopt_core.tasks import TaskError
 
 log = logging.getLogger(__name__)
@@ -128,41 +128,34 @@ def llm_settings(llm: dict[str, Any], notes: list[str]) -> LLMSettings | None:
         return None
 
 
-def build_agents(payload: dict[str, Any], samples_per_plan: int, notes: list[str]) -> SearchAgents:
-    """The agents made by the factories the settings name ("module:callable" / "file.py:callable"); by
-    default the rule-based optimizer, with the LLM planner beside it when one is configured."""
-    specs = list(payload.get("agents") or [])
-    if specs:
-        try:
-            return SearchAgents(load_factories(specs))
-        except Exception as exc:
-            raise RuntimeError(f"cannot load the optimizer agents {', '.join(specs)}: {exc}") from None
-    settings = llm_settings(payload.get("llm") or {}, notes)
-    chosen = search_agents("both" if settings is not None else "rules", settings, samples_per_plan)
-    if chosen.missing:
-        notes.append(f"LLM planner not used: missing {', '.join(chosen.missing)}")
-    return chosen
+def search_settings(payload: dict[str, Any], notes: list[str]) -> SearchSettings:
+    """The search the editor's settings ask for: the agents the factories they name make ("module:callable" /
+    "file.py:callable"), by default the rule-based optimizer, with the LLM planner beside it when one is
+    configured."""
+    llm = None if payload.get("agents") else llm_settings(payload.get("llm") or {}, notes)
+    return SearchSettings(payload["preset"], workers=payload.get("workers"), profiler=payload["profiler"],
+                          planner="both" if llm is not None else "rules", llm=llm,
+                          agent_specs=tuple(payload.get("agents") or ()))
 
 
 def optimize_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
     """{"search": SearchResult} or {"search_error": why the search could not run}."""
     notes: list[str] = []
-    chosen = SearchAgents([])
+    built: BuiltSearch | None = None
     try:
-        config = preset(payload["preset"], workers=payload.get("workers"))
-        chosen = build_agents(payload, config.samples_per_plan, notes)
+        built = build_search(search_settings(payload, notes), _memory(payload.get("memory_db")), emit, cancel)
+        if built.agents.missing:
+            notes.append(f"LLM planner not used: missing {', '.join(built.agents.missing)}")
         task = payload["task"]
-        memory = _memory(payload.get("memory_db"))
-        profiler = make_profiler(replace(payload["profiler"], seeds=config.seeds), profile_cache(memory))
-        search = BeamSearch(profiler, chosen.agents, config, memory, emit, cancel)
         family = payload.get("family") or task_family(task)
-        return {"search": search.run(payload["source"], task, payload["hardware"], family,
-                                     kernel_name=payload.get("kernel_name")),
+        return {"search": built.search.run(payload["source"], task, payload["hardware"], family,
+                                           kernel_name=payload.get("kernel_name")),
                 "notes": notes}
     except (SearchError, TaskError, RuntimeError, ValueError, ImportError) as exc:
         return {"search_error": str(exc), "notes": notes}
     finally:
-        chosen.close()
+        if built is not None:
+            built.close()
 
 
 def _quick_fix_rules(specs: tuple[str, ...]) -> list[Any]:

@@ -153,3 +153,28 @@ def test_a_kernel_our_check_cannot_finish_is_optimized_not_refused(tmp_path: Pat
     assert "baseline timed but unchecked (the check needs more than 0 MB here)" in err
     assert "before: unchecked: the check needs more than 0 MB here (raise it with --memory-mb)" in out
     assert "speedup 1.00x" in out and not (tmp_path / "k.optimized.py").exists()
+
+
+def test_the_optimize_flags_become_search_settings_and_say_who_plans(tmp_path: Path) -> None:
+    from accelopt_core.cli import build_parser
+    from accelopt_core.config import LLMSettings
+    from accelopt_core.engine import SearchAgents
+    from accelopt_core.optimize import search_settings, who_plans
+    from accelopt_core.profiling import TaskRef
+
+    (tmp_path / "config.toml").write_text("")
+    offline = LLMSettings.load(environ={}, config_path=tmp_path / "config.toml")
+    online = LLMSettings.load(environ={}, config_path=tmp_path / "config.toml", base_url="http://llm:8000/v1",
+                              model="m", api_key="k")
+    args = build_parser().parse_args(["optimize", "k.py", "--task", "silu", "--preset", "quick", "--iterations",
+                                      "2", "--time-budget", "0", "--seconds", "30"])
+    settings = search_settings(args, TaskRef("silu"), offline)
+    assert (settings.preset, settings.iterations, settings.time_budget_s, settings.planner) == ("quick", 2, 0, "rules")
+    assert settings.config().time_budget_s is None and settings.profiler.limits.seconds == 30
+    assert settings.profiler.check_variant == "small"  # silu is checked on its small size
+    assert search_settings(args, TaskRef("silu"), online).planner == "llm"  # an endpoint configured: the LLM plans
+    llm_flag = build_parser().parse_args(["optimize", "k.py", "--task", "silu", "--llm"])
+    assert search_settings(llm_flag, TaskRef("silu"), offline).planner == "llm"  # asked for: tried, with why not
+    assert who_plans(SearchAgents([], planner="rules"), online) == "the rule-based optimizer"
+    assert who_plans(SearchAgents([], planner="both"), online) == \
+        "the rule-based optimizer and the LLM agents (m at http://llm:8000/v1)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from accelopt_core.agents.base import Candidate
 from accelopt_core.profiling import ProfileResult
 from accelopt_core.report import counted, render
-from accelopt_core.search.beam import tally
+from accelopt_core.search.policy import tally
 
 
 def _result(**fields: object) -> ProfileResult:

@@ -14,6 +14,8 @@ from accelopt_core.config import LLMSettings
 from accelopt_core.engine import (
     REMOTE,
     ProfilerSettings,
+    SearchSettings,
+    build_search,
     cached_profile,
     check_variant,
     make_profiler,
@@ -22,9 +24,10 @@ from accelopt_core.engine import (
     search_agents,
     task_family,
 )
-from accelopt_core.memory import Memory
+from accelopt_core.memory import Memory, ProfileCache
 from accelopt_core.profiling import ProfileResult, RemoteProfiler, SandboxLimits, SimulatorProfiler, TaskRef
 from accelopt_core.profiling.profiler import file_digest, profile_key
+from accelopt_core.search import BeamSearch, preset
 from accelopt_core.tasks.registry import all_task_files, task_files
 
 KERNEL = "import neuronxcc.nki.language as nl\n\ndef kernel(x):\n    return x\n"
@@ -150,6 +153,57 @@ def test_search_agents_for_each_planner(tmp_path: Path) -> None:
         alone.close()
     with pytest.raises(ValueError, match="unknown planner"):
         search_agents("oracle", offline)
+
+
+def test_search_settings_apply_the_overrides_given_to_the_preset() -> None:
+    assert SearchSettings("quick").config() == preset("quick")
+    overridden = SearchSettings("quick", iterations=9, beam_width=3, workers=1, replay_steps=0,
+                                time_budget_s=60).config()
+    assert (overridden.iterations, overridden.beam_width, overridden.workers, overridden.replay_steps,
+            overridden.time_budget_s) == (9, 3, 1, 0, 60)
+    assert SearchSettings("quick", time_budget_s=0).config().time_budget_s is None  # 0: no limit
+    with pytest.raises(ValueError, match="unknown search preset"):
+        SearchSettings("huge").config()
+
+
+def test_build_search_wires_the_presets_seeds_the_memorys_cache_and_the_planners_agents(tmp_path: Path) -> None:
+    with Memory(tmp_path / "m.db") as memory:
+        built = build_search(SearchSettings("quick", profiler=ProfilerSettings(seeds=2, check_variant="small")),
+                             memory)
+        try:
+            assert isinstance(built.search, BeamSearch) and built.search.config == preset("quick")
+            assert isinstance(built.profiler, SimulatorProfiler)
+            assert built.profiler.seed_count == preset("quick").seeds != 2  # the preset's seeds, not the profiler's
+            assert isinstance(built.profiler.cache, ProfileCache)
+            assert [type(a) for a in built.search.policy.agents] == [RuleAgent]
+            assert built.search.policy.agents == built.agents.agents
+        finally:
+            built.close()
+
+
+def test_build_search_makes_the_agents_the_factories_name_or_says_why_not(tmp_path: Path) -> None:
+    factory = tmp_path / "agents.py"
+    factory.write_text("from accelopt_core.agents.rules.agent import RuleAgent\n"
+                       "def make():\n    return RuleAgent([])\n"
+                       "def broken():\n    raise OSError('no model here')\n")
+    built = build_search(SearchSettings("quick", planner="llm", agent_specs=(f"{factory}:make",)))
+    assert [type(a) for a in built.agents.agents] == [RuleAgent] and not built.agents.missing
+    with pytest.raises(RuntimeError, match=r"cannot load the optimizer agents .*no model here"):
+        build_search(SearchSettings("quick", agent_specs=(f"{factory}:broken",)))
+
+
+def test_the_language_server_worker_builds_its_search_from_the_editors_settings(tmp_path: Path) -> None:
+    from server.worker import search_settings
+
+    payload = {"preset": "quick", "workers": 1, "profiler": ProfilerSettings(check_variant="small")}
+    notes: list[str] = []
+    plain = search_settings(payload, notes)
+    assert (plain.preset, plain.workers, plain.planner, plain.llm, plain.agent_specs, notes) == \
+        ("quick", 1, "rules", None, (), [])
+    online = search_settings({**payload, "llm": {"endpoint": "http://llm:8000/v1", "model": "m"}}, notes)
+    assert online.planner == "both" and online.llm is not None and online.llm.base_url == "http://llm:8000/v1"
+    named = search_settings({**payload, "agents": ["a.py:make"], "llm": {"model": "m"}}, notes)
+    assert named.agent_specs == ("a.py:make",) and named.llm is None  # the named agents plan, not the LLM
 
 
 class _Rule:

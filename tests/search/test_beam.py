@@ -20,6 +20,7 @@ from accelopt_core.agents.base import Draft, Proposal
 from accelopt_core.memory import Memory
 from accelopt_core.profiling import SimulatorProfiler, TaskRef
 from accelopt_core.search import BeamSearch, SearchConfig, SearchError, SearchEvent
+from accelopt_core.search.scheduler import TimeBudget
 from accelopt_core.tasks.registry import task_files
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -310,12 +311,12 @@ def test_a_check_waits_for_the_waves_timings_unless_its_kernel_would_lead() -> N
 
 
 def test_a_check_started_beside_others_is_counted_as_sharing_the_cores() -> None:
-    search = BeamSearch(SlowStubProfiler(0.0), [ManyPlansAgent()], replace(CONFIG, workers=1, time_budget_s=10))
-    search._deadline = time.monotonic() + 10
-    search._longest[True], search._started[True] = 4.0, 1
-    assert not search._out_of_time(True)  # alone: 4 s of the 10 left
-    search._checking = 2
-    assert search._out_of_time(True)  # beside two others: the three take 12 s together
+    budget = TimeBudget(10, workers=1)
+    budget.start()
+    budget.longest[True], budget.started[True] = 4.0, 1
+    assert not budget.out_of_time(True)  # alone: 4 s of the 10 left
+    budget.checking = 2
+    assert budget.out_of_time(True)  # beside two others: the three take 12 s together
 
 
 def test_under_a_tight_budget_a_level_deeper_beats_a_wider_beam() -> None:

@@ -73,11 +73,7 @@ class LLMAgent:
     # --- lifecycle and reporting -----------------------------------------------------------------
     def close(self) -> None:
         """Cancel queued work and let running calls finish in the background."""
-        with self._lock:
-            pending, self._pending = self._pending, {}
-        for futures in pending.values():
-            for future in futures:
-                future.cancel()
+        self._cancel_unclaimed()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> LLMAgent:
