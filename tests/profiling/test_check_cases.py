@@ -130,15 +130,17 @@ def test_a_worker_that_dies_is_an_error_that_is_not_cached(tmp_path: Path, in_wo
 
 def test_a_cancelled_check_ends_its_workers(tmp_path: Path, in_workers, monkeypatch) -> None:
     started: list[subprocess.Popen[bytes]] = []
+    cancel = threading.Event()
 
     def sleeper() -> subprocess.Popen[bytes]:
+        """A worker that never answers; the check is cancelled once one runs (a fixed delay, on a loaded machine,
+        could cancel before the check had started any)."""
         started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+        threading.Timer(0.5, cancel.set).start()
         return started[-1]
 
     monkeypatch.setattr(seeds, "_start_worker", sleeper)
-    cancel = threading.Event()
-    threading.Timer(1.0, cancel.set).start()
     began = time.monotonic()
     result = SimulatorProfiler().profile(KERNEL, reference(tmp_path)[0], cancel=cancel)
     assert time.monotonic() - began < 30 and result.correct is None and result.error == "evaluation cancelled"
