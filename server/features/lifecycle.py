@@ -44,7 +44,7 @@ def register(server: AccelOptServer) -> None:
                 actions=[types.MessageActionItem(title=choice) for choice in choices]))
             return answer.title if answer is not None else None
 
-        ls.session.ask = ask
+        ls.session.secrets.ask = ask
         settings.apply_initialization_options(ls, params.initialization_options)
 
     @server.feature(types.INITIALIZED)

@@ -107,9 +107,9 @@ def test_the_language_server_builds_its_profiler_through_the_engine(tmp_path: Pa
     assert (settings.backend, settings.service_url, settings.seeds, settings.check_variant, settings.limits) == \
         (REMOTE, "http://trn-host:8765", 2, "small", SandboxLimits(20.0, 1024))
     local = Session(Settings(memory_db=str(tmp_path / "m.db"))).profiler_settings(None)
-    profiler = worker._profiler(local, str(tmp_path / "m.db"))
-    assert isinstance(profiler, SimulatorProfiler) and worker._profiler(local, str(tmp_path / "m.db")) is profiler
-    assert isinstance(worker._profiler(settings, None), RemoteProfiler)
+    profiler = worker.engine.profiler(local, str(tmp_path / "m.db"))
+    assert isinstance(profiler, SimulatorProfiler) and worker.engine.profiler(local, str(tmp_path / "m.db")) is profiler
+    assert isinstance(worker.engine.profiler(settings, None), RemoteProfiler)
 
 
 def test_check_variant_and_family_read_from_the_text_match_the_loaded_task() -> None:
