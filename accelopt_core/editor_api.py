@@ -35,7 +35,8 @@ from .engine import (
 )
 from .memory import Memory
 from .memory import default_path as default_memory_path
-from .profiling import Profiler, ProfileResult, SandboxLimits, TaskRef
+from .profiling import Profiler, ProfileResult, SandboxLimits, TaskRef, as_percent, measured_on
+from .profiling.confine import INSTALL_HINT, isolation_problem, unconfined_allowed
 from .profiling.profiler import kernel_hash
 from .profiling.sandbox import importable_environment
 from .tasks import TaskError
@@ -44,11 +45,12 @@ if TYPE_CHECKING:
     from .migrate import MigrationOffer
     from .search import SearchResult
 
-__all__ = ["REMOTE", "SIMULATOR", "AnalyzeReply", "AnalyzeRequest", "EditorEngine", "FixesReply", "FixesRequest",
-           "KernelRequest", "LLMRequest", "Memory", "MigrateReply", "MigrateRequest", "OptimizeReply",
-           "OptimizeRequest", "ProfileReply", "ProfileRequest", "ProfileResult", "ProfilerSettings", "QuickFix",
-           "RepeatedLoad", "SandboxLimits", "TaskRef", "cached", "check_variant", "default_memory_path",
-           "kernel_family_name", "kernel_hash", "message_from_dict", "repeated_loads", "task_family",
+__all__ = ["INSTALL_HINT", "REMOTE", "SIMULATOR", "AnalyzeReply", "AnalyzeRequest", "EditorEngine", "FixesReply",
+           "FixesRequest", "KernelRequest", "LLMRequest", "Memory", "MigrateReply", "MigrateRequest",
+           "OptimizeReply", "OptimizeRequest", "ProfileReply", "ProfileRequest", "ProfileResult",
+           "ProfilerSettings", "QuickFix", "RepeatedLoad", "SandboxLimits", "TaskRef", "as_percent", "cached",
+           "check_variant", "default_memory_path", "isolation_problem", "kernel_family_name", "kernel_hash",
+           "measured_on", "message_from_dict", "repeated_loads", "task_family", "unconfined_allowed",
            "worker_environment"]
 
 log = logging.getLogger(__name__)

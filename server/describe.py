@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from accelopt_core.editor_api import ProfileResult, measured_on
 from accelopt_core.perfmodel.assumptions import in_brief, on_line
-from accelopt_core.profiling import ProfileResult, measured_on
 from accelopt_core.report import counted
 
 from .findings import line_share, trip_counts

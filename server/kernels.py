@@ -9,8 +9,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from accelopt_core.editor_api import TaskRef
 from accelopt_core.nki.loader import KERNEL_NAMES, KernelLoadError, check_source, is_kernel_decorator, parse_source
-from accelopt_core.profiling import TaskRef
 from accelopt_core.tasks.declared import split_reference
 from accelopt_core.tasks.registry import TaskFiles
 from accelopt_core.tasks.registry import all_task_files as _all_task_files

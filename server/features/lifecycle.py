@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from accelopt_core.profiling.confine import INSTALL_HINT, isolation_problem, unconfined_allowed
+from accelopt_core.editor_api import INSTALL_HINT, isolation_problem, unconfined_allowed
 
 from ..server import ClientSupport
 from . import settings, watcher
