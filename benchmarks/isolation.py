@@ -1,4 +1,4 @@
-"""What kernel isolation costs and whether its limits hold (issue 14):
+"""What kernel isolation costs and whether its limits hold (README, "Kernel isolation"):
 
 - the time limit's overshoot for a kernel that spins, and for one that also tries to leave its session;
 - the median wall time of one evaluation (silu:small, one seed, no cache), under bubblewrap and without it

@@ -25,7 +25,7 @@ from public_samples import LEGACY, REFERENCES, SAMPLES, TUTORIALS, export
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINES = ROOT / "nkibench" / "kernels"
-# the legacy tutorials the migration is held to (issue 43), by their rows in public_samples
+# the legacy tutorials the migration is held to, by their rows in public_samples
 TUTORIAL_PREFIXES = ("matmul_", "layernorm_", "mamba_", "attention_", "softmax", "rmsnorm", "transpose2d",
                      "average_pool2d")
 

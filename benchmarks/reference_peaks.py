@@ -2,7 +2,7 @@
 
 Default: the public NKIBench references of the calibration set (`get_inputs`/`forward`), which declare no peak.
 For every case of ../shared/calibration it prints the counted work, how far it is from the hand formula of
-shared/nkibench.md (our NKIBench reference's peak_work at the same sizes), the best possible time on trn1 and
+docs/nkibench.md (our NKIBench reference's peak_work at the same sizes), the best possible time on trn1 and
 what bounds it, trn1's measured latency and the % of peak that latency means. The references run at their
 full sizes: about a minute and 4 GiB of memory.
 

@@ -27,9 +27,8 @@ class Settings:
     llm_endpoint: str | None = None
     llm_model: str | None = None
     search_preset: str = "quick"  # an editor wants answers in minutes, not the paper's hours
-    # The search's spend limit in US dollars (the VS Code extension's `search.budget`). The beam search
-    # itself has no wall-time or evaluation budget; the only spend is the LLM planner's, so this becomes
-    # the LLM client's `max_usd` budget and means nothing for the rule-based optimizer.
+    # The search's spend limit in US dollars (the VS Code extension's `search.budget`): the LLM planner's
+    # `max_usd`, meaning nothing for the rule-based optimizer. Its wall-clock budget is the preset's `time_budget_s`.
     search_budget: float | None = None
     search_workers: int | None = None
     memory_db: str | None = None  # None: ACCELOPT_MEMORY_DB or the user's data directory

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from accelopt_core.editor_api import ProfileResult, measured_on
 from accelopt_core.perfmodel.assumptions import in_brief, on_line
-from accelopt_core.profiling import ProfileResult, measured_on
 from accelopt_core.report import counted
 
 from .findings import line_share, trip_counts
 from .format import EDITOR_LIMIT_KNOBS, flops, fraction, ms, nbytes, percent
-from .kernels import KernelFile, Loop, analyze
+from .kernels import KernelFile, SourceLoop, analyze
 from .state import KernelDocument
 
 ENGINES = (("Tensor", "tensor"), ("Vector", "vector"), ("Scalar", "scalar"), ("GpSimd", "gpsimd"), ("DMA", "dma"))
@@ -68,12 +68,12 @@ def bytes_text(entry: dict[str, Any], result: ProfileResult) -> str | None:
     return nbytes(amount) if exact else f"≈ {nbytes(amount)} (estimated from this line's share of DMA instructions)"
 
 
-def enclosing_loop(info: KernelFile, line: int) -> Loop | None:
+def enclosing_loop(info: KernelFile, line: int) -> SourceLoop | None:
     inside = [loop for loop in info.loops if loop.line <= line <= loop.end_line]
     return max(inside, key=lambda loop: loop.line) if inside else None
 
 
-def loop_text(loop: Loop, result: ProfileResult) -> str:
+def loop_text(loop: SourceLoop, result: ProfileResult) -> str:
     stats = next((entry for entry in result.profile.get("loops") or [] if entry.get("line") == loop.line), None)
     name = ", ".join(loop.targets) or "_"
     text = f"`for {name} in {loop.iterator}(…)` (line {loop.line})"

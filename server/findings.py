@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelopt_core.profiling import ProfileResult
+from accelopt_core.editor_api import ProfileResult, RepeatedLoad
 
 from .format import EDITOR_LIMIT_KNOBS, fix_gain, fraction, ms, nbytes
 from .kernels import KernelFile, TaskLink
@@ -44,34 +44,6 @@ def trip_counts(result: ProfileResult) -> dict[int, int]:
         executions = max(1, int(loop.get("executions") or 1))
         counts[int(loop["line"])] = max(1, round(int(loop.get("iterations") or 1) / executions))
     return counts
-
-
-# --- static analysis: loads that repeat in a loop they do not depend on -------------------------
-
-
-@dataclass(frozen=True)
-class RepeatedLoad:
-    line: int
-    loop_line: int
-    loop_vars: tuple[str, ...]
-
-
-def repeated_loads(source: str, kernel: KernelFile) -> list[RepeatedLoad]:
-    """Loads from HBM inside a loop whose source bytes do not change with that loop: the same data
-    comes from HBM on every iteration. Reported against the outermost such loop (hoisting out of it
-    helps most). The question is the rules' shared analysis (accelopt_core.agents.rules.analysis), so
-    the editor and the optimizer agree in every kernel style (`nl.load`, `nisa.dma_copy`, compiler
-    output that loads into block tensors)."""
-    if not kernel.function:
-        return []
-    from accelopt_core.agents.rules.analysis import model_of
-    from accelopt_core.agents.rules.base import RuleError
-
-    try:
-        model = model_of(source, function=kernel.function)
-    except (RuleError, ValueError, SyntaxError):
-        return []
-    return [RepeatedLoad(op.line, loop.line, (loop.var,) if loop.var else ()) for op, loop in model.repeated_loads()]
 
 
 # --- all findings for one kernel ---------------------------------------------------------------
@@ -112,9 +84,10 @@ def structural(kernel: KernelFile, link: TaskLink | None) -> list[Finding]:
     return out
 
 
-def from_results(kernel: KernelFile, source: str, trace: ProfileResult | None, checked: ProfileResult | None,
-                 task_error: str | None) -> list[Finding]:
-    """Errors, wrong results and the top bottlenecks of the latest profile."""
+def from_results(kernel: KernelFile, trace: ProfileResult | None, checked: ProfileResult | None,
+                 task_error: str | None, repeated: Sequence[RepeatedLoad] = ()) -> list[Finding]:
+    """Errors, wrong results and the top bottlenecks of the latest profile; `repeated` are the loads the rules'
+    analysis of the profiled text found repeated in a loop (worked out in the worker)."""
     def_line = kernel.def_line or 1
     if task_error:
         line = kernel.directive.line if kernel.directive else def_line
@@ -122,9 +95,7 @@ def from_results(kernel: KernelFile, source: str, trace: ProfileResult | None, c
     result = checked if checked is not None and checked.latency_ms is not None else trace
     failing = checked if checked is not None and checked.error else trace if trace and trace.error else None
     if failing is not None and failing.error:
-        from accelopt_core.profiling.sandbox import CANCELLED
-
-        if failing.error == CANCELLED:
+        if failing.cancelled:
             return []
         line = failing.error_line or def_line
         return [Finding(line, ERROR, "kernel-error", f"the kernel fails: {failing.error}")]
@@ -144,11 +115,11 @@ def from_results(kernel: KernelFile, source: str, trace: ProfileResult | None, c
         out.append(Finding(def_line, INFO, "unchecked", unchecked.unchecked_text(*EDITOR_LIMIT_KNOBS),
                            kernel.name_start, kernel.name_start + len(kernel.function or "")))
     if result is not None and result.latency_ms is not None:
-        out.extend(bottlenecks(kernel, source, result))
+        out.extend(bottlenecks(kernel, result, repeated))
     return out
 
 
-def bottlenecks(kernel: KernelFile, source: str, result: ProfileResult) -> list[Finding]:
+def bottlenecks(kernel: KernelFile, result: ProfileResult, repeated: Sequence[RepeatedLoad] = ()) -> list[Finding]:
     """Repeated loads, hot lines, an idle Tensor engine, spills: information-level findings."""
     out: list[Finding] = []
     share = line_share(result)
@@ -156,7 +127,7 @@ def bottlenecks(kernel: KernelFile, source: str, result: ProfileResult) -> list[
     by_line = {entry["line"]: entry for entry in result.lines}
     loops = {loop.line: loop for loop in kernel.loops}
     flagged: set[int] = set()
-    for load in repeated_loads(source, kernel):
+    for load in repeated:
         count = trips.get(load.loop_line)
         times = f"{count}×" if count else "on every iteration"
         variables = " or ".join(f"`{v}`" for v in load.loop_vars) or "its variable"

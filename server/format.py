@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelopt_core.profiling import ProfileResult, as_percent, measured_on
+from accelopt_core.editor_api import ProfileResult, as_percent, measured_on
 
 
 def ms(value: float | None) -> str:

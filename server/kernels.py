@@ -9,8 +9,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from accelopt_core.editor_api import TaskRef
 from accelopt_core.nki.loader import KERNEL_NAMES, KernelLoadError, check_source, is_kernel_decorator, parse_source
-from accelopt_core.profiling import TaskRef
 from accelopt_core.tasks.declared import split_reference
 from accelopt_core.tasks.registry import TaskFiles
 from accelopt_core.tasks.registry import all_task_files as _all_task_files
@@ -54,7 +54,7 @@ class Directive:
 
 
 @dataclass(frozen=True)
-class Loop:
+class SourceLoop:
     """A `for` loop in the kernel: its header line, last line and loop variables."""
 
     line: int
@@ -86,7 +86,7 @@ class KernelFile:
     directive: Directive | None = None
     syntax_error: tuple[int, int, str] | None = None  # line (1-based), column (0-based), message
     problem: str | None = None  # e.g. no function named as the directive says
-    loops: tuple[Loop, ...] = field(default_factory=tuple)
+    loops: tuple[SourceLoop, ...] = field(default_factory=tuple)
     kernels: tuple[KernelDef, ...] = ()  # every @nki.jit function, in file order
     chosen: str | None = None  # the function picked in the editor
 
@@ -145,13 +145,13 @@ def parse_directive(source: str) -> Directive | None:
     return None
 
 
-def _loops(function: ast.FunctionDef) -> tuple[Loop, ...]:
+def _loops(function: ast.FunctionDef) -> tuple[SourceLoop, ...]:
     found = []
     for node in ast.walk(function):
         if isinstance(node, ast.For):
             targets = tuple(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
             call = node.iter.func if isinstance(node.iter, ast.Call) else node.iter
-            found.append(Loop(node.lineno, node.end_lineno or node.lineno, targets, ast.unparse(call)))
+            found.append(SourceLoop(node.lineno, node.end_lineno or node.lineno, targets, ast.unparse(call)))
     return tuple(sorted(found, key=lambda loop: loop.line))
 
 
@@ -274,5 +274,5 @@ def directive_insert_line(source: str) -> int:
     return line
 
 
-__all__ = ["Directive", "KernelDef", "KernelFile", "Loop", "TaskLink", "analyze", "directive_insert_line", "link_task",
-           "parse_directive", "suggest_tasks"]
+__all__ = ["Directive", "KernelDef", "KernelFile", "SourceLoop", "TaskLink", "analyze", "directive_insert_line",
+           "link_task", "parse_directive", "suggest_tasks"]

@@ -8,23 +8,40 @@ loop thread; the watcher's thread hands its events over with `call_soon_threadsa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
-from accelopt_core.config import Secret
-from accelopt_core.engine import REMOTE, SIMULATOR, ProfilerSettings, cached_profile, check_variant, profile_cache
+from accelopt_core.editor_api import (
+    REMOTE,
+    SIMULATOR,
+    AnalyzeReply,
+    AnalyzeRequest,
+    FixesReply,
+    FixesRequest,
+    LLMRequest,
+    MigrateReply,
+    MigrateRequest,
+    OptimizeReply,
+    OptimizeRequest,
+    ProfileReply,
+    ProfileRequest,
+    ProfileResult,
+    ProfilerSettings,
+    SandboxLimits,
+    cached,
+    check_variant,
+    kernel_hash,
+)
 from accelopt_core.nki.api_versions import api_findings, detect_version, parse_version
-from accelopt_core.profiling import ProfileResult, SandboxLimits
-from accelopt_core.profiling.profiler import kernel_hash
-from accelopt_core.profiling.sandbox import CANCELLED
 
-from .config import SECRET_LABELS, Settings, profiling_changed, secret_destinations
+from .config import Settings, profiling_changed
 from .kernels import TaskLink
+from .memory import EditorMemory
+from .secrets import Secrets
 from .state import KernelDocument, Rewrite, SearchRun
 from .workers import Lane
 
@@ -44,6 +61,7 @@ class Snapshot:
     link: TaskLink
     function: str | None  # the kernel function the file names, None for its only kernel (KernelFile.named)
     hardware: str
+    profiled_function: str | None = None  # the kernel function profiled, named or the file's only one
 
 
 class OptimizeError(Exception):
@@ -52,7 +70,6 @@ class OptimizeError(Exception):
 
 UNTRUSTED = ("this workspace is not trusted: AccelOpt does not run its kernels (trust the workspace to profile "
              "and optimize them)")
-SEND, WITHHOLD = "Send", "Don't send"
 
 
 def server_rss_mb() -> float:
@@ -77,20 +94,11 @@ class Session:
         self.notices: list[Callable[[str, str], None]] = []  # (level, message) for the user
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._fix_jobs: dict[str, Any] = {}  # uri -> the quick-fix planning job of its latest profile
-        self._memory: Any = None
-        self._memory_path: str | None = None
         self._warned: set[str] = set()
         self.ready = asyncio.Event()  # set once the client's settings are in (profiles wait for it)
-        # llm_api_key, service_token from initializationOptions; kept out of Settings (which is logged
-        # and compared) and only handed to the worker processes in job payloads.
-        self.secrets: dict[str, Secret] = {}
         self.trusted = True  # the client's workspace trust; False: no kernel of the workspace runs
-        # origins (scheme://host:port) a secret may go to: those of the settings the server was launched
-        # with, and those the user confirmed when workspace settings named a new one
-        self.approved_origins: set[str] = set()
-        self.ask: Callable[[str, list[str]], Awaitable[str | None]] | None = None
-        self._asked: set[tuple[str, str]] = set()
-        self._questions: set[asyncio.Future[None]] = set()
+        self.memory = EditorMemory(lambda: self.settings.memory_db, self.notice)
+        self.secrets = Secrets(lambda: self.settings, self.notice, self._profile_all)
 
     # --- plumbing ---------------------------------------------------------------------------------
     def changed(self, doc: KernelDocument, what: set[str] | None = None) -> None:
@@ -108,77 +116,9 @@ class Session:
         for notify in self.notices:
             notify(level, message)
 
-    def approve_current_destinations(self) -> None:
-        """Whoever launched the server chose the current settings: their hosts may receive the secrets."""
-        self.approved_origins.update(secret_destinations(self.settings).values())
-
-    def destination_approved(self, name: str) -> bool:
-        """Whether secret `name` may go where the settings send it (True when it goes nowhere); asks the user
-        once per host when workspace settings named a host not approved yet."""
-        where = secret_destinations(self.settings).get(name)
-        if where is None or where in self.approved_origins:
-            return True
-        if (name, where) not in self._asked:
-            self._asked.add((name, where))
-            question = asyncio.ensure_future(self._ask_approval(name, where))
-            self._questions.add(question)
-            question.add_done_callback(self._questions.discard)
-        return False
-
-    def secret(self, name: str) -> str | None:
-        """A secret's value for a worker's job payload (a Secret refuses to be pickled; the worker reads
-        it from the payload and never logs it): only when the settings send it somewhere approved."""
-        value = self.secrets.get(name)
-        if value is None or name not in secret_destinations(self.settings) or not self.destination_approved(name):
-            return None
-        return value.reveal()
-
-    async def _ask_approval(self, name: str, where: str) -> None:
-        question = (f"The workspace settings send your {SECRET_LABELS[name]} to {where}, which AccelOpt has not "
-                    "sent it to before. Send it there?")
-        answer = None
-        if self.ask is not None:
-            try:
-                answer = await self.ask(question, [SEND, WITHHOLD])
-            except Exception as exc:  # a client that cannot ask: the secret stays here
-                log.info("could not ask about %s: %s", where, exc)
-        if answer != SEND:
-            self.notice("warning", f"AccelOpt: your {SECRET_LABELS[name]} is not sent to {where} "
-                        "(named by workspace settings, not approved)", once=True)
-            return
-        self.approved_origins.add(where)
+    def _profile_all(self) -> None:
         for doc in list(self.documents.values()):
             self.schedule(doc, delay=0.0)
-
-    @property
-    def memory_path(self) -> str:
-        from accelopt_core.memory import default_path
-
-        return self.settings.memory_db or default_path()
-
-    def memory(self) -> Any:
-        """The optimization memory for cache look-ups; None (no persistent cache) if it cannot open."""
-        path = self.memory_path
-        if self._memory is not None and self._memory_path == path:
-            return self._memory
-        self.close_memory()
-        try:
-            from accelopt_core.memory import Memory
-
-            self._memory = Memory(path)
-            self._memory_path = path
-        except Exception as exc:
-            self.notice("warning", f"AccelOpt: cannot open the memory database {path}: {exc}; results "
-                        "will not be cached", once=True)
-            self._memory = None
-        return self._memory
-
-    def close_memory(self) -> None:
-        if self._memory is not None:
-            with contextlib.suppress(Exception):
-                self._memory.close()
-        self._memory = None
-        self._memory_path = None
 
     @property
     def backend(self) -> str:
@@ -188,17 +128,16 @@ class Session:
     def profiler_settings(self, check_variant: str | None) -> ProfilerSettings:
         """The editor's settings in the engine's terms (the backend setting is "simulator" or a service URL)."""
         url = self.settings.backend if self.backend == REMOTE else ""
-        return ProfilerSettings(self.backend, url, self.secret("service_token") or "", self.settings.check_seeds,
-                                check_variant, SandboxLimits(self.settings.sandbox_seconds,
-                                                             self.settings.sandbox_memory_mb))
+        token = self.secrets.reveal("service_token") or ""
+        return ProfilerSettings(self.backend, url, token, self.settings.check_seeds, check_variant,
+                                SandboxLimits(self.settings.sandbox_seconds, self.settings.sandbox_memory_mb))
 
     def apply_settings(self, settings: Settings) -> None:
         old, self.settings = self.settings, settings
         if profiling_changed(old, settings):
             if old.memory_db != settings.memory_db:
-                self.close_memory()
-            for doc in list(self.documents.values()):
-                self.schedule(doc, delay=0.0)
+                self.memory.close()
+            self._profile_all()
 
     # --- documents --------------------------------------------------------------------------------
     def open(self, uri: str, text: str, version: int | None) -> KernelDocument:
@@ -288,7 +227,8 @@ class Session:
         doc.phase = "waiting"
         assert doc.link is not None
         # The text as of this request (a save's text, even if typing goes on during the debounce).
-        snapshot = Snapshot(doc.source, doc.link, doc.info.named, doc.hardware(self.settings.hardware))
+        snapshot = Snapshot(doc.source, doc.link, doc.info.named, doc.hardware(self.settings.hardware),
+                            doc.info.function)
         task = asyncio.ensure_future(self._profile(doc, doc.request_id, wait, snapshot))
         self._tasks[doc.uri] = task
         task.add_done_callback(lambda t, uri=doc.uri: self._task_done(uri, t))
@@ -299,32 +239,28 @@ class Session:
         if not task.cancelled() and task.exception() is not None:
             log.error("profiling %s failed", uri, exc_info=task.exception())
 
-    def _payload(self, doc: KernelDocument, snap: Snapshot, check: bool, variant: str | None) -> dict[str, Any]:
-        return {"source": snap.source, "task": snap.link.ref, "hardware": snap.hardware, "check": check,
-                "profiler": self.profiler_settings(variant), "memory_db": self._memory_db(),
-                # the file's path: the simulator imports helper modules beside it; messages show its name
-                "label": doc.path or "kernel.py", "kernel_name": snap.function}
+    def _kernel(self, doc: KernelDocument, snap: Snapshot) -> dict[str, Any]:
+        """The fields of a KernelRequest for the snapshot's kernel (checked on the task's small size if any)."""
+        assert snap.link.ref is not None
+        return {"source": snap.source, "task": snap.link.ref, "hardware": snap.hardware,
+                "profiler": self.profiler_settings(check_variant(snap.link.ref)),
+                "memory_db": self.memory.for_workers(), "label": doc.path or "kernel.py", "kernel_name": snap.function}
 
-    def _memory_db(self) -> str | None:
-        """The memory the workers cache in: none when it cannot be opened."""
-        return self.memory_path if self.memory() is not None else None
-
-    def _llm_payload(self) -> dict[str, Any] | None:
+    def _llm_request(self) -> LLMRequest | None:
         """The LLM planner's settings for a search; None (no planner) while the endpoint the workspace
         settings name waits for approval: no key, from the editor, the environment or the config file,
         goes to a host the user did not choose."""
-        if not self.destination_approved("llm_api_key"):
+        if not self.secrets.destination_approved("llm_api_key"):
             return None
-        return {"endpoint": self.settings.llm_endpoint, "model": self.settings.llm_model,
-                "api_key": self.secret("llm_api_key"), "budget_usd": self.settings.search_budget}
+        return LLMRequest(self.settings.llm_endpoint, self.settings.llm_model, self.secrets.reveal("llm_api_key"),
+                          self.settings.search_budget)
 
-    def _cached(self, snap: Snapshot, check: bool, variant: str | None) -> ProfileResult | None:
-        memory = self.memory()
-        if memory is None or snap.link.ref is None:
+    def _cached(self, request: ProfileRequest) -> ProfileResult | None:
+        memory = self.memory.open()
+        if memory is None:
             return None
         try:
-            return cached_profile(profile_cache(memory), snap.source, snap.link.ref, snap.hardware, self.backend,
-                                  check, variant, snap.function)
+            return cached(memory, request, self.backend)
         except Exception:
             log.exception("profile cache read failed")
             return None
@@ -334,21 +270,19 @@ class Session:
         if delay:
             await asyncio.sleep(delay)
         await self.ready.wait()
-        ref = snap.link.ref
-        assert ref is not None
-        variant = check_variant(ref)
-        checked = await asyncio.to_thread(self._cached, snap, True, variant)
+        trace_only = ProfileRequest(**self._kernel(doc, snap))
+        checked = await asyncio.to_thread(self._cached, replace(trace_only, check=True))
         if checked is not None:
             self.stats["cache_hits"] += 1
             await self._deliver(doc, request, snap, checked, checked)
             return
-        trace = await asyncio.to_thread(self._cached, snap, False, variant)
+        trace = await asyncio.to_thread(self._cached, trace_only)
         if trace is not None:
             self.stats["cache_hits"] += 1
         else:
             doc.phase = "tracing"
             self.changed(doc, {"lenses"})
-            trace = await self._run_job(doc, request, snap, False, variant)
+            trace = await self._run_job(doc, request, trace_only)
             if trace is None:
                 return
         await self._deliver(doc, request, snap, trace, None)
@@ -356,21 +290,19 @@ class Session:
             return
         doc.phase = "checking"
         self.changed(doc, {"lenses"})
-        result = await self._run_job(doc, request, snap, True, variant)
+        result = await self._run_job(doc, request, replace(trace_only, check=True))
         if result is not None:
             await self._deliver(doc, request, snap, trace, result)
 
-    async def _run_job(self, doc: KernelDocument, request: int, snap: Snapshot, check: bool,
-                       variant: str | None) -> ProfileResult | None:
+    async def _run_job(self, doc: KernelDocument, request: int, profile: ProfileRequest) -> ProfileResult | None:
         """One profile in the worker; None when it produced no verdict on the kernel."""
-        source = snap.source
-        payload = self._payload(doc, snap, check, variant)
         limits = SandboxLimits(self.settings.sandbox_seconds, self.settings.sandbox_memory_mb)
-        job = self.profile_lane.submit("profile", payload, priority=1 if check else 0,
+        check = profile.check
+        job = self.profile_lane.submit(profile, priority=1 if check else 0,
                                        timeout=limits.seconds + (limits.longest_check() + 600.0 if check else 120.0))
         self.stats["profile_jobs"] += 1
         try:
-            value = await job.future
+            reply: ProfileReply = await job.future
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -379,18 +311,15 @@ class Session:
                 doc.phase = "idle"
                 self.changed(doc)
             return None
-        if "task_error" in value:
+        if reply.result is None:
             if doc.request_id == request:
-                doc.task_error = value["task_error"]
+                doc.task_error = reply.task_error or "the task could not be used"
                 doc.trace = doc.checked = None
-                doc.profiled_source = source
+                doc.profiled_source = profile.source
                 doc.phase = "idle"
                 self.changed(doc)
             return None
-        result: ProfileResult = value["result"]
-        if result.error == CANCELLED:
-            return None
-        return result
+        return None if reply.result.cancelled else reply.result
 
     async def _deliver(self, doc: KernelDocument, request: int, snap: Snapshot, trace: ProfileResult,
                        checked: ProfileResult | None) -> None:
@@ -406,8 +335,10 @@ class Session:
         doc.phase = "idle" if checked is not None or trace.error else doc.phase
         if first:
             doc.applied_fix = next((f for f in doc.fixes if f.new_source == source), None)
-            doc.fixes = []
+            doc.fixes, doc.repeated_loads = [], ()
         self.changed(doc)
+        if first and not trace.error:
+            self._plan_analysis(doc, request, snap)
         if first and not trace.error and self.settings.max_quick_fixes:
             self._plan_fixes(doc, request, snap, checked or trace)
         if first and not trace.error and detect_version(source).legacy:
@@ -416,21 +347,32 @@ class Session:
     def _plan_migration(self, doc: KernelDocument, request: int, snap: Snapshot) -> None:
         """A legacy kernel is migrated to NKI 0.8 and both versions run in the worker; the code action appears
         when that is done, titled with what the run showed."""
-        job = self.profile_lane.submit("migrate", self._payload(doc, snap, True, check_variant(snap.link.ref)),
+        job = self.profile_lane.submit(MigrateRequest(**self._kernel(doc, snap)),
                                        priority=0, timeout=2 * self.settings.sandbox_seconds + 600.0)
 
-        def show(value: dict[str, Any]) -> None:
-            doc.migration = value.get("offer")
+        def show(reply: MigrateReply) -> None:
+            doc.migration = reply.offer
 
         self._show_when_done(job, doc, request, snap.source, "migrating the kernel", show)
+
+    def _plan_analysis(self, doc: KernelDocument, request: int, snap: Snapshot) -> None:
+        """The rules' analysis of the profiled text (loads a loop repeats) runs in the worker: libcst never
+        loads into the server, and its seconds on a long kernel never stall the editor's event loop."""
+        job = self.profile_lane.submit(AnalyzeRequest(snap.source, snap.profiled_function), priority=0,
+                                       timeout=120.0)
+
+        def show(reply: AnalyzeReply) -> None:
+            doc.repeated_loads = reply.repeated_loads
+
+        self._show_when_done(job, doc, request, snap.source, "analysing the kernel", show)
 
     def _plan_fixes(self, doc: KernelDocument, request: int, snap: Snapshot, profile: ProfileResult) -> None:
         """Rule rewrites are planned, timed and checked in the worker (libcst and the rules never load into the
         server); only those the model shows faster come back."""
-        payload = {**self._payload(doc, snap, False, check_variant(snap.link.ref)), "profile": profile,
-                   "limit": self.settings.max_quick_fixes, "specs": list(self.settings.quick_fix_rules),
-                   "seconds": FIX_SECONDS}
-        job = self.profile_lane.submit("fixes", payload, priority=0,
+        fixes = FixesRequest(**self._kernel(doc, snap), profile=profile,
+                             limit=self.settings.max_quick_fixes, rule_specs=tuple(self.settings.quick_fix_rules),
+                             seconds=FIX_SECONDS)
+        job = self.profile_lane.submit(fixes, priority=0,
                                        timeout=FIX_SECONDS + self.settings.sandbox_seconds + 600.0)
         self._fix_jobs[doc.uri] = job
 
@@ -438,14 +380,14 @@ class Session:
             if self._fix_jobs.get(doc.uri) is job:
                 del self._fix_jobs[doc.uri]
 
-        def show(value: dict[str, Any]) -> None:
-            doc.fixes = list(value.get("fixes") or [])
+        def show(reply: FixesReply) -> None:
+            doc.fixes = list(reply.fixes)
 
         job.future.add_done_callback(forget)
         self._show_when_done(job, doc, request, snap.source, "planning quick fixes", show)
 
     def _show_when_done(self, job: Any, doc: KernelDocument, request: int, source: str, what: str,
-                        show: Callable[[dict[str, Any]], None]) -> None:
+                        show: Callable[[Any], None]) -> None:
         """When the worker's `job` for profile `request` of `source` ends, `show` its value on the document while
         the document still shows that profile; a failure of ours (`what` failed) is logged, never shown."""
         def done(future: asyncio.Future[Any]) -> None:
@@ -501,11 +443,11 @@ class Session:
         if not self.trusted:
             raise OptimizeError(UNTRUSTED)
         source, hardware = doc.source, doc.hardware(self.settings.hardware)
-        payload = {"source": source, "task": doc.link.ref, "hardware": hardware,
-                   "preset": self.settings.search_preset, "workers": self.settings.search_workers,
-                   "profiler": self.profiler_settings(check_variant(doc.link.ref)), "memory_db": self._memory_db(),
-                   "agents": list(self.settings.optimizer_agents), "llm": self._llm_payload(),
-                   "kernel_name": doc.info.named, "family": doc.family()}
+        search = OptimizeRequest(source, doc.link.ref, hardware, self.profiler_settings(check_variant(doc.link.ref)),
+                                 self.settings.search_preset, self.settings.search_workers,
+                                 self.memory.for_workers(),
+                                 tuple(self.settings.optimizer_agents), self._llm_request(), doc.info.named,
+                                 doc.family())
 
         def event(value: Any) -> None:
             if doc.search is not None:
@@ -516,19 +458,19 @@ class Session:
                                                "best_peak_percent": value.best_peak_percent})
             on_event(value)
 
-        job = self.search_lane.submit("optimize", payload, timeout=24 * 3600.0, on_event=event)
+        job = self.search_lane.submit(search, timeout=24 * 3600.0, on_event=event)
         doc.search = SearchRun(job, source)
         self.stats["searches"] += 1
         self.changed(doc, {"lenses"})
         try:
-            value = await job.future
+            reply: OptimizeReply = await job.future
         finally:
             doc.search = None
             self.changed(doc, {"lenses"})
-        notes = list(value.get("notes") or [])
-        if "search_error" in value:
-            raise OptimizeError(value["search_error"] + "".join(f" ({note})" for note in notes))
-        result = value["search"]
+        notes = list(reply.notes)
+        if reply.search is None:
+            raise OptimizeError((reply.error or "the search did not run") + "".join(f" ({note})" for note in notes))
+        result = reply.search
         rewrites = rewrites_from(result)
         doc.rewrites = rewrites
         summary = {
@@ -556,11 +498,6 @@ class Session:
         self.changed(doc, {"lenses"})
         return True
 
-    def stop_all_searches(self) -> None:
-        for uri, doc in self.documents.items():
-            if doc.search is not None:
-                self.stop_optimize(uri)
-
     # --- status -----------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         return {
@@ -573,14 +510,14 @@ class Session:
                            "queued": self.search_lane.queued, "workerRssMb": self.search_lane.worker_rss_mb},
             "counters": dict(self.stats),
             "rssMb": server_rss_mb(),
-            "memoryDb": self.memory_path,
+            "memoryDb": self.memory.path,
         }
 
     async def shutdown(self) -> None:
         for uri in list(self._tasks):
             self._cancel_task(uri)
         await asyncio.gather(self.profile_lane.close(), self.search_lane.close(), return_exceptions=True)
-        self.close_memory()
+        self.memory.close()
 
 
 def rewrites_from(result: Any) -> list[Rewrite]:

@@ -9,9 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pygls.uris import to_fs_path
 
-from accelopt_core.engine import QuickFix, kernel_family_name, task_family
-from accelopt_core.profiling import ProfileResult
-from accelopt_core.profiling.profiler import kernel_hash
+from accelopt_core.editor_api import ProfileResult, QuickFix, RepeatedLoad, kernel_family_name, kernel_hash, task_family
 from accelopt_core.report import counted
 
 from .edits import line_map
@@ -76,6 +74,7 @@ class KernelDocument:
     task_error: str | None = None
     failure: str | None = None  # the profiling machinery failed (not the kernel)
     fixes: list[QuickFix] = field(default_factory=list)
+    repeated_loads: tuple[RepeatedLoad, ...] = ()  # what the rules' analysis of the profiled text found
     applied_fix: QuickFix | None = None  # the quick fix whose rewrite the profiled text is (judged by its profile)
     rewrites: list[Rewrite] = field(default_factory=list)
     migration: MigrationOffer | None = None  # a legacy kernel's migration to NKI 0.8, run in the worker
@@ -171,7 +170,7 @@ class KernelDocument:
             self.reanalyze()
             self.trace = self.checked = None
             self.profiled_source = self.task_error = self.failure = None
-            self.fixes, self.rewrites, self.migration = [], [], None
+            self.fixes, self.rewrites, self.migration, self.repeated_loads = [], [], None, ()
         return True
 
     def keep(self, result: ProfileResult) -> None:

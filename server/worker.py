@@ -15,27 +15,14 @@ import pickle
 import signal
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from typing import IO, Any
 
 from accelopt_core.blas import single_threaded_blas
 from accelopt_core.config import LLMSettings
-from accelopt_core.engine import (
-    BuiltSearch,
-    ProfilerSettings,
-    SearchSettings,
-    build_search,
-    default_rules,
-    load_factories,
-    make_profiler,
-    profile_cache,
-    quick_fixes,
-    task_family,
-)
-from accelopt_core.memory import Memory
-from accelopt_core.profiling import Profiler, ProfileResult
+from accelopt_core.editor_api import EditorEngine, LLMRequest, OptimizeReply, OptimizeRequest, message_from_dict
+from accelopt_core.engine import BuiltSearch, SearchSettings, build_search, task_family
 from accelopt_core.search import SearchError
 from accelopt_core.tasks import TaskError
 
@@ -73,136 +60,60 @@ def rss_mb() -> float:
 
 # --- the jobs -------------------------------------------------------------------------------------
 
-_memories: dict[str, Memory] = {}
-_profilers: dict[tuple[ProfilerSettings, str | None], Profiler] = {}
-_rules: dict[tuple[str, ...], list[Any]] = {}
+engine = EditorEngine()  # this process's memories, profilers and quick-fix rules
 
 
-def _memory(path: str | None) -> Memory | None:
-    if path is not None and path not in _memories:
-        _memories[path] = Memory(path)
-    return _memories.get(path) if path is not None else None
-
-
-def _profiler(settings: ProfilerSettings, memory_db: str | None) -> Profiler:
-    """Profilers remember input shapes per task, so one is kept per settings and memory (the settings hold
-    the service token: a token approved later must not meet a profiler made without it)."""
-    key = (settings, memory_db)
-    if key not in _profilers:
-        if len(_profilers) >= 16:
-            _profilers.clear()
-        _profilers[key] = make_profiler(settings, profile_cache(_memory(memory_db)))
-    return _profilers[key]
-
-
-def _profile(payload: dict[str, Any], source: str, check: bool, cancel: threading.Event) -> ProfileResult:
-    """`source` profiled as the payload's kernel would be: its task, hardware, file, function and profiler."""
-    return _profiler(payload["profiler"], payload.get("memory_db")).profile(
-        source, payload["task"], payload["hardware"], check=check, kernel_label=payload.get("label", "kernel.py"),
-        kernel_name=payload.get("kernel_name"), cancel=cancel)
-
-
-def profile_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
-    """{"result": ProfileResult} or {"task_error": why the task itself could not be used}."""
-    try:
-        result = _profile(payload, payload["source"], payload["check"], cancel)
-    except TaskError as exc:
-        return {"task_error": str(exc)}
-    except Exception as exc:  # the reference raised while drawing inputs or computing outputs
-        return {"task_error": f"{type(exc).__name__}: {exc}"}
-    return {"result": result}
-
-
-def llm_settings(llm: dict[str, Any], notes: list[str]) -> LLMSettings | None:
+def llm_settings(llm: LLMRequest, notes: list[str]) -> LLMSettings | None:
     """The LLM planner's settings when the editor's settings name an endpoint or a model (an explicit opt-in:
     it costs money). The API key is the one the editor passed as a secret (initializationOptions), else the
     environment's or the engine's config file's, never one from settings; `budget_usd` caps the spend."""
-    if not (llm.get("endpoint") or llm.get("model")):
+    if not (llm.endpoint or llm.model):
         return None
-    budget = {"max_usd": llm["budget_usd"]} if llm.get("budget_usd") else None
+    budget = {"max_usd": llm.budget_usd} if llm.budget_usd else None
     try:
-        return LLMSettings.load(base_url=llm.get("endpoint"), model=llm.get("model"), api_key=llm.get("api_key"),
+        return LLMSettings.load(base_url=llm.endpoint, model=llm.model, api_key=llm.api_key,
                                 budget=budget)
     except Exception as exc:  # a bad config file
         notes.append(f"LLM planner not used: {type(exc).__name__}: {exc}")
         return None
 
 
-def search_settings(payload: dict[str, Any], notes: list[str]) -> SearchSettings:
+def search_settings(request: OptimizeRequest, notes: list[str]) -> SearchSettings:
     """The search the editor's settings ask for: the agents the factories they name make ("module:callable" /
     "file.py:callable"), by default the rule-based optimizer, with the LLM planner beside it when one is
     configured."""
-    llm = None if payload.get("agents") else llm_settings(payload.get("llm") or {}, notes)
-    return SearchSettings(payload["preset"], workers=payload.get("workers"), profiler=payload["profiler"],
+    llm = None if request.agents else llm_settings(request.llm or LLMRequest(), notes)
+    return SearchSettings(request.preset, workers=request.workers, profiler=request.profiler,
                           planner="both" if llm is not None else "rules", llm=llm,
-                          agent_specs=tuple(payload.get("agents") or ()))
+                          agent_specs=tuple(request.agents))
 
 
-def optimize_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
-    """{"search": SearchResult} or {"search_error": why the search could not run}."""
+def optimize_job(request: OptimizeRequest, cancel: threading.Event, emit: Callable[[Any], None]) -> OptimizeReply:
+    """The search's result, or why the search could not run."""
     notes: list[str] = []
     built: BuiltSearch | None = None
     try:
-        built = build_search(search_settings(payload, notes), _memory(payload.get("memory_db")), emit, cancel)
+        built = build_search(search_settings(request, notes), engine.memory(request.memory_db), emit, cancel)
         if built.agents.missing:
             notes.append(f"LLM planner not used: missing {', '.join(built.agents.missing)}")
-        task = payload["task"]
-        family = payload.get("family") or task_family(task)
-        return {"search": built.search.run(payload["source"], task, payload["hardware"], family,
-                                           kernel_name=payload.get("kernel_name")),
-                "notes": notes}
+        family = request.family or task_family(request.task)
+        return OptimizeReply(built.search.run(request.source, request.task, request.hardware, family,
+                                              kernel_name=request.kernel_name), notes=tuple(notes))
     except (SearchError, TaskError, RuntimeError, ValueError, ImportError) as exc:
-        return {"search_error": str(exc), "notes": notes}
+        return OptimizeReply(error=str(exc), notes=tuple(notes))
     finally:
         if built is not None:
             built.close()
 
 
-def _quick_fix_rules(specs: tuple[str, ...]) -> list[Any]:
-    """The rules the settings name, else the engine's default rules; loaded once per process."""
-    if specs not in _rules:
-        try:
-            _rules[specs] = load_factories(specs) if specs else default_rules()
-        except Exception:
-            log.exception("loading the quick-fix rules %s failed", specs)
-            _rules[specs] = []
-    return _rules[specs]
-
-
-def fixes_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
-    """{"fixes": [QuickFix]}: the rules' rewrites of this kernel that the model times faster, checked while
-    `seconds` allow, each with its source."""
-    rules = _quick_fix_rules(tuple(payload.get("specs") or ()))
-    def evaluate(source: str, check: bool) -> ProfileResult:
-        return _profile(payload, source, check, cancel)
-
-    deadline = time.monotonic() + float(payload.get("seconds", 120.0))
-    try:
-        return {"fixes": quick_fixes(rules, payload["source"], payload["profile"], payload["limit"], evaluate,
-                                     deadline, cancel)}
-    except TaskError:
-        return {"fixes": []}  # the task is reported by the profile job itself
-
-
-def migrate_job(payload: dict[str, Any], cancel: threading.Event, emit: Callable[[Any], None]) -> dict[str, Any]:
-    """{"offer": MigrationOffer}: the legacy kernel migrated to NKI 0.8, both versions run on the same seeds.
-    libcst loads only here, for a legacy kernel, not when the worker starts."""
-    from accelopt_core.migrate import offer_migration
-
-    try:
-        return {"offer": offer_migration(payload["source"], payload["task"],
-                                         _profiler(payload["profiler"], payload.get("memory_db")),
-                                         kernel_name=payload.get("kernel_name"))}
-    except TaskError:
-        return {"offer": None}  # the task is reported by the profile job itself
-
-
-JOBS: dict[str, Callable[[dict[str, Any], threading.Event, Callable[[Any], None]], dict[str, Any]]] = {
-    "profile": profile_job,
-    "optimize": optimize_job,
-    "fixes": fixes_job,
-    "migrate": migrate_job,
-}
+def answer(request: Any, cancel: threading.Event, emit: Callable[[Any], None]) -> Any:
+    """The reply to one request: the engine's editor interface answers all but the search."""
+    handler = engine.handler(request)
+    if handler is not None:
+        return handler(request, cancel)
+    if isinstance(request, OptimizeRequest):
+        return optimize_job(request, cancel, emit)
+    raise TypeError(f"the worker does not answer {type(request).__name__}")
 
 
 # --- the loop -------------------------------------------------------------------------------------
@@ -233,8 +144,8 @@ class Worker:
             self.send({"id": job_id, "type": "event", "value": event})
 
         try:
-            value = JOBS[message["op"]](message["payload"], cancel, emit)
-            self.send({"id": job_id, "type": "done", "value": value, "rss_mb": rss_mb()})
+            reply = answer(message_from_dict(message["request"]), cancel, emit)
+            self.send({"id": job_id, "type": "done", "value": reply.to_dict(), "rss_mb": rss_mb()})
         except BaseException:
             self.send({"id": job_id, "type": "failed", "error": traceback.format_exc(), "rss_mb": rss_mb()})
         finally:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelopt_core.profiling.sandbox import importable_environment
+from accelopt_core.editor_api import Message, message_from_dict, worker_environment
 
 from .worker import HEADER, encode_frame
 
@@ -39,13 +39,16 @@ class WorkerCrashedError(Exception):
 class JobTimeoutError(Exception):
     """The job ran past its time limit; its worker was replaced."""
 
+    @classmethod
+    def of(cls, job: WorkerJob) -> JobTimeoutError:
+        return cls(f"{job.request.kind} took longer than {job.timeout:g} s; worker restarted")
+
 
 @dataclass(eq=False)
-class Job:
-    """One unit of work. Await `future` for its value; cancelling the future cancels the job."""
+class WorkerJob:
+    """One request to a worker. Await `future` for its reply; cancelling the future cancels the job."""
 
-    op: str
-    payload: dict[str, Any]
+    request: Message
     priority: int = 0
     timeout: float = 3600.0
     on_event: Callable[[Any], None] | None = None
@@ -58,7 +61,7 @@ class Job:
 
 def _child_environment() -> dict[str, str]:
     """The worker must import this `server` package even when the editor started us from elsewhere."""
-    env = importable_environment(dict(os.environ))
+    env = worker_environment(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -70,10 +73,10 @@ class Lane:
         self.name = name
         self.max_rss_mb = max_rss_mb
         self.process: asyncio.subprocess.Process | None = None
-        self.current: Job | None = None
+        self.current: WorkerJob | None = None
         self.stats = {"started": 0, "finished": 0, "cancelled": 0, "crashed": 0, "workers": 0}
         self.worker_rss_mb = 0.0
-        self._queue: list[tuple[int, int, Job]] = []
+        self._queue: list[tuple[int, int, WorkerJob]] = []
         self._wake = asyncio.Event()
         self._closed = False
         self._stderr: deque[str] = deque(maxlen=30)
@@ -83,16 +86,17 @@ class Lane:
         self._escalation: asyncio.Task[None] | None = None
 
     # --- public -----------------------------------------------------------------------------------
-    def submit(self, op: str, payload: dict[str, Any], priority: int = 0, timeout: float = 3600.0,
-               on_event: Callable[[Any], None] | None = None) -> Job:
-        job = Job(op, payload, priority, timeout, on_event)
+    def submit(self, request: Message, priority: int = 0, timeout: float = 3600.0,
+               on_event: Callable[[Any], None] | None = None) -> WorkerJob:
+        """Queue `request`; its job's future resolves to the worker's reply (a Message)."""
+        job = WorkerJob(request, priority, timeout, on_event)
         job.future.add_done_callback(lambda fut: self.cancel(job) if fut.cancelled() else None)
         heapq.heappush(self._queue, (priority, job.id, job))
         self._ensure_runner()
         self._wake.set()
         return job
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: WorkerJob) -> None:
         """Drop a queued job; ask a running one to stop, escalating if the worker does not answer."""
         if job.state == "finished":
             return
@@ -109,7 +113,7 @@ class Lane:
             self._send({"op": "cancel", "id": job.id})
             self._escalation = asyncio.ensure_future(self._escalate(job, CANCEL_GRACE_S))
 
-    def stop(self, job: Job, grace: float = CANCEL_GRACE_S) -> None:
+    def stop(self, job: WorkerJob, grace: float = CANCEL_GRACE_S) -> None:
         """Ask a running job to wrap up and still deliver its value (a search returns what it found)."""
         if job.state == "queued":
             self.cancel(job)
@@ -146,7 +150,7 @@ class Lane:
         if self._runner is None or self._runner.done():
             self._runner = asyncio.ensure_future(self._run())
 
-    async def _next(self) -> Job | None:
+    async def _next(self) -> WorkerJob | None:
         while not self._closed:
             while self._queue:
                 _, _, job = heapq.heappop(self._queue)
@@ -167,7 +171,7 @@ class Lane:
                 log.exception("lane %s: job %s failed", self.name, job.id)
                 self._finish(job, error=exc)
 
-    async def _execute(self, job: Job) -> None:
+    async def _execute(self, job: WorkerJob) -> None:
         try:
             await self._ensure_process()
         except Exception as exc:
@@ -176,7 +180,7 @@ class Lane:
         if job.state != "queued":  # cancelled while the worker was starting
             return
         try:
-            frame = encode_frame({"op": job.op, "id": job.id, "payload": job.payload})
+            frame = encode_frame({"op": "run", "id": job.id, "request": job.request.to_dict()})
         except Exception as exc:  # a payload that cannot be sent must fail its job, never leave it waiting
             self._finish(job, error=exc)
             return
@@ -189,7 +193,7 @@ class Lane:
         except TimeoutError:
             job.timed_out = True
             await self._stop_process(graceful=False)
-            self._finish(job, error=JobTimeoutError(f"{job.op} took longer than {job.timeout:g} s; worker restarted"))
+            self._finish(job, error=JobTimeoutError.of(job))
         finally:
             self.current = None
             if self._escalation is not None:
@@ -199,7 +203,7 @@ class Lane:
             log.info("lane %s: worker uses %.0f MB, replacing it", self.name, self.worker_rss_mb)
             await self._stop_process(graceful=True)
 
-    def _finish(self, job: Job, value: Any = None, error: BaseException | None = None) -> None:
+    def _finish(self, job: WorkerJob, value: Any = None, error: BaseException | None = None) -> None:
         if job.state == "finished" and job.finished.done():
             return
         job.state = "finished"
@@ -212,7 +216,7 @@ class Lane:
         if not job.finished.done():
             job.finished.set_result(None)
 
-    async def _escalate(self, job: Job, grace: float) -> None:
+    async def _escalate(self, job: WorkerJob, grace: float) -> None:
         """A cancelled job whose worker does not report back in time: terminate, then kill."""
         await asyncio.sleep(grace)
         if job.finished.done():
@@ -264,8 +268,7 @@ class Lane:
         job = self.current
         if job is not None and not job.finished.done():
             if job.timed_out:
-                self._finish(job, error=JobTimeoutError(f"{job.op} took longer than {job.timeout:g} s; "
-                                                        "worker restarted"))
+                self._finish(job, error=JobTimeoutError.of(job))
                 return
             self.stats["crashed"] += 1
             detail = " | ".join(list(self._stderr)[-3:])
@@ -286,7 +289,12 @@ class Lane:
                 except Exception:
                     log.exception("lane %s: event handler failed", self.name)
         elif kind == "done":
-            self._finish(job, value=message["value"])
+            try:
+                reply = message_from_dict(message["value"])
+            except Exception as exc:  # a reply that does not fit its message: the job fails, the lane goes on
+                self._finish(job, error=exc)
+            else:
+                self._finish(job, value=reply)
         elif kind == "failed":
             self._finish(job, error=RuntimeError(message.get("error", "worker job failed")))
 

@@ -1,4 +1,4 @@
-"""Where the public calibration set lives (kernels measured on trn1, see ../shared/calibration/README.md).
+"""Where the public calibration set lives (kernels measured on trn1, see docs/calibration.md).
 
 It is data outside the project: tests and benchmarks that read it find it beside the checkout (or set
 ACCELOPT_CALIBRATION to its folder) and skip with this module's reason where it is absent."""

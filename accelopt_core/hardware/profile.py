@@ -134,7 +134,7 @@ class MemorySpec:
 
 @dataclass(frozen=True, slots=True)
 class PeakSpec:
-    """Peak rates used for "% of peak" (nkibench.md) and for HFU (profiler definition)."""
+    """Peak rates used for "% of peak" (docs/nkibench.md) and for HFU (profiler definition)."""
 
     hbm_bandwidth: float
     vector_flops: float

@@ -141,7 +141,7 @@ def _check_location(kind: str, location: tuple[int, ...], partitions: int, tile_
         return
     start, address = location
     allowed = (0,) if partitions > 64 else (0, 64) if partitions > 32 else (0, 32, 64, 96)
-    if start not in allowed:  # the start-partition rules of nki.compiler.sbuf.alloc (nki-facts A.4)
+    if start not in allowed:  # the start-partition rules of nki.compiler.sbuf.alloc (fact sheet A.4)
         raise HardwareRuleError(f"an SBUF tile of {partitions} partitions must start at partition "
                                 f"{' or '.join(map(str, allowed))}, not {start}")
     # The docs (nki.compiler.sbuf.alloc) keep byte addresses below the partition size less 16 KiB the

@@ -115,7 +115,7 @@ def is_float(dtype: np.dtype) -> bool:
 
 
 def promote(a: np.dtype, b: np.dtype) -> np.dtype:
-    """NKI's binary-op output type when no dtype= is given (shared/nki-facts.md B.2)."""
+    """NKI's binary-op output type when no dtype= is given (docs/fact-sheet.md B.2)."""
     if a == b:
         return a
     a_float, b_float = is_float(a), is_float(b)

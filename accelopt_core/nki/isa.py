@@ -249,7 +249,7 @@ def affine_select(pred: Mask, on_true_tile: Tile, on_false_value: Any, mask: Mas
                   dtype: Any = None, **_: Any) -> Tile:
     if not isinstance(pred, Mask):
         raise KernelUsageError("affine_select needs a predicate built from index expressions")
-    # GpSimd cannot reach PSUM (nki-facts A.4): the compiler first copies a PSUM tile to SBUF (flash
+    # GpSimd cannot reach PSUM (fact sheet A.4): the compiler first copies a PSUM tile to SBUF (flash
     # attention selects straight from its PSUM scores, and is checked on hardware)
     if isinstance(on_true_tile, Tile) and on_true_tile.buffer == PSUM:
         on_true_tile = ops.tensor_copy(on_true_tile)

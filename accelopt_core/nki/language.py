@@ -79,7 +79,7 @@ class _SbufSizes(type):
 
 
 class tile_size(metaclass=_SbufSizes):  # noqa: N801  (NKI's own name)
-    """Hardware tile limits as kernels read them (shared/nki-facts.md A.3, A.4)."""
+    """Hardware tile limits as kernels read them (docs/fact-sheet.md A.3, A.4)."""
 
     pmax = 128
     psum_fmax = 512  # deprecated name of psum_bank_fmax (NKI 0.4.0)
@@ -298,7 +298,7 @@ def broadcast_to(x: Tile | None = None, shape: Any = None, dtype: Any = None, *,
     """Broadcast a tile by NumPy's rules (`x` or the legacy `src=`; `dtype=` of the newer API).
 
     Free dimensions of 1 are read again by one copy (a stride-0 access pattern). Across partitions the
-    compiler multiplies by a ones vector on the Tensor engine (shared/nki-facts.md A.3): one matmul per
+    compiler multiplies by a ones vector on the Tensor engine (docs/fact-sheet.md A.3): one matmul per
     512-column PSUM bank of each [1, F] row, each copied into the SBUF result.
     """
     x = x if x is not None else src

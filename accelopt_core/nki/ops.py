@@ -3,7 +3,7 @@ mode) and records exactly one instruction in the trace.
 
 Both API generations call these: the legacy `neuronxcc.nki` wrappers let them allocate their
 result tile, the newer `nki` wrappers pass `dst=`. Engines compute in float32 and cast on output,
-as the hardware does (shared/nki-facts.md A.5, B.7).
+as the hardware does (docs/fact-sheet.md A.5, B.7).
 """
 
 from __future__ import annotations
@@ -669,7 +669,7 @@ def binary(op: Any, a: Any, b: Any, *, dtype: Any = None, mask: Mask | None = No
 def _binary_dtype(name: str, a: Any, b: Any) -> np.dtype:
     """Output type of an nl.* element-wise op: comparisons and logical ops give bool (their
     signatures default to dtype=bool); arithmetic promotes both operands, a Python scalar counting
-    as int32 / float32 / uint8 (weakly typed scalars, shared/nki-facts.md B.2)."""
+    as int32 / float32 / uint8 (weakly typed scalars, docs/fact-sheet.md B.2)."""
     if name in LOGICAL:
         return dtypes.bool_
     ta = a.dtype if isinstance(a, Tile) else dtypes.scalar_dtype(a)
@@ -677,9 +677,9 @@ def _binary_dtype(name: str, a: Any, b: Any) -> np.dtype:
     return dtypes.promote(ta, tb)
 
 
-# Element-wise ops the docs list for GpSimd's tensor_tensor (shared/nki-facts.md B.6, B.7).
+# Element-wise ops the docs list for GpSimd's tensor_tensor (docs/fact-sheet.md B.6, B.7).
 _GPSIMD_TENSOR_TENSOR = frozenset({Alu.POWER, Alu.ADD, Alu.MULTIPLY})
-MAX_ACCESS_DIMS = 4  # free dimensions of one SBUF/PSUM access pattern (nki-facts A.4)
+MAX_ACCESS_DIMS = 4  # free dimensions of one SBUF/PSUM access pattern (fact sheet A.4)
 BN_STATS_FMAX = 512  # elements per partition one bn_stats reads (nl.tile_size.bn_stats_fmax)
 # the reduction identities: masked-off elements take these values
 _IDENTITY = {Alu.ADD: 0.0, "mean": 0.0, Alu.MAXIMUM: -np.inf, Alu.MINIMUM: np.inf, Alu.MULTIPLY: 1.0}
@@ -703,7 +703,7 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
     if data1.buffer == PSUM and data2.buffer == PSUM:
         raise HardwareRuleError("tensor_tensor: at most one input may be in PSUM")
     # 32-bit integer add/subtract/multiply run natively on GpSimd; the Vector engine would go
-    # through float32 and lose integers above 2**24 (shared/nki-facts.md B.6, B.7)
+    # through float32 and lose integers above 2**24 (docs/fact-sheet.md B.6, B.7)
     int_math = name in (Alu.ADD, Alu.SUBTRACT, Alu.MULTIPLY) and data1.dtype in _INT32 and data2.dtype in _INT32
     on_psum = PSUM in (data1.buffer, data2.buffer)
     default = Engine.GPSIMD if name == Alu.POWER or (int_math and not on_psum) else Engine.VECTOR
@@ -732,7 +732,7 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
 
 # Engines neuronx-cc may place an op on that the kernel left to it. Scalar first: with both free the
 # compiler gives the copy or affine op to the ACT engine (calibration matmul on trn1: its 16k PSUM-to-SBUF
-# copies ran on Scalar, 6.8 % active, Vector 0.0004 %; shared/calibration/cases.json).
+# copies ran on Scalar, 6.8 % active, Vector 0.0004 %; docs/calibration.md, cases.json).
 _COMPILER_PLACED = (Engine.SCALAR, Engine.VECTOR)
 
 
@@ -900,7 +900,7 @@ def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepd
     if 0 in axes:
         raise HardwareRuleError("tensor_reduce reduces free axes only; reducing the partition axis needs "
                                 "a transpose or a matmul with a ones vector")
-    # The instruction reduces up to four innermost consecutive free axes (nki-facts B.6), but a
+    # The instruction reduces up to four innermost consecutive free axes (fact sheet B.6), but a
     # tile's free axes are an access pattern of up to four dimensions with arbitrary strides (A.4):
     # the compiler lists the reduced ones innermost, so any set of free axes of a tile with at most
     # four free dimensions is reduced by one instruction (the AveragePool2D tutorial reduces [2, 4]).
@@ -1028,7 +1028,7 @@ def _reduce_rows(res: Tile, values: np.ndarray, name: str, reducer: Callable[...
 @instruction
 def bn_stats(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     """Vector engine: per partition, the count, mean and count x variance of the even-indexed and then of
-    the odd-indexed elements (six values), for at most 512 elements (nki-facts B.6)."""
+    the odd-indexed elements (six values), for at most 512 elements (fact sheet B.6)."""
     _on_chip(data, "bn_stats")
     _check_partitions(data.shape, "bn_stats")
     partitions, free = data.shape[0], math.prod(data.shape[1:])
@@ -1377,7 +1377,7 @@ def _output_mask(mask: Mask | None, stationary: Tile, moving: Tile) -> None:
 def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mask: Mask | None = None,
               dst: Tile | None = None, accumulate: bool = False, stationary_onezero: bool = False,
               moving_onezero: bool = False, perf_mode: str | None = None) -> Tile:
-    """stationary[K, M].T @ moving[K, N] -> PSUM [M, N] float32 (shared/nki-facts.md B.5).
+    """stationary[K, M].T @ moving[K, N] -> PSUM [M, N] float32 (docs/fact-sheet.md B.5).
 
     perf_mode "double_row" (FP8 on NeuronCore-v3): stationary [K, 2, M] and moving [K, 2, N] contract
     over both K and the row pair, twice the work of one matmul in the time of one."""

@@ -68,7 +68,7 @@ class ParDim:
 
 @dataclass(frozen=True)
 class Limits:
-    """The hardware facts the compiler checks (shared/nki-facts.md A.3, A.4), read from the generation's
+    """The hardware facts the compiler checks (docs/fact-sheet.md A.3, A.4), read from the generation's
     profile so the simulator and the performance model cannot disagree about a generation."""
 
     name: str
@@ -639,7 +639,7 @@ class Tile(TensorViews):
 
     def read_accumulator(self) -> np.ndarray:
         """PSUM values a matmul accumulates onto: 0 where nothing was written yet, as the matmul that
-        finds no accumulation under way starts a new group there (shared/nki-facts.md A.3)."""
+        finds no accumulation under way starts a new group there (docs/fact-sheet.md A.3)."""
         values = self.read().astype(np.float32)
         initialized = self.storage.initialized
         if initialized is None:

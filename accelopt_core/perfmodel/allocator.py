@@ -1,7 +1,7 @@
 """What the compiler does with a kernel's on-chip tensors before anything runs: reuse, allocation, spill.
 
 The simulator records the kernel as written; the Neuron compiler (2025) changes how much of it reaches
-the hardware. The calibration set's counters (shared/calibration/cases.json) show four mechanisms:
+the hardware. The calibration set's counters (docs/calibration.md, cases.json) show four mechanisms:
 
 1. Redundant data movement is done once. A load of an HBM region that is already on chip, a transpose
    or copy of a value that was already transposed or copied, is the same value again: the compiler

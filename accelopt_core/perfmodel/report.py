@@ -97,7 +97,7 @@ def peak_percent(report: PerfReport | float, mm_flops: float, vec_flops: float,
     """NKIBench "% of peak": the best possible latency over the achieved one, in percent.
 
     The best latency is the largest of matmul time, vector time and memory time at the hardware's
-    peak rates (nkibench.md). `report` may also be a latency in seconds, e.g. a measured one.
+    peak rates (docs/nkibench.md). `report` may also be a latency in seconds, e.g. a measured one.
     """
     latency = report.latency if isinstance(report, PerfReport) else float(report)
     if latency <= 0:

@@ -48,6 +48,14 @@ ALLOWED_PREFIXES = ("LC_", "NEURON_")  # locale; the Neuron runtime's and compil
 SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|_PAT\b|_PAT_)", re.IGNORECASE)
 
 
+def signal_name(number: int) -> str:
+    """SIGKILL for 9; the number itself for one this platform does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
 def sandbox_environment(environ: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
     """The kernel's environment: only variables on the allow-list (locale, paths, Neuron settings), none
     named like a credential, plus `extra` (set by the trusted caller, e.g. the NeuronCore to use)."""
@@ -299,7 +307,7 @@ def _probe_isolation() -> tuple[str | None, bool]:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if run.returncode < 0:
-        return f"the bwrap probe was killed by signal {signal.Signals(-run.returncode).name}", False
+        return f"the bwrap probe was killed by signal {signal_name(-run.returncode)}", False
     if run.returncode != 0:
         detail = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"status {run.returncode}"]
         return f"bwrap cannot create its sandbox here: {detail[0]}", True

@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 
 from ..nki import TensorSpec
-from ..nki.api_versions import detect_version
 from ..nki.loader import parse_source
 from ..nki.runner import Launch, bind_arguments
 from ..tasks import PeakWork
@@ -76,7 +75,7 @@ from .sandbox import SandboxLimits, apply_limits, open_guard, plain_result, run_
 NEURON_TOOLS = ("neuronx-cc", "neuron-bench", "neuron-profile", "neuron-explorer", "neuron-ls")
 KERNEL_NAMES = ("kernel", "optimized_kernel")
 _DECORATORS = ("jit", "baremetal", "benchmark", "profile", "trace", "simulate")
-# the neuron-profile summary fields of the result contract (shared/design.md), present even when missing
+# the neuron-profile summary fields of the result contract (docs/architecture.md), present even when missing
 SUMMARY_FIELDS = ("total_time", "hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes",
                   "psum_read_bytes", "psum_write_bytes", "hardware_flops", "transpose_flops",
                   "hfu_estimated_percent", "tensor_engine_active_time_percent", "scalar_engine_active_time_percent",
@@ -257,13 +256,11 @@ class NeuronProfiler(CheckingProfiler):
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
-        cache_key = self._cache_key(kernel_source, task, hardware, check, seeds, kernel_name)
-        cached = self._cached(cache_key)
+        cache_key, cached = self._lookup(kernel_source, task, hardware, check, seeds, kernel_name)
         if cached is not None:
             return cached
         timing_task = task.load()
-        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend, function=kernel_name,
-                               nki_api=detect_version(kernel_source).describe())
+        result = self._new_result(kernel_source, kernel_label, timing_task, hardware, kernel_name)
         if self.hardware is not None and hardware != self.hardware:
             result.error = f"this host profiles on {self.hardware}; the job asked for {hardware}"
             return result
@@ -280,10 +277,7 @@ class NeuronProfiler(CheckingProfiler):
             try:
                 measured = run_device_child(job, workdir, self.limits, self._environment(workdir), cancel)
                 if measured.error:
-                    result.error, result.error_line = measured.error, measured.error_line
-                    if measured.error_line is not None and cache_key is not None:
-                        self.cache[cache_key] = result
-                    return result
+                    return self._failed(result, measured.error, measured.error_line, cache_key)
                 summary, lines, problem = self._read_profile(workdir, measured, job.kernel_filename)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)

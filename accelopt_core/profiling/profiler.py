@@ -298,12 +298,25 @@ class CheckingProfiler:
         timed.check_variant, timed.seed_count = None, 1
         return timed
 
-    def _cache_key(self, kernel_source: str, task: TaskRef, hardware: str, check: bool,
-                   seeds: Sequence[int] | None, kernel_name: str | None) -> ProfileKey | None:
-        return profile_key(kernel_source, task, hardware, self.backend, check, self.check_variant, seeds, kernel_name)
+    def _lookup(self, kernel_source: str, task: TaskRef, hardware: str, check: bool, seeds: Sequence[int] | None,
+                kernel_name: str | None) -> tuple[ProfileKey | None, ProfileResult | None]:
+        """The cache key of this evaluation (None: not cacheable) and the result cached under it, if any."""
+        key = profile_key(kernel_source, task, hardware, self.backend, check, self.check_variant, seeds, kernel_name)
+        return key, self.cache.get(key) if key is not None else None
 
-    def _cached(self, key: ProfileKey | None) -> ProfileResult | None:
-        return self.cache.get(key) if key is not None else None
+    def _new_result(self, kernel_source: str, kernel_label: str, timing_task: Task, hardware: str,
+                    kernel_name: str | None) -> ProfileResult:
+        """The result an evaluation fills in: which kernel, task, hardware and NKI it is about."""
+        return ProfileResult(kernel_label, timing_task.name, hardware, self.backend, function=kernel_name,
+                             nki_api=detect_version(kernel_source).describe())
+
+    def _failed(self, result: ProfileResult, error: str, line: int | None, cache_key: Any) -> ProfileResult:
+        """An evaluation that ends in an error; a kernel's own error (it has a line) is deterministic, so it
+        is cached (a limit or a malformed result is not)."""
+        result.error, result.error_line = error, line
+        if line is not None and cache_key is not None:
+            self.cache[cache_key] = result
+        return result
 
     def _timing_specs(self, task: Task, ref: TaskRef) -> tuple[list[TensorSpec], Case | None]:
         """The timed size's input shapes, drawn once per task and version of its reference, and the case
@@ -365,14 +378,12 @@ class SimulatorProfiler(CheckingProfiler):
     def profile(self, kernel_source: str, task: TaskRef, hardware: str = "trn1", check: bool = True,
                 seeds: Sequence[int] | None = None, kernel_label: str = "candidate.py",
                 kernel_name: str | None = None, cancel: threading.Event | None = None) -> ProfileResult:
-        cache_key = self._cache_key(kernel_source, task, hardware, check, seeds, kernel_name)
-        cached = self._cached(cache_key)
+        cache_key, cached = self._lookup(kernel_source, task, hardware, check, seeds, kernel_name)
         if cached is not None:
             return cached
         timing_task = task.load()
         specs, drawn = self._timing_specs(timing_task, task)
-        result = ProfileResult(kernel_label, timing_task.name, hardware, self.backend, function=kernel_name,
-                               nki_api=detect_version(kernel_source).describe())
+        result = self._new_result(kernel_source, kernel_label, timing_task, hardware, kernel_name)
         with reference_thread() as references, ExitStack() as paused:
             workers = 0
             if check and self.check_variant is None and all(s.shape for s in specs):
@@ -430,14 +441,6 @@ class SimulatorProfiler(CheckingProfiler):
                 return self._conclude(result, chunks, followed, plan, checking, cache_key, kernel_label, references,
                                       work, budget, max(0, budget.memory_bytes - parsed.spent),
                                       max(0.0, deadline - time.monotonic()))
-
-    def _failed(self, result: ProfileResult, error: str, line: int | None, cache_key: Any) -> ProfileResult:
-        """An evaluation that ends in an error; a kernel's own error (it has a line) is deterministic, so it
-        is cached (a limit or a malformed result is not)."""
-        result.error, result.error_line = error, line
-        if line is not None and cache_key is not None:
-            self.cache[cache_key] = result
-        return result
 
     def _follow(self, workdir: str, plan: RunPlan, recorded: Future[Any], hardware: str, kernel_label: str,
                 budget: ParseBudget, deadline: float) -> tuple[RunResult, list[Any]] | Exception:

@@ -1,5 +1,5 @@
 """The result of profiling one kernel: the contract every backend, the CLI, the search, the
-language server and the service share (shared/design.md, "Contracts")."""
+language server and the service share (docs/architecture.md, "Contracts")."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ..hardware import HardwareProfileError, load_hardware
 # `peak_percent` (our own field, the NKIBench metric) is in percent in both.
 RESULT_FORMAT = 2
 PERCENT_SUFFIX = "_percent"
+CANCELLED = "evaluation cancelled"  # the error of a run stopped on request: no verdict on the kernel
 
 
 def as_percent(fraction: float | None) -> float | None:
@@ -82,6 +83,11 @@ class ProfileResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def cancelled(self) -> bool:
+        """Stopped on request before a verdict: says nothing about the kernel."""
+        return self.error == CANCELLED
 
     @property
     def calibrated(self) -> bool | None:

@@ -40,12 +40,14 @@ from .confine import (
     IsolationUnavailableError,
     isolation_problem,
     sandbox_environment,
+    signal_name,
     spawn_confined,
     unconfined_allowed,
     warn_unconfined,
 )
 from .handback import MalformedResultError, read_result, write_result
 from .measure import Recording, Run
+from .result import CANCELLED
 
 _BLOCKED_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                    "os.forkpty", "socket.connect", "socket.bind", "sqlite3.connect", "ctypes.dlopen",
@@ -221,7 +223,6 @@ def worker_main() -> None:
     write_result(workdir, result.plain())
 
 
-CANCELLED = "evaluation cancelled"
 MALFORMED = "the kernel's worker process left a malformed result"
 T = TypeVar("T")
 
@@ -451,11 +452,7 @@ def _exit_reason(code: int | None, confined: bool) -> str:
     if confined and 128 < code < 128 + signal.NSIG:
         code = 128 - code
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return f"the kernel's worker process was killed by signal {name} (crash or memory limit)"
+        return f"the kernel's worker process was killed by signal {signal_name(-code)} (crash or memory limit)"
     return f"the kernel's worker process exited with status {code} before reporting a result"
 
 

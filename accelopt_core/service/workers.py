@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..profiling.confine import signal_name
 from .evaluate import Evaluator, Outcome
 from .spec import EvaluatorConfig, JobSpec
 
@@ -204,11 +205,7 @@ class ProcessRunner:
         worker.process.join(1.0)
         code = worker.process.exitcode
         if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = str(-code)
-            return f"the worker process (pid {worker.process.pid}) was killed by signal {name}"
+            return f"the worker process (pid {worker.process.pid}) was killed by signal {signal_name(-code)}"
         return f"the worker process (pid {worker.process.pid}) exited with status {code}"
 
     def run(self, slot: int, spec: JobSpec, cancel: threading.Event) -> Outcome:

@@ -3,7 +3,7 @@
 The reference runs on its inputs viewed as `Counted` arrays, an ndarray subclass whose NumPy hooks
 (`__array_ufunc__`, `__array_function__`) add each operation's flops to one `Tally` and hand back
 `Counted` results, so everything computed from an input is counted too. What counts, after
-shared/nkibench.md ("What each task counts"):
+docs/nkibench.md ("What each task counts"):
 
 - a product of two matrices (`@`, np.matmul, np.dot, np.inner, np.einsum, np.tensordot, multi_dot): 2 flops
   per multiply-add, as matmul flops. When one side has a single row or column (a matrix-vector
@@ -46,7 +46,7 @@ from ..nki import dtypes
 
 @dataclass(frozen=True)
 class PeakWork:
-    """The work of a task (shared/nkibench.md): matmul flops, vector flops, HBM bytes. `counted` when it is
+    """The work of a task (docs/nkibench.md): matmul flops, vector flops, HBM bytes. `counted` when it is
     what the reference did (counted here) rather than the analytic minimum its author declared."""
 
     mm_flops: float

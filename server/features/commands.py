@@ -227,13 +227,13 @@ async def show_memory(ls: AccelOptServer, *args: Any) -> dict[str, Any]:
     doc = _document(ls, args)
     if doc is None or doc.link is None or doc.link.ref is None:
         return {"error": "link this kernel to a task first (`# accelopt: task=NAME`)"}
-    memory = ls.session.memory()
+    memory = ls.session.memory.open()
     if memory is None:
-        return {"error": f"cannot open the optimization memory {ls.session.memory_path}"}
+        return {"error": f"cannot open the optimization memory {ls.session.memory.path}"}
     hardware = doc.hardware(ls.session.settings.hardware)
     try:
         text = await asyncio.to_thread(memory_markdown, memory, doc.link.ref.key, doc.family(),
-                                       hardware, ls.session.memory_path)
+                                       hardware, ls.session.memory.path)
     except Exception as exc:
         log.exception("reading the optimization memory failed")
         return {"error": f"cannot read the optimization memory: {exc}"}

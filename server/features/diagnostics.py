@@ -57,7 +57,8 @@ def findings(doc: KernelDocument, target: Version = NEWEST) -> list[Finding]:
     if doc.profiled_source is not None:
         profiled_info = doc.info if not doc.outdated else analyze(doc.profiled_source,
                                                                    os.path.basename(doc.path or "kernel.py"))
-        for finding in from_results(profiled_info, doc.profiled_source, doc.trace, doc.checked, doc.task_error):
+        for finding in from_results(profiled_info, doc.trace, doc.checked, doc.task_error,
+                                    doc.repeated_loads):
             line = doc.current_line_of(finding.line)
             if line is not None:
                 out.append(Finding(line, finding.severity, finding.code, finding.message, finding.column,

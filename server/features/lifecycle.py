@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from accelopt_core.profiling.confine import INSTALL_HINT, isolation_problem, unconfined_allowed
+from accelopt_core.editor_api import INSTALL_HINT, isolation_problem, unconfined_allowed
 
 from ..server import ClientSupport
 from . import settings, watcher
@@ -44,7 +44,7 @@ def register(server: AccelOptServer) -> None:
                 actions=[types.MessageActionItem(title=choice) for choice in choices]))
             return answer.title if answer is not None else None
 
-        ls.session.ask = ask
+        ls.session.secrets.ask = ask
         settings.apply_initialization_options(ls, params.initialization_options)
 
     @server.feature(types.INITIALIZED)

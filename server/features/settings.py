@@ -58,7 +58,7 @@ def apply_initialization_options(ls: AccelOptServer, options: Any) -> None:
     of their backend and LLM endpoint may receive the secrets). `workspaceTrusted: false` (VS Code's
     workspace trust) keeps every kernel of the workspace from running."""
     plain = as_plain(options) or {}
-    ls.session.secrets = read_secrets(plain)
+    ls.session.secrets.given = read_secrets(plain)
     if isinstance(plain, dict):
         client = plain.get("client")
         ls.client_name = client if isinstance(client, str) else None
@@ -67,7 +67,7 @@ def apply_initialization_options(ls: AccelOptServer, options: Any) -> None:
         plain = {k: v for k, v in plain.items() if k not in ("secrets", "workspaceTrusted")}
     settings, problems = merge(ls.session.settings, plain, trusted=True)
     ls.session.apply_settings(settings)
-    ls.session.approve_current_destinations()
+    ls.session.secrets.approve_current_destinations()
     _report(ls, problems)
 
 

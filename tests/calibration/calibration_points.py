@@ -3,7 +3,7 @@
 Shared by tests/calibration/test_calibration.py (one assertion per point) and
 benchmarks/calibration.py (the whole table, rank correlation and median error). The kernels in
 kernels/ were written for this calibration from the tutorials' prose descriptions; only the
-measured latencies come from the publications (fact sheet /work/shared/nki-facts.md, section D.2).
+measured latencies come from the publications (fact sheet docs/fact-sheet.md, section D.2).
 
 Every prediction is a trace-only simulator run (no data) followed by `estimate` on trn1, memoised
 so a test module or the benchmark pays for each kernel once.
@@ -93,7 +93,7 @@ SCALING_POINTS: tuple[Point, ...] = (
 ALL_POINTS: tuple[Point, ...] = MATMUL_POINTS + MAMBA_POINTS + SCALING_POINTS
 
 # The tutorial tables were measured with the 2024 compiler (Neuron SDK 2.20). Points the calibration set
-# (shared/calibration, trn1, 2025 compiler) contradicts are printed by benchmarks/calibration.py but no
+# (docs/calibration.md, trn1, 2025 compiler) contradicts are printed by benchmarks/calibration.py but no
 # longer pinned by tests/calibration; each says which measurement of the calibration set overrides it.
 _TWO_SBUF_OPERANDS = ("2024 compiler: mamba v2 past seq 512 was slow from two-SBUF-operand tensor_tensor at 2N "
                       "and broadcast copies on Vector; the calibration set (silu, adamw, matmul; 2025) measures "

@@ -1,8 +1,8 @@
 """The trn1 model on the public calibration set: seven NKIBench kernels as their authors published them,
-run unmodified, against what neuron-profile measured on trn1 (../shared/calibration/cases.json).
+run unmodified, against what neuron-profile measured on trn1 (docs/calibration.md, cases.json).
 
-Every case must run without an internal error, and its latency and counters stay inside the bars of
-issue 15, so a regression shows: latency within 1.35x of the measurement (the set's median |error| at
+Every case must run without an internal error, and its latency and counters stay inside these bars,
+so a regression shows: latency within 1.35x of the measurement (the set's median |error| at
 most 15 % and Spearman at least 0.9), HBM bytes within 10 %, spill 0 where trn1 measured 0 and within
 2x where not, engine active time within 15 points. Where the model is known to miss a mechanism the
 case says which, with the tolerance it holds today. `python3 benchmarks/calibration.py` prints the table.

@@ -1,4 +1,4 @@
-"""Issue 41: each bad input answers in at most three lines on stderr, exit code 2, no traceback, and names
+"""Each bad input answers in at most three lines on stderr, exit code 2, no traceback, and names
 the file (and the line, where there is one) to look at."""
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ COPY_REFERENCE = textwrap.dedent('''
 
 
 def test_a_search_that_finds_nothing_writes_nothing_and_json_goes_to_stdout(tmp_path: Path) -> None:
-    """Issue 41: no identical .optimized.py and empty .diff; `--json` is a flag as on profile (stdout holds
+    """No identical .optimized.py and empty .diff; `--json` is a flag as on profile (stdout holds
     only the JSON), and `--json PATH` still writes the file."""
     import json
 

@@ -142,7 +142,7 @@ DEEP = {"parentheses": "    y = " + "(" * 2000 + "x" + ")" * 2000 + "\n",
 
 @pytest.mark.parametrize("nesting", sorted(DEEP))
 def test_a_deeply_nested_kernel_is_bad_input(files: Path, nesting: str) -> None:
-    """Issue 14: Python's parser gives up on these with RecursionError or MemoryError (was a traceback)."""
+    """Python's parser gives up on these with RecursionError or MemoryError (was a traceback)."""
     (files / "deep.py").write_text("import neuronxcc.nki as nki\n\n\n@nki.jit\ndef kernel(x):\n" + DEEP[nesting]
                                    + "    return x\n")
     run = accelopt("profile", str(files / "deep.py"), "--reference", str(files / "add_ref.py"))

@@ -1,4 +1,4 @@
-"""Issue 41: a reference file named `ref.py` beside each kernel (as the README shows) gives its task a family
+"""A reference file named `ref.py` beside each kernel (as the README shows) gives its task a family
 that says what the task is, and a size variant is picked as a named task's is (`ref.py:small`)."""
 
 from __future__ import annotations

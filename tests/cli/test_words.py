@@ -1,4 +1,4 @@
-"""Issue 41: the words of the reports: counts take their noun's number, a search's progress counts each
+"""The words of the reports: counts take their noun's number, a search's progress counts each
 verdict apart, and the model's notes reach the text report as they reach the JSON."""
 
 from __future__ import annotations

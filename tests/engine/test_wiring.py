@@ -3,6 +3,7 @@ the editor asks before anything runs (check variant, task family) read without r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from accelopt_core.agents.llm import LLMAgent
 from accelopt_core.agents.rules.agent import RuleAgent
 from accelopt_core.agents.rules.base import Plan
 from accelopt_core.config import LLMSettings
+from accelopt_core.editor_api import LLMRequest, OptimizeRequest
 from accelopt_core.engine import (
     REMOTE,
     ProfilerSettings,
@@ -110,9 +112,9 @@ def test_the_language_server_builds_its_profiler_through_the_engine(tmp_path: Pa
     assert (settings.backend, settings.service_url, settings.seeds, settings.check_variant, settings.limits) == \
         (REMOTE, "http://trn-host:8765", 2, "small", SandboxLimits(20.0, 1024))
     local = Session(Settings(memory_db=str(tmp_path / "m.db"))).profiler_settings(None)
-    profiler = worker._profiler(local, str(tmp_path / "m.db"))
-    assert isinstance(profiler, SimulatorProfiler) and worker._profiler(local, str(tmp_path / "m.db")) is profiler
-    assert isinstance(worker._profiler(settings, None), RemoteProfiler)
+    profiler = worker.engine.profiler(local, str(tmp_path / "m.db"))
+    assert isinstance(profiler, SimulatorProfiler) and worker.engine.profiler(local, str(tmp_path / "m.db")) is profiler
+    assert isinstance(worker.engine.profiler(settings, None), RemoteProfiler)
 
 
 def test_check_variant_and_family_read_from_the_text_match_the_loaded_task() -> None:
@@ -195,14 +197,15 @@ def test_build_search_makes_the_agents_the_factories_name_or_says_why_not(tmp_pa
 def test_the_language_server_worker_builds_its_search_from_the_editors_settings(tmp_path: Path) -> None:
     from server.worker import search_settings
 
-    payload = {"preset": "quick", "workers": 1, "profiler": ProfilerSettings(check_variant="small")}
+    request = OptimizeRequest(source="", task="silu", hardware="trn1", preset="quick", workers=1,
+                              profiler=ProfilerSettings(check_variant="small"))
     notes: list[str] = []
-    plain = search_settings(payload, notes)
+    plain = search_settings(request, notes)
     assert (plain.preset, plain.workers, plain.planner, plain.llm, plain.agent_specs, notes) == \
         ("quick", 1, "rules", None, (), [])
-    online = search_settings({**payload, "llm": {"endpoint": "http://llm:8000/v1", "model": "m"}}, notes)
+    online = search_settings(replace(request, llm=LLMRequest("http://llm:8000/v1", "m")), notes)
     assert online.planner == "both" and online.llm is not None and online.llm.base_url == "http://llm:8000/v1"
-    named = search_settings({**payload, "agents": ["a.py:make"], "llm": {"model": "m"}}, notes)
+    named = search_settings(replace(request, agents=("a.py:make",), llm=LLMRequest(model="m")), notes)
     assert named.agent_specs == ("a.py:make",) and named.llm is None  # the named agents plan, not the LLM
 
 

@@ -133,7 +133,7 @@ async def test_errors_wrong_results_and_syntax_errors(workspace: Path, memory_db
 
 
 async def test_repeated_load_diagnostic_and_rule_quick_fix(workspace: Path, memory_db: Path) -> None:
-    """A rule's rewrite is offered only once the model times it faster (issue 40): hoisting matmul's
+    """A rule's rewrite is offered only once the model times it faster: hoisting matmul's
     repeated load is timed slower (the model already counts the compiler's reuse), so it is not offered;
     jamming the matmul loops is timed and checked faster, and says so in its title."""
     pytest.importorskip("accelopt_core.agents.rules.hoist")

@@ -78,7 +78,7 @@ def raw(tmp_path: Path) -> Iterator[RawClient]:
 
 @pytest.mark.parametrize("position", [{"line": -1, "character": 0}, {"line": 3, "character": -5}])
 def test_hover_at_a_negative_position_gets_an_empty_answer(raw: RawClient, tmp_path: Path, position: dict) -> None:
-    """Issue 14: pygls could not read the position and left the request unanswered."""
+    """Pygls could not read the position and left the request unanswered."""
     uri = (tmp_path / "silu_small.py").as_uri()
     raw.send({"method": "textDocument/didOpen", "params": {"textDocument": {
         "uri": uri, "languageId": "python", "version": 1, "text": SMALL_SILU}}})

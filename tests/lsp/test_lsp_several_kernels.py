@@ -1,4 +1,4 @@
-"""Issue 41: a file of several `@nki.jit` kernels checked against one reference (named with a size variant,
+"""A file of several `@nki.jit` kernels checked against one reference (named with a size variant,
 `ref.py:small`) gets a lens over every kernel; each kernel is profiled on request and its result is kept
 and shown over it while another kernel is profiled."""
 

@@ -51,7 +51,7 @@ def test_the_hover_keeps_its_numbers_and_names_the_setting(profiles: tuple[Profi
 def test_no_error_diagnostic_only_a_note(profiles: tuple[ProfileResult, ProfileResult]) -> None:
     trace, checked = profiles
     doc = document(trace, checked)
-    findings = from_results(doc.info, SMALL_SILU, trace, checked, None)
+    findings = from_results(doc.info, trace, checked, None)
     assert not [f for f in findings if f.severity == ERROR]
     (note,) = [f for f in findings if f.code == "unchecked"]
     assert note.severity == INFO and SETTING in note.message

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from lsp_client import ROOT, SILU
 
+from accelopt_core.editor_api import repeated_loads
 from accelopt_core.engine import check_variant, quick_fixes, rewrites
 from server.config import Settings, merge
 from server.edits import apply_line_edits, line_edits, line_map
-from server.findings import repeated_loads
 from server.kernels import analyze, directive_insert_line, link_task, parse_directive, suggest_tasks
 
 MATMUL = (ROOT / "nkibench" / "kernels" / "matmul.py").read_text()
@@ -60,18 +60,19 @@ def test_directives_and_task_links(tmp_path: Path) -> None:
 
 
 def test_repeated_loads_are_found_where_a_loop_does_not_change_the_address() -> None:
-    loads = repeated_loads(MATMUL, analyze(MATMUL))
+    loads = repeated_loads(MATMUL, analyze(MATMUL).function)
     assert [(load.line, load.loop_vars) for load in loads] == [(31, ("m",))]
-    assert repeated_loads(SILU, analyze(SILU)) == []
+    assert repeated_loads(SILU, analyze(SILU).function) == ()
     written = ("import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n\n@nki.jit\ndef kernel(a, out):\n"
                "    for i in nl.affine_range(4):\n        t = nl.load(out[0:128, 0:4])\n"
                "        nl.store(out[0:128, 0:4], value=t)\n")
-    assert repeated_loads(written, analyze(written)) == []  # re-reading what the loop writes is not redundant
+    assert repeated_loads(written, analyze(written).function) == ()  # re-reading what the loop writes is not redundant
     # the rules' analysis answers for every style: compiler output loading into a block tensor, dma_copy
     compiler = (ROOT / "tests" / "rules" / "kernels" / "compiler_reload.py").read_text()
-    assert [(load.line, load.loop_vars) for load in repeated_loads(compiler, analyze(compiler))] == [(11, ("i0",))]
+    found = repeated_loads(compiler, analyze(compiler).function)
+    assert [(load.line, load.loop_vars) for load in found] == [(11, ("i0",))]
     modern = (ROOT / "tests" / "rules" / "kernels" / "modern_scale.py").read_text()
-    assert [load.line for load in repeated_loads(modern, analyze(modern))] == [13]
+    assert [load.line for load in repeated_loads(modern, analyze(modern).function)] == [13]
 
 
 def test_line_edits_are_minimal_and_exact() -> None:
@@ -137,7 +138,7 @@ def _timed(latency: dict[str, float], wrong: tuple[str, ...] = (), seconds: floa
 
 
 def test_quick_fixes_offer_only_rewrites_the_model_times_faster_and_check_them() -> None:
-    """Issue 40: a quick fix never makes the kernel slower by the model's word; one that fails its check is
+    """A quick fix never makes the kernel slower by the model's word; one that fails its check is
     dropped; offered ones are labelled checked only once checked."""
     from accelopt_core.profiling import ProfileResult
 
@@ -206,11 +207,12 @@ def test_a_job_that_cannot_be_sent_fails_instead_of_waiting() -> None:
     import asyncio
     import threading
 
+    from accelopt_core.editor_api import AnalyzeRequest
     from server.workers import Lane
 
     async def scenario() -> BaseException | None:
         lane = Lane("test")
-        job = lane.submit("profile", {"unpicklable": threading.Lock()}, timeout=30)
+        job = lane.submit(AnalyzeRequest(threading.Lock()), timeout=30)  # type: ignore[arg-type]
         try:
             await asyncio.wait_for(job.future, timeout=20)
         except Exception as exc:
@@ -237,7 +239,7 @@ def test_profile_fractions_read_as_percent_and_drive_the_idle_tensor_finding() -
         result = ProfileResult("k.py", "matmul", "trn1", "simulator", latency_ms=1.0, bound="matmul",
                                bottleneck="dma", lines=lines,
                                profile={"tensor_engine_active_time_percent": active, "hardware_flops": 1})
-        return [f.message for f in bottlenecks(analyze(MATMUL), MATMUL, result) if f.code == "idle-tensor-engine"]
+        return [f.message for f in bottlenecks(analyze(MATMUL), result) if f.code == "idle-tensor-engine"]
 
     (message,) = idle_finding(0.3)
     assert "idle 70% of the time" in message
@@ -254,7 +256,7 @@ def test_the_spill_finding_follows_an_sbuf_overflow_not_the_kernels_own_scratch(
         profile = {"spill_save_bytes": 50 << 20, "spill_reload_bytes": 50 << 20, **peak}
         result = ProfileResult("k.py", "matmul", "trn1", "simulator", latency_ms=1.0, bound="memory",
                                bottleneck="dma", lines=[], profile=profile)
-        return [f.message for f in bottlenecks(analyze(MATMUL), MATMUL, result) if f.code == "sbuf-spills"]
+        return [f.message for f in bottlenecks(analyze(MATMUL), result) if f.code == "sbuf-spills"]
 
     usable = {"sbuf_usable_bytes_per_partition": 180224}
     assert spill_findings(sbuf_peak_live_bytes_per_partition=100_000, **usable) == []
@@ -264,10 +266,12 @@ def test_the_spill_finding_follows_an_sbuf_overflow_not_the_kernels_own_scratch(
 
 
 def test_findings_say_only_what_the_profile_shows() -> None:
-    """Issue 41: the idle-Tensor finding names no engine it waits on when the Tensor engine is the busiest
+    """The idle-Tensor finding names no engine it waits on when the Tensor engine is the busiest
     itself, and a repeated load on a line with 0 % of the busy time is not worth a diagnostic."""
     from accelopt_core.profiling import ProfileResult
     from server.findings import bottlenecks
+
+    repeated = repeated_loads(MATMUL, analyze(MATMUL).function)
 
     def findings(bottleneck: str, hot_line: int) -> dict[str, str]:
         lines = [{"line": hot_line, "time_ms": 1.0, "engine": "tensor", "instructions": 4, "engines": {"tensor": 1.0}},
@@ -276,7 +280,7 @@ def test_findings_say_only_what_the_profile_shows() -> None:
         result = ProfileResult("k.py", "matmul", "trn1", "simulator", latency_ms=1.0, bound="matmul",
                                bottleneck=bottleneck, lines=lines,
                                profile={"tensor_engine_active_time_percent": 0.4, "hardware_flops": 1})
-        return {f.code: f.message for f in bottlenecks(analyze(MATMUL), MATMUL, result)}
+        return {f.code: f.message for f in bottlenecks(analyze(MATMUL), result, repeated)}
 
     said = findings("tensor", 31)
     assert "no other engine is busier" in said["idle-tensor-engine"] and "waits on the tensor" not in str(said)

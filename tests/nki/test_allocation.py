@@ -49,7 +49,7 @@ def kernel(a):
 
 def test_lazy_initialization_kwarg_is_accepted(run):
     # `lazy_initialization` is not documented anywhere in the NKI docs we searched (see
-    # shared/nki-facts.md B.2); kernels in the wild pass it, so allocation accepts and ignores it.
+    # docs/fact-sheet.md B.2); kernels in the wild pass it, so allocation accepts and ignores it.
     both = run(HEADER + """
 @nki.jit
 def kernel(a):

@@ -106,7 +106,7 @@ return a
 
 
 def test_psum_block_dimensions_are_logical(run):
-    """Issue 15: the compiler allocates a block tensor block by block, so blocks adding up to more
+    """The compiler allocates a block tensor block by block, so blocks adding up to more
     than the 16 KiB of PSUM are no error (the public NKIBench baselines declare such tensors)."""
     both = run(_kernel("""
 acc = nl.zeros((3, 8, 4, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum, lazy_initialization=True)

@@ -209,7 +209,7 @@ def kernel(a):
     s = nl.sum(x, axis=0)  # ERR
     return a
 """, np.zeros((128, 4), np.float32))
-    # a tile's free axes are one access pattern of at most four dimensions (nki-facts A.4)
+    # a tile's free axes are one access pattern of at most four dimensions (fact sheet A.4)
     err = fails(HEADER + """
 @nki.jit
 def kernel(a):

@@ -91,7 +91,7 @@ def kernel(a):
 
 def test_new_api_loops_are_static(run, rng):
     # In the new `nki` package the range helpers are deprecated aliases of Python's `range`, all
-    # unrolled at trace time (shared/nki-facts.md, API generations); only dynamic_range is a
+    # unrolled at trace time (docs/fact-sheet.md, API generations); only dynamic_range is a
     # device loop.
     a = rng.standard_normal((256, 8)).astype(np.float32)
     both = run(MODERN + """

@@ -397,7 +397,7 @@ def kernel(x):
 
 
 def test_a_copy_with_every_dimension_reversed_is_a_view_not_a_gather(recorded, rng) -> None:
-    """Issue 38: its index arrays (eight bytes an element per dimension) took the parent to 1.75 GiB under
+    """Its index arrays (eight bytes an element per dimension) took the parent to 1.75 GiB under
     a 512 MiB budget; reversed axes are negative strides of a view, with nothing to count."""
     x = rng.standard_normal((128, 2048)).astype(np.float32)
     tape, _ = recorded(REVERSED, x)

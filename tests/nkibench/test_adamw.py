@@ -1,4 +1,4 @@
-"""adamw: the peak work at the full size matches the nkibench.md formulas (0, 7MN, 20MN)."""
+"""adamw: the peak work at the full size matches the docs/nkibench.md formulas (0, 7MN, 20MN)."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""NKIBench bmm: the peak work matches nkibench.md."""
+"""NKIBench bmm: the peak work matches docs/nkibench.md."""
 
 import numpy as np
 

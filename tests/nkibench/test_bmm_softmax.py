@@ -1,4 +1,5 @@
-"""bmm_softmax: the peak work at the full size matches the nkibench.md formulas (2BMNK, 5BMN, 4(BMN + BNK + BMK))."""
+"""bmm_softmax: the peak work at the full size matches the docs/nkibench.md formulas
+(2BMNK, 5BMN, 4(BMN + BNK + BMK))."""
 
 import numpy as np
 

@@ -1,5 +1,5 @@
 """The work "% of peak" divides by, counted from a reference's own NumPy run (accelopt_core/tasks/work.py),
-against the hand formula each NKIBench reference declares (shared/nkibench.md): within 1 % for all 14 tasks at
+against the hand formula each NKIBench reference declares (docs/nkibench.md): within 1 % for all 14 tasks at
 their small size and, where running the reference takes a few seconds only, at their full size; and the public
 references of the calibration set, which declare nothing, against the same formulas."""
 

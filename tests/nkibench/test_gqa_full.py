@@ -1,4 +1,4 @@
-"""gqa_full: the peak work at the full size matches the nkibench.md formulas
+"""gqa_full: the peak work at the full size matches the docs/nkibench.md formulas
 (4 B QH N^2 D, 5 B QH N^2, 4(2 B QH N D + 2 B KH N D))."""
 
 import numpy as np

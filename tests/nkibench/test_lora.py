@@ -1,4 +1,4 @@
-"""NKIBench lora: the peak work matches nkibench.md."""
+"""NKIBench lora: the peak work matches docs/nkibench.md."""
 
 import numpy as np
 

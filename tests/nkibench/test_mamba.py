@@ -1,4 +1,4 @@
-"""mamba: the peak work at the full size matches the nkibench.md formulas (0, 8MCS, 4(2CM + CS + 2SM + CM))."""
+"""mamba: the peak work at the full size matches the docs/nkibench.md formulas (0, 8MCS, 4(2CM + CS + 2SM + CM))."""
 
 import numpy as np
 

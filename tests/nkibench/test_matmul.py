@@ -1,4 +1,4 @@
-"""NKIBench matmul: the peak work matches nkibench.md."""
+"""NKIBench matmul: the peak work matches docs/nkibench.md."""
 
 import numpy as np
 

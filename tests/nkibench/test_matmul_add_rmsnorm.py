@@ -1,4 +1,4 @@
-"""NKIBench matmul_add_rmsnorm: the peak work at the full sizes is the nkibench.md formula."""
+"""NKIBench matmul_add_rmsnorm: the peak work at the full sizes is the docs/nkibench.md formula."""
 
 import numpy as np
 

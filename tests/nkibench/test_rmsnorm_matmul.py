@@ -1,4 +1,4 @@
-"""NKIBench rmsnorm_matmul: the peak work at the full sizes is the nkibench.md formula."""
+"""NKIBench rmsnorm_matmul: the peak work at the full sizes is the docs/nkibench.md formula."""
 
 import numpy as np
 

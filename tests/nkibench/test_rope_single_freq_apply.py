@@ -1,4 +1,4 @@
-"""rope_single_freq_apply: the peak work at the full size matches the nkibench.md formulas (0, 3BHND, 12BHND)."""
+"""rope_single_freq_apply: the peak work at the full size matches the docs/nkibench.md formulas (0, 3BHND, 12BHND)."""
 
 import numpy as np
 

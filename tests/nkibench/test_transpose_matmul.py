@@ -1,4 +1,4 @@
-"""NKIBench transpose_matmul: the peak work matches nkibench.md."""
+"""NKIBench transpose_matmul: the peak work matches docs/nkibench.md."""
 
 import numpy as np
 

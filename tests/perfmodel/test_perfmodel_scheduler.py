@@ -211,7 +211,7 @@ def test_war_on_buffer_reuse_delays_the_next_load(trn1: HardwareProfile) -> None
 
 
 def test_a_tile_declared_in_a_loop_rotates_through_two_buffers(trn1: HardwareProfile) -> None:
-    """Issue 15: a tile of a loop body is a fresh tensor every iteration, but the compiler gives the
+    """A tile of a loop body is a fresh tensor every iteration, but the compiler gives the
     statement only `rotating_buffers` physical buffers: a load waits until the tile two iterations
     back is dead, so DMA cannot run arbitrarily far ahead of compute."""
     assert trn1.memory.rotating_buffers == 2
@@ -310,7 +310,7 @@ def _roomy(trn1: HardwareProfile) -> HardwareProfile:
 
 
 def test_loaded_blocks_beyond_sbuf_are_loaded_again_not_spilled(trn1: HardwareProfile) -> None:
-    """Issue 15 (calibration matmul: 9.06 GB read, 0 spill): data that only came from HBM is not saved
+    """The calibration matmul (9.06 GB read, 0 spill): data that only came from HBM is not saved
     when it does not fit; its load statement is issued again at the uses."""
     fits = estimate(_block_kernel(32), trn1)  # 128 KiB per partition: fits in 176 KiB
     assert fits.spill_save_bytes == 0 and fits.spill_reload_bytes == 0
@@ -349,7 +349,7 @@ def _streamed_block_kernel(blocks: int) -> Trace:
 
 
 def test_block_is_dead_after_its_last_access(trn1: HardwareProfile) -> None:
-    """Issue 15: the compiler allocates block by block, so a block tensor larger than SBUF whose
+    """The compiler allocates block by block, so a block tensor larger than SBUF whose
     blocks are each used once, in turn, never has more than a few blocks live: no spill."""
     report = estimate(_streamed_block_kernel(64), trn1)
     assert report.spill_save_bytes == 0 and report.spill_reload_bytes == 0
@@ -397,7 +397,7 @@ def test_report_has_the_profile_fields_and_serialises(trn1: HardwareProfile) -> 
     assert report.dma_instruction_count == 24
     # neuron-profile counts an FP32 matmul twice (trn1.toml fp32_counted_flops_factor, calibration set)
     assert report.hardware_flops == trn1.tensor.fp32_counted_flops_factor * 8 * 2 * 128 * 128 * 512
-    # every iteration loads the same `a` and `w`: the compiler loads them once and keeps them (issue 15)
+    # every iteration loads the same `a` and `w`: the compiler loads them once and keeps them
     assert report.hbm_read_bytes == (128 * 128 + 128 * 512) * 4
     assert report.hbm_write_bytes == 8 * 128 * 512 * 4
     # `*_percent` fields are fractions, as neuron-profile writes them (0.739 = 73.9 %)

@@ -55,7 +55,7 @@ def test_returning_an_input_is_rejected(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("returned", ["x.reshape((512, 128))", "x.reshape((64, 1024)).reshape((128, 512))"])
 def test_returning_a_reshaped_view_of_an_input_is_rejected(tmp_path: Path, returned: str) -> None:
-    """Issue 14: a reshaped view is the input itself, under another shape."""
+    """A reshaped view is the input itself, under another shape."""
     (tmp_path / "flip_ref.py").write_text(textwrap.dedent('''
         import numpy as np
 

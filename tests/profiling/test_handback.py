@@ -210,7 +210,7 @@ def test_a_forged_result_file_is_one_failed_evaluation(profiler: SimulatorProfil
 
 
 def test_a_result_naming_one_tape_many_times_is_refused_before_any_is_read(profiler: SimulatorProfiler) -> None:
-    """Issue 38: the same tape named six times was parsed six times before the count was compared."""
+    """The same tape named six times was parsed six times before the count was compared."""
     forged = json.dumps({"traces": ["tape-0.stream"] * 6})
     kernel = _writes_from_the_kernel(f"import os\nopen('result.json', 'w').write({forged!r})\nos._exit(0)")
     result = profiler.profile(kernel, TaskRef("silu"))
@@ -225,7 +225,7 @@ def test_the_tape_names_are_the_runs_in_order_each_once() -> None:
 
 
 def test_a_tape_of_empty_entries_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
-    """Issue 38: 127 MB of empty entries took the parent to 4.2 GB before the entry limit refused them.
+    """127 MB of empty entries took the parent to 4.2 GB before the entry limit refused them.
     The parsed size is bounded from the text and charged to the evaluation's budget first."""
     body = b'{"entries":[' + b",".join([b"[]"] * 2_000_000) + b"]}"
     (tmp_path / "tape-0.stream").write_bytes(b"%d\n" % len(body) + body)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from accelopt_core.profiling import ProfileResult, SimulatorProfiler, TaskRef, as_percent
-from accelopt_core.profiling.result import RESULT_FORMAT
+from accelopt_core.profiling.result import CANCELLED, RESULT_FORMAT
 from accelopt_core.report import render
 from accelopt_core.tasks.registry import task_files
 
@@ -62,7 +62,7 @@ def test_people_read_percent(silu: ProfileResult) -> None:
 
 
 def test_percent_of_peak_never_exceeds_100_and_says_why_when_capped() -> None:
-    """Issue 37: a latency below the task's best time at peak (a kernel doing less than its reference counts,
+    """A latency below the task's best time at peak (a kernel doing less than its reference counts,
     or wrong numbers) shows 100 %, with a note naming both times, never more."""
     from accelopt_core.profiling.profiler import fill_peak
     from accelopt_core.tasks import PeakWork
@@ -76,3 +76,8 @@ def test_percent_of_peak_never_exceeds_100_and_says_why_when_capped() -> None:
     slow = ProfileResult("k.py", "t", "trn1", "simulator", correct=True, latency_ms=1000.0, profile={})
     fill_peak(slow, work, "trn1")
     assert 0 < slow.peak_percent < 100 and "notes" not in slow.profile
+
+
+def test_a_run_stopped_on_request_says_nothing_about_the_kernel() -> None:
+    assert ProfileResult("k.py", "silu", "trn1", "simulator", error=CANCELLED).cancelled
+    assert not ProfileResult("k.py", "silu", "trn1", "simulator", error="the kernel fails").cancelled

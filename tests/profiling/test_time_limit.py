@@ -1,4 +1,4 @@
-"""One time limit for a kernel's every stage (issue 38): the trusted side's own slow work (the model, the
+"""One time limit for a kernel's every stage: the trusted side's own slow work (the model, the
 replays) is stopped at the kernel's limit too, and reported as our limit (ReplayLimitError), not as the
 kernel's failure."""
 
@@ -48,9 +48,9 @@ def test_a_stage_in_time_gives_its_value_or_its_error() -> None:
 
 
 def test_the_model_of_a_profile_is_stopped_at_the_kernel_s_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 38: a model taking 74 s held an evaluation with a 20 s limit for 257 s. Here the model of our
+    """A model taking 74 s held an evaluation with a 20 s limit for 257 s. Here the model of our
     own never ends; the evaluation answers by its limit, and the kernel is unchecked for our limit, not
-    failed (issue 39)."""
+    failed."""
     monkeypatch.setattr(verdict, "estimate", lambda trace, hardware: _forever())
     limit = 8.0
     profiler = SimulatorProfiler(seeds=1, check_variant="small", limits=SandboxLimits(seconds=limit, memory_mb=2048),

@@ -118,7 +118,7 @@ def kernel(x):
     ("nl.sequential_range(1, 1024, 512)", 2, Affine.of(1, {"a": 512})),
 ])
 def test_every_loop_form_has_a_trip_count_and_an_affine_variable(header, trips, form):
-    """Issue 40: `range(start, stop, step)` in every loop form is a loop whose variable in iteration k
+    """`range(start, stop, step)` in every loop form is a loop whose variable in iteration k
     is start + step * k, so index questions work on it as on `affine_range(n)`."""
     model = model_of(LOOP_FORMS.replace("{header}", header))
     (loop,) = model.loops
@@ -180,7 +180,7 @@ def kernel(x):
 
 
 def test_legacy_index_grids_are_element_ranges_like_arange():
-    """Issue 40: `nl.mgrid` unpacked into names, or used through `.p` / `.x`, reads as `nl.arange` does."""
+    """`nl.mgrid` unpacked into names, or used through `.p` / `.x`, reads as `nl.arange` does."""
     model = model_of(GRIDS)
     assert _element(model, "r * 128 + i_p") == Affine.of(0, {"r": 128}, [(1, 128)])
     assert _element(model, "i_f") == Affine.of(0, ranges=[(1, 512)])

@@ -70,7 +70,7 @@ def test_full_tiles_matmuls_and_shared_tiles_stay():
 
 @pytest.mark.parametrize("loop", ["nl.static_range", "range"])
 def test_static_and_python_range_loops_are_stacked_too(tmp_path, loop):
-    """Issue 40: the rotary tutorial's loop written in the other forms public kernels use."""
+    """The rotary tutorial's loop written in the other forms public kernels use."""
     text = source("tutorial_rotary").replace("nl.affine_range(x0.shape[1] // 512)", f"{loop}(x0.shape[1] // 512)")
     shapes = SHAPES["tutorial_rotary"]
     (plan,) = RULE.plan(text, profile(text, shapes, tmp_path, checked=[(64, 1024)] * 4))

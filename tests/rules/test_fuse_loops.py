@@ -165,7 +165,7 @@ def test_a_loop_that_recomputes_an_earlier_one_goes_and_its_readers_read_the_fir
 
 @pytest.mark.parametrize("loop", ["nl.static_range", "range"])
 def test_a_recomputing_loop_goes_in_every_loop_form(tmp_path: Path, loop: str) -> None:
-    """Issue 40: the same duplicate written with static_range or Python range loops."""
+    """The same duplicate written with static_range or Python range loops."""
     text = source("compiler_twice").replace("nl.affine_range(2)", f"{loop}(2)")
     (drop,) = [p for p in FuseLoops().plan(text, None) if "drop" in p.params]
     assert drop.params == {"drop": "i2", "keep": "i0", "iter": f"{loop}(2)"}

@@ -284,7 +284,7 @@ def test_apply_refuses_a_plan_for_another_kernel() -> None:
 
 @pytest.mark.parametrize("loop", ["nl.static_range", "range"])
 def test_swaps_static_and_python_range_loops_too(tmp_path: Path, loop: str) -> None:
-    """Issue 40: the row and column loops written in the other forms public kernels use."""
+    """The row and column loops written in the other forms public kernels use."""
     text = ROWS_FIRST.replace("nl.affine_range(m_size // tile_m)", f"{loop}(m_size // tile_m)").replace(
         "nl.affine_range(n_size // tile_n)", f"{loop}(n_size // tile_n)")
     shapes = [(256, 512), (512, 16384)]

@@ -114,7 +114,7 @@ def _in_form(text: str, form: str) -> str:
 
 @pytest.mark.parametrize("form", ["nl.static_range", "range", "stepped range"])
 def test_static_and_python_range_loops_that_carry_nothing_are_swapped_too(tmp_path: Path, form: str) -> None:
-    """Issue 40: the swap works on every loop form whose iterations the analysis finds independent."""
+    """The swap works on every loop form whose iterations the analysis finds independent."""
     text = _in_form(NEST, form)
     rule = InterchangeLoops()
     (plan,) = rule.plan(text, None)

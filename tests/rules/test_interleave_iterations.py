@@ -55,7 +55,7 @@ def test_accumulating_loops_and_values_used_after_the_loop_are_left_alone(tmp_pa
 
 @pytest.mark.parametrize("loop", ["nl.static_range", "range"])
 def test_static_and_python_range_loops_are_interleaved_too(tmp_path, loop):
-    """Issue 40: a rule that works on one loop form works on the others public kernels write."""
+    """A rule that works on one loop form works on the others public kernels write."""
     text = source("tutorial_chain").replace("nl.affine_range(rows // 128)", f"{loop}(rows // 128)")
     (plan,) = RULE.plan(text, profile(text, [(512, 512)], tmp_path))
     new = RULE.apply(text, plan)

@@ -80,7 +80,7 @@ def test_the_transpose_nl_matmul_makes_of_an_unchanged_operand_is_made_once_per_
 
 @pytest.mark.parametrize("loop", ["nl.static_range", "range"])
 def test_output_loops_in_static_and_python_range_form_jam_too(tmp_path, loop):
-    """Issue 40: the tutorial matmul's output loop written in the other forms public kernels use."""
+    """The tutorial matmul's output loop written in the other forms public kernels use."""
     text = source("tutorial_matmul").replace("nl.affine_range(n_size // 512)", f"{loop}(n_size // 512)")
     shapes = SHAPES["tutorial_matmul"]
     (plan,) = RULE.plan(text, profile(text, shapes, tmp_path))

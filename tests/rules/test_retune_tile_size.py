@@ -80,7 +80,7 @@ def test_larger_tiles_for_a_dma_bound_kernel(tmp_path):
     assert prof.bottleneck == "dma"
     plans = RULE.plan(COPY, prof)
     values = [p.params["new"] for p in plans]
-    assert values[0] == 1024  # 4 KiB per partition first (nki-facts A.6)
+    assert values[0] == 1024  # 4 KiB per partition first (fact sheet A.6)
     assert all(FULL[1] % v == 0 and SMALL[1] % v == 0 for v in values)  # 1536 would drop columns
     new = RULE.apply(COPY, plans[0])
     assert "TILE = 1024  # columns per tile" in new

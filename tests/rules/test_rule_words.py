@@ -1,4 +1,4 @@
-"""Issue 41: what the rules say quotes only code that is in the kernel, a loop swap says it only swaps,
+"""What the rules say quotes only code that is in the kernel, a loop swap says it only swaps,
 and a lesson's sentences end with one period."""
 
 from __future__ import annotations

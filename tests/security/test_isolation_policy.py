@@ -124,3 +124,8 @@ def test_a_probe_killed_by_a_signal_is_tried_again(monkeypatch: pytest.MonkeyPat
     refusal = "bwrap cannot create its sandbox here: bwrap: setting up uid map: Permission denied"
     assert confine.isolation_problem() == refusal
     assert confine.isolation_problem() == refusal and endings == []
+
+
+def test_a_signal_is_named_and_one_this_platform_does_not_know_is_its_number() -> None:
+    """The sandbox, the bwrap probe and the service's workers say how a process died in the same words."""
+    assert confine.signal_name(9) == "SIGKILL" and confine.signal_name(999) == "999"

@@ -1,4 +1,4 @@
-"""Kernels that try to win their verdict from inside their own process gain nothing (issue 14, item 2).
+"""Kernels that try to win their verdict from inside their own process gain nothing (README, "Kernel isolation").
 
 The sandboxed child only records the kernel's traces; the trusted parent replays them on its own
 inputs, judges the outputs and times the replay's trace. Each kernel here is the silu (or matmul)

@@ -1,4 +1,4 @@
-"""Kernels that try to escape the sandbox, one per attack class of issue 14; each fails because the
+"""Kernels that try to escape the sandbox, one per attack class (README, "Kernel isolation"); each fails because the
 operating system (bubblewrap, seccomp, rlimits) stops it, most with the audit hook switched off first."""
 
 from __future__ import annotations

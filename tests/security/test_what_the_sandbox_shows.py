@@ -1,4 +1,4 @@
-"""Attacks of issue 38 on what the sandbox shows: the kernel's source, a client's label or a kernel file
+"""Attacks on what the sandbox shows: the kernel's source, a client's label or a kernel file
 in the temporary folder must not choose a folder of the disk for the kernel to read."""
 
 from __future__ import annotations

@@ -721,14 +721,6 @@ def engine_times_under(node: cst.CSTNode, pos: Mapping[cst.CSTNode, CodeRange],
     return out
 
 
-def time_under(node: cst.CSTNode, pos: Mapping[cst.CSTNode, CodeRange], times: Mapping[int, float]) -> float:
-    """Profiled time (ms) of the lines spanned by `node`."""
-    where = pos.get(node)
-    if where is None:
-        return 0.0
-    return sum(t for line, t in times.items() if where.start.line <= line <= where.end.line)
-
-
 def line_of(node: cst.CSTNode, pos: Mapping[cst.CSTNode, CodeRange]) -> int:
     where = pos.get(node)
     return where.start.line if where is not None else 0

@@ -1,6 +1,6 @@
 """balance_engines: move work off the busiest of the Vector, Scalar and GpSimd engines.
 
-The three engines run concurrently and each reads and writes SBUF (nki-facts A.5), and several
+The three engines run concurrently and each reads and writes SBUF (fact sheet A.5), and several
 instructions can run on more than one of them: a copy (`tensor_copy`), a multiply by a scalar or a
 [P, 1] column (an activation `copy` with `scale` on the Scalar engine), add/subtract/multiply of
 two tiles (`tensor_tensor` on GpSimd), tensor_scalar (Vector, GpSimd, and from NC-v3 the Scalar
@@ -46,7 +46,7 @@ _ENGINES = ("vector", "scalar", "gpsimd")
 _IDLE_SHARE = 0.6
 # A compute engine behind a Tensor or DMA bottleneck is worth unloading when at least this busy (share).
 _RUNNER_UP_SHARE = 0.75
-# Ops GpSimd runs for floating-point data (nki-facts B.7: add and multiply; the simulator refuses others).
+# Ops GpSimd runs for floating-point data (fact sheet B.7: add and multiply; the simulator refuses others).
 _GPSIMD_OPS = frozenset({"add", "multiply"})
 
 
@@ -178,7 +178,7 @@ def _feeds_tensor_engine(analysis: KernelAnalysis, engine: str) -> bool:
 
 
 def _share_a_port(hardware: str, one: str, other: str) -> bool:
-    """On NC-v2 Vector and GpSimd take turns on one SBUF port (nki-facts A.4, `vector_gpsimd_share_sbuf`):
+    """On NC-v2 Vector and GpSimd take turns on one SBUF port (fact sheet A.4, `vector_gpsimd_share_sbuf`):
     work moved from one to the other still waits for the port, so neither is idle for the other."""
     return {one, other} == {"vector", "gpsimd"} and load_hardware(hardware).memory.vector_gpsimd_share_sbuf
 
@@ -312,7 +312,7 @@ def _rewrite_for(analysis: KernelAnalysis, expr: cst.BaseExpression, engine: str
                                                    cst.Arg(cst.Name("_"))).value
     psum = analysis.in_psum(data)
     if target == "gpsimd" and psum:
-        return None  # GpSimd cannot access PSUM (nki-facts A.4)
+        return None  # GpSimd cannot access PSUM (fact sheet A.4)
     if head == nl and fn == "copy":
         if len(positional) != 1 or any(a.keyword is not None and a.keyword.value not in ("dtype", "mask")
                                        for a in expr.args):
@@ -353,7 +353,7 @@ def _op_name(call: cst.Call) -> str:
 
 
 def _scalar_engine_tensor_scalar(call: cst.Call, hardware: str) -> bool:
-    """The Scalar engine runs tensor_scalar's multiply-then-add, multiply, or add (nki-facts A.5, and
+    """The Scalar engine runs tensor_scalar's multiply-then-add, multiply, or add (fact sheet A.5, and
     nki.isa.tensor_scalar: Vector or Scalar Engine on every generation)."""
     positional = [a for a in call.args if a.keyword is None]
     op0 = keyword(call, "op0") or (positional[1] if len(positional) > 1 else None)

@@ -2,7 +2,7 @@
 processes two (or four) iterations at once, stacked on the partitions.
 
 An engine instruction takes about as long for 64 partitions as for 128: its cost is the free size
-(nki-facts A.5, elements per cycle per partition). A kernel whose tiles are `nl.par_dim(64)` (rotary
+(fact sheet A.5, elements per cycle per partition). A kernel whose tiles are `nl.par_dim(64)` (rotary
 embedding on half of a head dimension of 128, a 64-wide head) leaves half of every engine idle.
 When each iteration of a loop (an `affine_range`, or a `static_range` or Python `range` loop that hands
 no value between iterations) does the same element-wise work on its own P-row tiles, iteration `f*i + k`

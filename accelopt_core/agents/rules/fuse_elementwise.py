@@ -1,6 +1,6 @@
 """fuse_elementwise: collapse chains of element-wise instructions into fewer engine instructions.
 
-Every element-wise instruction pays a fixed overhead and a pass over its tile (nki-facts A.5, B.8),
+Every element-wise instruction pays a fixed overhead and a pass over its tile (fact sheet A.5, B.8),
 and the Scalar engine computes `func(in * scale + bias)` for the price of `func` alone, so
 (perf guide Opt #6) `exp(-x)`, `exp(x * c)` and `exp(x - row_max)` are one `nisa.activation`,
 `x / (1 + exp(-x))` is `nl.silu(x)`, two tensor-scalar steps are one `nisa.tensor_scalar`, a
@@ -60,7 +60,7 @@ _BINARY = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimu
 _COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum"})
 _UNARY = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu", "gelu", "relu", "square", "sin",
                     "cos", "arctan", "erf", "softplus", "mish", "sign", "abs", "negative", "reciprocal"})
-# Functions of the activation table (nki-facts B.7) that nisa.activation takes as `op`.
+# Functions of the activation table (fact sheet B.7) that nisa.activation takes as `op`.
 _ACTIVATIONS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu", "gelu", "relu", "square",
                           "sin", "arctan", "erf", "softplus", "mish", "sign", "abs"})
 _PY_OPS: dict[type, str] = {cst.Add: "add", cst.Subtract: "subtract", cst.Multiply: "multiply",

@@ -4,7 +4,7 @@ issue.
 
 Each engine runs its instructions in program order, and an instruction that needs the previous one's
 result waits for it to finish and for its result to be visible (the static overhead and the access
-latency of the engine, nki-facts A.5: about 60 cycles to start an SBUF access, and more per
+latency of the engine, fact sheet A.5: about 60 cycles to start an SBUF access, and more per
 instruction when each depends on the one before). A loop body that is one such chain (compiler-style
 element-wise code: v13 from v12, v14 from v13, ...) pays that wait at every step. With two iterations
 interleaved, `s1(0), s1(1), s2(0), s2(1), ...`, the engine issues `s1(1)` while `s1(0)`'s result

@@ -1,6 +1,6 @@
 """merge_dma: turn several small DMA transfers into fewer large ones.
 
-Every DMA pays about 1.3 us of setup and small per-partition pieces run below bandwidth (nki-facts
+Every DMA pays about 1.3 us of setup and small per-partition pieces run below bandwidth (fact sheet
 A.6; perf guide Opt #9 aims at 32 KiB or more per transfer). Three source shapes are merged:
 
 - loads of adjacent slices of one tensor in one block (`a = nl.load(x[r, 0:512])`,
@@ -57,7 +57,7 @@ from .cst_util import (
     with_statements,
 )
 
-_SMALL_TRANSFER = 32 * 1024  # bytes per DMA engine below which merging pays (nki-facts A.6)
+_SMALL_TRANSFER = 32 * 1024  # bytes per DMA engine below which merging pays (fact sheet A.6)
 _BLOCK_BUDGET = 64 * 1024  # at most this many bytes per partition for a store block tile
 _ELEMENT_BYTES = 4  # FP32 (the NKIBench kernels); only used for size estimates
 _LOOPS = ("affine_range", "sequential_range", "static_range", "range")

@@ -2,7 +2,7 @@
 
 A tile size decides how many bytes each DMA moves and how many instructions the engines issue.
 Transfers under 2 KiB per partition leave DMA bandwidth unused and every DMA pays ~1.3 us of setup
-(nki-facts A.6: >= 2 KiB per partition, 32 KiB+ per transfer, about 4 KiB per partition
+(fact sheet A.6: >= 2 KiB per partition, 32 KiB+ per transfer, about 4 KiB per partition
 saturates), while bigger tiles take more SBUF and leave fewer iterations to overlap (perf guide
 Opt #9: 1024 FP32 elements per partition is the sweet spot). The rule finds the tile-size
 constants (`TILE = 512`, `tile_f = min(cols, 512)`, `tile_n = nl.tile_size.gemm_moving_fmax`),
@@ -60,7 +60,7 @@ from .cst_util import (
     walk,
 )
 
-# Per-partition DMA payload the ordering aims at (nki-facts A.6: 4 KiB saturates the engines).
+# Per-partition DMA payload the ordering aims at (fact sheet A.6: 4 KiB saturates the engines).
 _TARGET_BYTES = 4096
 _ELEMENT_BYTES = 4  # NKIBench kernels are FP32; other dtypes only shift the estimate
 _MATMUL_CALLS = ("nc_matmul", "matmul")
@@ -426,7 +426,7 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 def _dma_gain(current: int, value: int) -> float:
     """Share of DMA time saved by transfers of `value` instead of `current` elements per partition
-    (128 partitions, FP32): fixed setup amortised and the efficiency curve of nki-facts A.6. The
+    (128 partitions, FP32): fixed setup amortised and the efficiency curve of fact sheet A.6. The
     queues overlap setup in practice, so half the standalone estimate is claimed."""
 
     def per_byte(elements: int) -> float:

@@ -9,7 +9,7 @@ A tiled matmul usually walks the output tiles outside the reduction:
         out[j] = copy(acc[j])
 
 so every matmul loads a new stationary tile `S[k]` into the PE array (LoadStationary before each
-MultiplyMoving, nki-facts A.3), although `S[k]` is the same for every `j`. Jamming the output loop
+MultiplyMoving, fact sheet A.3), although `S[k]` is the same for every `j`. Jamming the output loop
 into the reduction
 
     for k in range(K):
@@ -38,7 +38,7 @@ from . import cst_util as u
 from .analysis import KernelModel, model_of
 from .base import Plan
 
-_PSUM_BANK_BYTES = 2048  # bytes per partition of one PSUM bank (nki-facts A.4: 8 banks of 2 KiB)
+_PSUM_BANK_BYTES = 2048  # bytes per partition of one PSUM bank (fact sheet A.4: 8 banks of 2 KiB)
 _BANKS_FOR_ACCUMULATORS = 4  # of the 8 banks: the other half stays for transposes and read-outs
 _MATMULS = ("nisa.nc_matmul", "nl.matmul")
 

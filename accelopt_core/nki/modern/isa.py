@@ -38,7 +38,7 @@ def nc_matmul(dst: Tile, stationary: Tile, moving: Tile, is_stationary_onezero: 
               is_moving_onezero: bool = False, is_transpose: bool = False, accumulate: bool | None = None,
               perf_mode: Any = None, **_: Any) -> None:
     """accumulate=None: the first matmul into a PSUM region overwrites, the following ones add
-    (shared/nki-facts.md A.3). The docs do not say what ends such a group; here any other
+    (docs/fact-sheet.md A.3). The docs do not say what ends such a group; here any other
     instruction reading or writing the region does, so the next matmul starts a new one."""
     storage = dst.storage
     region = dst.sub.region
