@@ -179,6 +179,8 @@ class RemoteProfiler:
             with open(task.reference, encoding="utf-8") as handle:
                 payload["reference"] = handle.read()
             payload["reference_name"] = os.path.basename(task.reference)
+            if task.variant:
+                payload["reference_variant"] = task.variant
         else:
             payload["task"] = task.name
         if kernel_name:
@@ -197,9 +199,6 @@ class RemoteProfiler:
         """Profile on the service; failures come back as `ProfileResult.error`, never as exceptions."""
         task_name = task.name or default_task_name(task.reference or "")
         failed = ProfileResult(kernel_label, task_name, hardware, self.backend, function=kernel_name)
-        if task.reference and task.variant:  # the job protocol carries a reference's text, not a size of it
-            failed.error = f"a reference's size variant ({task.variant}) is not sent to a profiling service"
-            return failed
         deadline = time.monotonic() + self.timeout
         job_id: str | None = None
         try:

@@ -63,6 +63,8 @@ class JobRequest(BaseModel):
     reference_name: str | None = Field(None, max_length=255, description="reference file name; names the task")
     check_variant: str | None = Field(None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
                                       description="check on this size variant of the task, time at full size")
+    reference_variant: str | None = Field(None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                                          description="the size variant of `reference` to profile at")
     seeds: list[Annotated[int, Field(ge=0, lt=2**32)]] | None = Field(
         None, max_length=32, description="explicit seeds (such jobs are not cached)")
     grid: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
@@ -95,7 +97,8 @@ class JobRequest(BaseModel):
 
     def to_spec(self) -> JobSpec:
         return JobSpec(kernel=self.kernel, task=self.task, reference=self.reference,
-                       reference_name=self.reference_name, hardware=self.hardware, check=self.check,
+                       reference_name=self.reference_name, reference_variant=self.reference_variant,
+                       hardware=self.hardware, check=self.check,
                        kernel_name=self.kernel_name, kernel_label=_label(self.kernel_label),
                        check_variant=self.check_variant, seeds=tuple(self.seeds) if self.seeds is not None else None,
                        grid=tuple(self.grid) if self.grid is not None else None)

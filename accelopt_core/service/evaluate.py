@@ -84,7 +84,7 @@ class Evaluator:
         if spec.task:
             return TaskRef(name=spec.task, grid=spec.grid)
         return TaskRef(reference=materialize_reference(spec.reference or "", spec.reference_name, self.refs_root),
-                       grid=spec.grid)
+                       grid=spec.grid, variant=spec.reference_variant)
 
     def run(self, spec: JobSpec, cancel: threading.Event | None = None) -> Outcome:
         """Evaluate one job; never raises (a failure becomes an "error" outcome with its reason)."""

@@ -226,6 +226,7 @@ class RayProfiler:
             return failed
         spec = JobSpec(kernel=kernel_source, task=None if reference is not None else task.name, reference=reference,
                        reference_name=os.path.basename(task.reference) if task.reference else None,
+                       reference_variant=task.variant if reference is not None else None,
                        hardware=hardware, check=check, kernel_name=kernel_name,
                        kernel_label=os.path.basename(kernel_label) or "candidate.py",
                        check_variant=self.check_variant, seeds=tuple(seeds) if seeds is not None else None,

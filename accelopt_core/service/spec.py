@@ -39,6 +39,7 @@ class JobSpec:
     task: str | None = None
     reference: str | None = None
     reference_name: str | None = None  # file name of the client's reference; names the task in results
+    reference_variant: str | None = None  # a size variant the reference defines (None: its first)
     hardware: str = "trn1"
     check: bool = True
     kernel_name: str | None = None
@@ -50,7 +51,8 @@ class JobSpec:
     def task_key(self) -> str:
         if self.task:
             return f"task:{self.task}"
-        return f"ref:{sha256_text(self.reference or '')}:{self.reference_name or ''}"
+        variant = f":{self.reference_variant}" if self.reference_variant else ""
+        return f"ref:{sha256_text(self.reference or '')}:{self.reference_name or ''}{variant}"
 
     def cache_key(self, backend: str) -> str | None:
         """Content hash of everything that decides the result; None when the job must not be cached."""
@@ -73,6 +75,8 @@ def validate_spec(spec: JobSpec) -> None:
     """Reject, without running anything, what cannot be evaluated: raises SpecError."""
     if (spec.task is None) == (spec.reference is None):
         raise SpecError("give exactly one of `task` (a name) or `reference` (source text)")
+    if spec.reference_variant is not None and spec.reference is None:
+        raise SpecError("`reference_variant` names a size of a `reference`; a named task takes it as `name:variant`")
     if spec.hardware not in available_hardware():
         raise SpecError(f"unknown hardware {spec.hardware!r}; use one of {', '.join(available_hardware())}")
     try:

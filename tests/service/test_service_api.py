@@ -132,6 +132,8 @@ def test_oversized_requests_are_refused(service: Service) -> None:
     ({"reference": "def make_inputs(:\n"}, "syntax error"),
     ({"hardware": "trn9"}, "trn1"),
     ({"surprise": 1}, "extra"),
+    ({"reference": None, "task": "silu", "reference_variant": "small"}, "name:variant"),
+    ({"reference_variant": "../x"}, "pattern"),
 ])
 def test_invalid_jobs_are_refused_with_a_reason(service: Service, change: dict, needle: str) -> None:
     with service.client() as client:

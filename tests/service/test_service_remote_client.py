@@ -58,6 +58,31 @@ def test_the_launch_grid_travels_to_the_service(service: Service, reference: Tas
     assert RemoteProfiler(service.url, service.token).profile(kernel, reference).correct is False
 
 
+SIZED_REFERENCE = """import numpy as np
+
+VARIANTS = {"wide": {"cols": 256}, "narrow": {"cols": 64}}
+
+
+def make_inputs(rng, cols):
+    return [rng.standard_normal((128, cols), dtype=np.float32)]
+
+
+def reference(x):
+    return 2.0 * x
+"""
+
+
+def test_a_references_size_variant_travels_to_the_service(service: Service, tmp_path: Path) -> None:
+    """`--reference ref.py:narrow` profiles the narrow size on the service too (it was refused: the job carried
+    the reference's text but not which of its sizes)."""
+    (tmp_path / "sized_ref.py").write_text(SIZED_REFERENCE)
+    remote = RemoteProfiler(service.url, service.token)
+    for variant, cols in (("narrow", 64), (None, 256)):
+        result = remote.profile(tiny_kernel(403), TaskRef(reference=str(tmp_path / "sized_ref.py"), variant=variant))
+        assert result.ok and result.correct is True, result.error
+        assert result.profile["hbm_read_bytes"] == 128 * cols * 4
+
+
 def test_named_task_and_explicit_seeds(service: Service) -> None:
     from accelopt_core.tasks.registry import task_files
 
