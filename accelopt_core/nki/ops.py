@@ -19,6 +19,7 @@ import numpy as np
 from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, pin_location, trace_line
 from .indexing import IndexExpr, Mask, as_mask
+from .instructions import DECLARED, ENGINE_MEMORIES
 from .tensor import HBM, PSUM, SBUF, Limits, MaskedTile, Tile, allocate, close_accumulation, current, declare, running
 from .trace import Alu, Called, Engine, Instruction, Op
 
@@ -315,27 +316,71 @@ _LANE_WISE = frozenset({Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD})
 _ACROSS_PARTITIONS = frozenset({Op.NC_TRANSPOSE, Op.TENSOR_PARTITION_REDUCE, Op.NC_STREAM_SHUFFLE})
 
 
-# Which memories each instruction may read and write (NKI ISA): only DMA reaches HBM, and the Tensor engine
-# writes PSUM alone; every other instruction computes from and into SBUF or PSUM. One entry per instruction
-# the trace holds; what an engine cannot reach at all (GpSimd has no PSUM port) is checked on top.
-_ON_CHIP = (SBUF, PSUM)
-MEMORIES: dict[Op, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    **{op: (_ON_CHIP, _ON_CHIP) for op in Op},
-    Op.DMA_COPY: ((HBM, SBUF, PSUM), (HBM, SBUF, PSUM)),
-    Op.NC_MATMUL: (_ON_CHIP, (PSUM,)),
-}
+_SHOWN = {Engine.TENSOR: "Tensor", Engine.VECTOR: "Vector", Engine.SCALAR: "Scalar", Engine.GPSIMD: "GpSimd",
+          Engine.DMA: "DMA"}  # the engines as messages name them
 
 
 def _check_memories(op: Op, engine: str, tiles: tuple[Tile, ...], written: bool) -> None:
-    """Refuse an operand in a memory `op` cannot read (or write, when `written`): a compute instruction
-    given an HBM `dst=` or reduce result would otherwise finish a kernel without the store DMAs it needs."""
-    allowed = MEMORIES[op][1 if written else 0]
+    """Refuse an operand in a memory `op` cannot read (or write, when `written`) on `engine` (its declaration
+    and what the engine can reach at all): a compute instruction given an HBM `dst=` or reduce result would
+    otherwise finish a kernel without the store DMAs it needs."""
+    side = 1 if written else 0
+    declared = DECLARED[op]
+    allowed = declared.writes if written else declared.reads
+    reachable = ENGINE_MEMORIES[engine][side]
     for t in tiles:
-        if t.buffer not in allowed:
-            verb = "write" if written else "read"
-            hint = "; use nl.store / nisa.dma_copy" if t.buffer == HBM and written else ""
-            raise HardwareRuleError(f"{op} on the {engine} engine cannot {verb} {t.buffer.upper()} ({t.name}): it "
-                                    f"{verb}s {' or '.join(b.upper() for b in allowed)} only{hint}")
+        if t.buffer in allowed and t.buffer in reachable:
+            continue
+        verb = "write" if written else "read"
+        hint = "; use nl.store / nisa.dma_copy" if t.buffer == HBM and written else ""
+        if t.buffer in allowed and t.buffer == PSUM:
+            hint = "; use the Vector or Scalar engine for PSUM tiles"
+        memories = [b for b in allowed if b in reachable]
+        raise HardwareRuleError(f"{op} on the {_SHOWN[engine]} engine cannot {verb} {t.buffer.upper()} ({t.name}): it "
+                                f"{verb}s {' or '.join(b.upper() for b in memories)} only{hint}")
+
+
+def _check_operands(op: Op, **operands: Any) -> None:
+    """The rules `op`'s declaration sets on its named operands (those given as tiles): their memories and dtypes,
+    and at most one of `one_in_psum` in PSUM."""
+    declared = DECLARED[op]
+    for name, value in operands.items():
+        rule = declared.operands.get(name)
+        if rule is None or not isinstance(value, Tile):
+            continue
+        if value.buffer not in rule.memories:
+            raise HardwareRuleError(f"{op} {name} operand {value.name} is in {value.buffer.upper()}; it may be in "
+                                    f"{' or '.join(b.upper() for b in rule.memories)} only")
+        if rule.dtypes and value.storage.dtype_name not in rule.dtypes:
+            raise HardwareRuleError(f"{op} {name} operand {value.name} is {value.storage.dtype_name}; it must be "
+                                    f"{' or '.join(rule.dtypes)}")
+    in_psum = [name for name in declared.one_in_psum
+               if isinstance(operands.get(name), Tile) and operands[name].buffer == PSUM]
+    if len(in_psum) > 1:
+        raise HardwareRuleError(f"{op}: at most one of {', '.join(declared.one_in_psum)} may be in PSUM; "
+                                f"{' and '.join(in_psum)} are")
+
+
+def _check_work(op: Op, engine: str, partitions: int, free: int) -> None:
+    """The declared NeuronCore versions and work size of `op` on `engine` (the DMA engines' sizes are the
+    transfer's own, checked where it is made)."""
+    declared = DECLARED[op]
+    if engine not in declared.engines:
+        raise HardwareRuleError(f"{op} cannot run on the {engine} engine (allowed: {', '.join(declared.engines)})")
+    limits = current().limits
+    if limits.neuron_core_version not in declared.versions:
+        raise HardwareRuleError(f"{op} runs on NeuronCore-v{min(declared.versions)} and later, not "
+                                f"v{limits.neuron_core_version} ({limits.name})")
+    if engine == Engine.DMA:
+        return
+    size = declared.size(engine)
+    pmax = min(size.partitions or limits.pmax, limits.pmax)
+    if partitions > pmax:
+        raise HardwareRuleError(f"{op} on the {engine} engine: {partitions} partitions; the partition dimension "
+                                f"is limited to {pmax}")
+    if free < size.min_free or (size.max_free is not None and free > size.max_free):
+        most = f"at most {size.max_free}" if not size.min_free else f"{size.min_free} to {size.max_free}"
+        raise HardwareRuleError(f"{op} on the {engine} engine reads {most} elements per partition, got {free}")
 
 
 def _add_write(inst: Instruction, tile: Tile) -> None:
@@ -367,9 +412,7 @@ def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mas
     shape = work_shape or dst.shape
     _check_memories(op, engine, srcs, written=False)
     _check_memories(op, engine, (dst,), written=True)
-    if engine == Engine.GPSIMD and (dst.buffer == PSUM or any(t.buffer == PSUM for t in srcs)):
-        raise HardwareRuleError(f"{op} on the GpSimd engine cannot access PSUM; use the Vector or Scalar "
-                                "engine for PSUM tiles")
+    _check_work(op, engine, shape[0] if shape else 1, math.prod(shape[1:]))
     # the mask selects elements of the work; it selects the output's too when they have its shape
     # (a reduction's or bn_stats' output is written whole)
     out_mask = mask if dst.shape == shape else None
@@ -431,13 +474,14 @@ def _store(dst: Tile, values: Any, mask: np.ndarray | None) -> None:
         dst.write(values, mask)
 
 
-def _engine(engine: Any, default: str, allowed: tuple[str, ...]) -> str:
+def _engine(engine: Any, op: Op, default: str | None = None) -> str:
+    """The engine a kernel picked for `op` (`engine=`), else `default`, else the declared first one."""
     name = getattr(engine, "_engine", engine)
+    allowed = DECLARED[op].engines
     if name in (None, "unknown"):
-        return default
+        return default or allowed[0]
     if name not in allowed:
-        raise HardwareRuleError(f"this instruction cannot run on the {name} engine (allowed: "
-                                f"{', '.join(allowed)})")
+        raise HardwareRuleError(f"{op} cannot run on the {name} engine (allowed: {', '.join(allowed)})")
     return name
 
 
@@ -680,7 +724,7 @@ def _binary_dtype(name: str, a: Any, b: Any) -> np.dtype:
 # Element-wise ops the docs list for GpSimd's tensor_tensor (shared/nki-facts.md B.6, B.7).
 _GPSIMD_TENSOR_TENSOR = frozenset({Alu.POWER, Alu.ADD, Alu.MULTIPLY})
 MAX_ACCESS_DIMS = 4  # free dimensions of one SBUF/PSUM access pattern (nki-facts A.4)
-BN_STATS_FMAX = 512  # elements per partition one bn_stats reads (nl.tile_size.bn_stats_fmax)
+BN_STATS_FMAX = DECLARED[Op.BN_STATS].size(Engine.VECTOR).max_free  # nl.tile_size.bn_stats_fmax
 # the reduction identities: masked-off elements take these values
 _IDENTITY = {Alu.ADD: 0.0, "mean": 0.0, Alu.MAXIMUM: -np.inf, Alu.MINIMUM: np.inf, Alu.MULTIPLY: 1.0}
 
@@ -700,16 +744,13 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
             raise KernelUsageError(f"tensor_tensor operands of shapes {data1.shape} and {data2.shape} "
                                    "do not match") from None
     _check_partitions(shape, "tensor_tensor")
-    if data1.buffer == PSUM and data2.buffer == PSUM:
-        raise HardwareRuleError("tensor_tensor: at most one input may be in PSUM")
+    _check_operands(Op.TENSOR_TENSOR, data1=data1, data2=data2)
     # 32-bit integer add/subtract/multiply run natively on GpSimd; the Vector engine would go
     # through float32 and lose integers above 2**24 (shared/nki-facts.md B.6, B.7)
     int_math = name in (Alu.ADD, Alu.SUBTRACT, Alu.MULTIPLY) and data1.dtype in _INT32 and data2.dtype in _INT32
     on_psum = PSUM in (data1.buffer, data2.buffer)
     default = Engine.GPSIMD if name == Alu.POWER or (int_math and not on_psum) else Engine.VECTOR
-    eng = _engine(engine, default, (Engine.VECTOR, Engine.GPSIMD))
-    if eng == Engine.GPSIMD and PSUM in (data1.buffer, data2.buffer):
-        raise HardwareRuleError("tensor_tensor on GpSimd cannot read PSUM")
+    eng = _engine(engine, Op.TENSOR_TENSOR, default)
     if eng == Engine.GPSIMD and not (name in _GPSIMD_TENSOR_TENSOR or int_math):
         raise HardwareRuleError(f"tensor_tensor {name!r} cannot run on GpSimd; it runs power, add and multiply "
                                 "(and 32-bit integer add/subtract/multiply) there, everything else on Vector")
@@ -755,7 +796,7 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
         operand1 = _per_partition_operand(operand1, partitions, "tensor_scalar operand1")
         ops.append(name1)
         srcs += [x for x in (operand1,) if isinstance(x, Tile)]
-    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
+    eng = _engine(engine, Op.TENSOR_SCALAR)
     # the Scalar engine takes the affine forms on every generation (nki.isa.tensor_scalar of SDK 2.21, for
     # Inf2/Trn1/Trn2: "Vector or Scalar Engine"; the compiler itself places them there on trn1)
     if eng == Engine.SCALAR and tuple(ops) not in SCALAR_ENGINE_TENSOR_SCALAR:
@@ -929,13 +970,11 @@ def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask 
                 dst: Tile | None = None) -> Tile:
     _on_chip(src, "tensor_copy")
     _check_partitions(src.shape, "tensor_copy")
-    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
+    eng = _engine(engine, Op.TENSOR_COPY)
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
     column = dst is not None and src.size == src.shape[0] == dst.shape[0] and dst.size > src.size
     spread = dst is not None and not column and src.shape != dst.shape and _spreads(src.shape, dst.shape)
     out, fresh = (dst, False) if column or spread else _output(dst, src.shape, out_dtype)
-    if out.buffer == HBM:
-        raise HardwareRuleError("compute engines cannot write HBM; use nl.store / nisa.dma_copy")
     # left to the compiler, a copy is also an ACT activation (identity): it goes where it finishes first
     attrs = {"engines": _COMPILER_PLACED} if getattr(engine, "_engine", engine) in (None, "unknown") else None
     _record(eng, Op.TENSOR_COPY, (src,), out, mask=mask, fresh=fresh, work_shape=out.shape, attrs=attrs)
@@ -1129,14 +1168,12 @@ def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = Non
 @instruction
 def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None, mask: Mask | None = None,
            buffer: str = SBUF, dst: Tile | None = None) -> Tile:
-    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.GPSIMD))
+    eng = _engine(engine, Op.MEMSET)
     out_dtype = dtype if dtype is not None else dtypes.float32
     if dst is None:  # the kernel's own shape and buffer (nisa.memset), parsed as a declaration's
         out, fresh = allocate(shape, out_dtype, buffer), True
     else:
         out, fresh = _output(dst, tuple(shape), out_dtype)
-    if out.buffer == HBM:
-        raise HardwareRuleError("memset writes SBUF or PSUM, not HBM")
     _check_partitions(out.shape, "memset")
     _record(eng, Op.MEMSET, (), out, mask=mask, fresh=fresh, attrs={"value": float(value)})
     _store(out, np.float32(value), _mask_values(mask, out.shape))
@@ -1164,7 +1201,7 @@ def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, engin
     """1/x on the Vector engine (precise, ~8 cycles per element) or the Scalar engine."""
     _on_chip(data, "reciprocal")
     _check_partitions(data.shape, "reciprocal")
-    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR))
+    eng = _engine(engine, Op.RECIPROCAL)
     out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
     _record(eng, Op.RECIPROCAL, (data,), out, mask=mask, fresh=fresh)
     if current().numeric:
@@ -1189,8 +1226,7 @@ def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: An
     partitions = data0.shape[0]
     initial = _per_partition_operand(initial, partitions, "tensor_tensor_scan initial")
     srcs = (data0, data1) + ((initial,) if isinstance(initial, Tile) else ())
-    if data0.buffer == PSUM and data1.buffer == PSUM:
-        raise HardwareRuleError("tensor_tensor_scan: at most one input may be in PSUM")
+    _check_operands(Op.TENSOR_TENSOR_SCAN, data0=data0, data1=data1)
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.promote(data0.dtype, data1.dtype)
     out, fresh = _output(dst, data0.shape, out_dtype)
     _record(Engine.VECTOR, Op.TENSOR_TENSOR_SCAN, srcs, out, mask=mask, fresh=fresh,
@@ -1268,8 +1304,7 @@ def tensor_copy_predicated(src: Any, dst: Tile, predicate: Tile, *, reverse_pred
         if t.size != dst.size or t.shape[0] != dst.shape[0]:
             raise KernelUsageError(f"tensor_copy_predicated: {role} {t.shape} must cover the partitions and "
                                    f"elements of dst {dst.shape}")
-    if isinstance(src, Tile) and src.buffer == PSUM and predicate.buffer == PSUM:
-        raise HardwareRuleError("tensor_copy_predicated: src and predicate cannot both be in PSUM")
+    _check_operands(Op.SELECT, src=src, predicate=predicate)
     srcs = (*((src,) if isinstance(src, Tile) else ()), predicate, dst)  # unselected elements stay: dst is read
     _record(Engine.VECTOR, Op.SELECT, srcs, dst, mask=mask)
     if current().numeric:
@@ -1293,10 +1328,6 @@ def range_select(on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile,
     """Vector engine (NeuronCore-v3+): each element whose free index + range_start passes both comparisons
     with its partition's bounds, else on_false_value; the rows' maximum goes through the reduce registers
     as `reduce_cmd` says, and into reduce_res when given (the causal / sliding-window mask of attention)."""
-    limits = current().limits
-    if limits.neuron_core_version < 3:
-        raise HardwareRuleError(f"range_select runs on NeuronCore-v3 and later, not v{limits.neuron_core_version} "
-                                f"({limits.name})")
     _on_chip(on_true_tile, "range_select")
     _check_partitions(on_true_tile.shape, "range_select")
     partitions = on_true_tile.shape[0]
@@ -1383,10 +1414,8 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
     over both K and the row pair, twice the work of one matmul in the time of one."""
     limits = current().limits
     _output_mask(mask, stationary, moving)
+    _check_operands(Op.NC_MATMUL, stationary=stationary, moving=moving)
     for t, role in ((stationary, "stationary"), (moving, "moving")):
-        if t.buffer != SBUF:
-            raise HardwareRuleError(f"matmul {role} operand {t.name} is in {t.buffer.upper()}; the Tensor "
-                                    "engine reads its inputs from SBUF only")
         if t.ndim < 2:
             raise KernelUsageError(f"matmul {role} operand must be a 2-D tile, got shape {t.shape}")
     rows = _double_rows(stationary, moving, perf_mode, limits)
@@ -1446,7 +1475,7 @@ def _check_hints(stationary: np.ndarray, moving: np.ndarray, stationary_onezero:
 
 
 EIGHT = 8  # values per partition the Vector engine's top-8 instructions find, locate or replace
-_EIGHT_MAX_FREE = 16384  # elements per partition they read at most (nki.isa.max8)
+_EIGHT_MAX_FREE = DECLARED[Op.MAX8].size(Engine.VECTOR).max_free  # elements per partition they read at most
 
 
 def _eight_shape(data: Tile, what: str, mask: Mask | None) -> tuple[int, int]:
@@ -1609,27 +1638,39 @@ def _double_rows(stationary: Tile, moving: Tile, perf_mode: str | None, limits: 
     return 2
 
 
+def _fits(op: Op, engine: str, partitions: int, free: int) -> bool:
+    """Whether work of `partitions` x `free` elements is within `op`'s declared size on `engine`."""
+    size = DECLARED[op].size(engine)
+    return ((size.partitions is None or partitions <= size.partitions)
+            and (size.max_free is None or free <= size.max_free))
+
+
+def _square(engine: str) -> str:
+    size = DECLARED[Op.NC_TRANSPOSE].size(engine)
+    return f"{size.partitions}x{size.max_free}"
+
+
 @instruction
 def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mask | None = None,
                  dst: Tile | None = None) -> Tile:
     """Swap partition and free axes: Tensor engine (<=128x128, into PSUM) or Vector (<=32x32)."""
     _on_chip(data, "nc_transpose")
     p, f = data.shape[0], math.prod(data.shape[1:])
-    small = p <= 32 and f <= 32
+    small = _fits(Op.NC_TRANSPOSE, Engine.VECTOR, p, f)
     # left to the compiler, a small transpose goes to Vector when its input or output rules out the
     # Tensor engine (which reads SBUF and writes PSUM)
     vector = small and (data.buffer == PSUM or (dst is not None and dst.buffer != PSUM))
-    eng = _engine(engine, Engine.VECTOR if vector else Engine.TENSOR, (Engine.TENSOR, Engine.VECTOR))
+    eng = _engine(engine, Op.NC_TRANSPOSE, Engine.VECTOR if vector else Engine.TENSOR)
     if eng == Engine.VECTOR:
         if not small:
-            raise HardwareRuleError(f"Vector-engine transpose handles at most 32x32, got {p}x{f}")
+            raise HardwareRuleError(f"Vector-engine transpose handles at most {_square(Engine.VECTOR)}, got {p}x{f}")
         out, fresh = _output(dst, (f, p), dtype if dtype is not None else data.dtype)
         _record(Engine.VECTOR, Op.NC_TRANSPOSE, (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
         if current().numeric:
             _store(out, _f32(data).reshape(p, f).T, _mask_values(mask, out.shape))
         return out
-    if p > 128 or f > 128:
-        raise HardwareRuleError(f"Tensor-engine transpose handles at most 128x128, got {p}x{f}")
+    if not _fits(Op.NC_TRANSPOSE, Engine.TENSOR, p, f):
+        raise HardwareRuleError(f"Tensor-engine transpose handles at most {_square(Engine.TENSOR)}, got {p}x{f}")
     if data.buffer != SBUF:
         raise HardwareRuleError("Tensor-engine transpose reads its input from SBUF")
     # The result keeps the input's dtype; the docs describe dtype= as an extra cast instruction.
