@@ -198,16 +198,19 @@ def cost_class(op: str, engine: str) -> Cost | None:
     return DECLARED[op].cost.get(engine)
 
 
-def source_engines() -> dict[str, str]:
-    """The engine each source name runs on when the kernel picks none: `nisa.X` by the API functions, the
-    language's own names (`nl.load`) by `language`."""
-    engines: dict[str, str] = {}
+def source_engine_choices() -> dict[str, tuple[str, ...]]:
+    """The engines each source name may run on, the default first: `nisa.X` by the API functions that emit an
+    instruction, the language's own names (`nl.load`) by `language`."""
+    engines: dict[str, tuple[str, ...]] = {}
     for declaration in DECLARED.values():
-        for name in (*declaration.legacy, *declaration.modern):
-            engines[f"nisa.{name}"] = declaration.engines[0]
-        for name in declaration.language:
-            engines[name] = declaration.engines[0]
+        for name in (*(f"nisa.{f}" for f in (*declaration.legacy, *declaration.modern)), *declaration.language):
+            engines[name] = declaration.engines
     return engines
+
+
+def source_engines() -> dict[str, str]:
+    """The engine each source name runs on when neither the kernel nor the compiler picks one."""
+    return {name: engines[0] for name, engines in source_engine_choices().items()}
 
 
 def declaration_of(api: str, function: str) -> Declaration | None:
