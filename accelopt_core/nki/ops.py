@@ -19,7 +19,7 @@ import numpy as np
 from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, pin_location, trace_line
 from .indexing import IndexExpr, Mask, as_mask
-from .instructions import DECLARED, ENGINE_MEMORIES
+from .instructions import DECLARED, ENGINE_MEMORIES, declaration_of
 from .tensor import HBM, PSUM, SBUF, Limits, MaskedTile, Tile, allocate, close_accumulation, current, declare, running
 from .trace import Alu, Called, Engine, Instruction, Op
 
@@ -247,6 +247,24 @@ def instruction(fn: F) -> F:
 
     REPLAYABLE[op] = recorded
     return recorded  # type: ignore[return-value]
+
+
+def api_function(api: str, name: str) -> Callable[..., Any] | None:
+    """`nisa.<name>` of `api` ("legacy" or "modern") for an instruction declared there whose API module has no
+    adapter of its own: the semantics function of that name, whose parameters are the documented ones (`dst`
+    first); the documented `name=` (an instruction label) is accepted and has no effect. The newer API's
+    functions return None. None when no declaration names it for `api`."""
+    fn = REPLAYABLE.get(name)
+    if fn is None or declaration_of(api, name) is None:
+        return None
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("name", None)
+        result = fn(*args, **kwargs)
+        return result if api == "legacy" else None
+
+    return call
 
 
 # --------------------------------------------------------------------------------------------
@@ -825,7 +843,8 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
     return out
 
 
-_REDUCE_COMMANDS = ("idle", "reset", "reduce", "reset_reduce")
+REDUCE_COMMANDS = ("idle", "reset", "reduce", "reset_reduce", "load_reduce")  # nisa.reduce_cmd
+_REDUCE_COMMANDS = REDUCE_COMMANDS[:4]  # what every instruction with reduce registers takes
 _LANES = 128  # reduce registers per engine: one per partition
 
 
