@@ -112,7 +112,10 @@ _V, _S, _G, _T, _D = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD, Engine.TENSOR,
 _ACTIVATION_FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu", "gelu", "relu", "sin", "cos",
                          "arctan", "erf", "softplus", "mish", "sign", "abs", "square", "softmax")
 _EIGHT = Size(min_free=8, max_free=16384)  # the top-8 instructions: 8 to 16384 elements per partition
-_SELECT_PREDICATE = ("uint8", "int8", "uint16", "int16", "bool")
+_FLOATS = ("float32", "bfloat16", "float16")
+_NARROW = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2", "int8", "uint8", "int16", "uint16")
+_NOT_INT32 = (*_FLOATS, *_NARROW, "bool")  # any type but 32-bit integers (tfloat32 is float32 here)
+_SELECT_PREDICATE = ("uint8", "int8", "uint16", "int16", "bool")  # integer predicates (bool: a uint8 mask)
 
 
 def _declare(*declarations: Declaration) -> Mapping[str, Declaration]:
@@ -182,6 +185,11 @@ DECLARED: Mapping[str, Declaration] = _declare(
                 operands={"dst_idx": Operand(dtypes=("uint16", "uint32"))}, source="nki.isa.nc_match_replace8"),
     Declaration("range_select", (_V,), {_V: Cost.ONE_PASS}, legacy=("range_select",), modern=("range_select",),
                 versions=(3, 4), source="nki.isa.range_select"),
+    Declaration("select_reduce", (_V,), {_V: Cost.SELECT}, legacy=("select_reduce",), modern=("select_reduce",),
+                one_in_psum=("on_true", "predicate"),
+                operands={"predicate": Operand(dtypes=_SELECT_PREDICATE), "on_true": Operand(dtypes=_NOT_INT32),
+                          "reduce_res": Operand(dtypes=_FLOATS)},
+                source="nki.isa.select_reduce (priced as tensor_copy_predicated: the ISA gives no cost)"),
 )
 
 

@@ -1381,6 +1381,45 @@ def range_select(on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile,
     return out
 
 
+@instruction
+def select_reduce(dst: Tile, predicate: Tile, on_true: Tile, on_false: Any, reduce_res: Tile | None = None,
+                  reduce_cmd: Any = "idle", reduce_op: Any = "maximum", reverse_pred: bool = False, *,
+                  mask: Mask | None = None, dtype: Any = None) -> Tile:
+    """Vector engine: dst = on_true where `predicate` is nonzero (zero with `reverse_pred`), else on_false (a
+    number or a [P, 1] column); each row's maximum goes into reduce_res when given, through the engine's reduce
+    registers as `reduce_cmd` says (idle: this instruction's own maximum, the registers left as they are)."""
+    name, reducer = _reducer(reduce_op, "select_reduce", {Alu.MAXIMUM: np.max})
+    for t, role in ((predicate, "predicate"), (on_true, "on_true")):
+        _on_chip(t, "select_reduce")
+        if t.size != dst.size or t.shape[0] != dst.shape[0]:
+            raise KernelUsageError(f"select_reduce: {role} {t.shape} must have the partitions and elements of dst "
+                                   f"{dst.shape}")
+    if dtype is not None and dtypes.as_dtype(dtype) != dst.dtype:
+        raise KernelUsageError(f"select_reduce writes dst's type {dst.dtype}, not dtype={dtype}")
+    _check_operands(Op.SELECT_REDUCE, predicate=predicate, on_true=on_true, reduce_res=reduce_res)
+    partitions = dst.shape[0]
+    on_false = _per_partition_operand(on_false, partitions, "select_reduce on_false")
+    command = _reduce_command(reduce_cmd, "select_reduce")
+    if reduce_res is not None:
+        _column(reduce_res, partitions, "select_reduce")
+    srcs = (predicate, on_true) + ((on_false,) if isinstance(on_false, Tile) else ())
+    reduces = reduce_res is not None or command in ("reduce", "reset_reduce")
+    inst = _record(Engine.VECTOR, Op.SELECT_REDUCE, srcs, dst, mask=mask, attrs={"reduce_op": name, "reduce": reduces})
+    if reduce_res is not None:
+        _add_write(inst, reduce_res)
+    if current().numeric:
+        chosen = _f32(predicate).reshape(partitions, -1) != 0
+        values = np.where(~chosen if reverse_pred else chosen, _f32(on_true).reshape(partitions, -1),
+                          _operand_values(on_false, 2)).astype(np.float32)
+        active = _mask_values(mask, dst.shape)
+        _store(dst, values.reshape(dst.shape), active)
+        partial = _row_reduction(values, name, reducer, active) if reduces else None
+        held = partial if command in (None, "idle") else _registers(Engine.VECTOR, command, partial, reducer)
+        if reduce_res is not None and held is not None:
+            reduce_res.write(held[:partitions].reshape(reduce_res.shape))
+    return dst
+
+
 def _choice_values(x: Any, shape: tuple[int, ...]) -> Any:
     if not isinstance(x, Tile):
         return np.float32(x)
