@@ -114,7 +114,8 @@ _ACTIVATION_FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu
 _EIGHT = Size(min_free=8, max_free=16384)  # the top-8 instructions: 8 to 16384 elements per partition
 _FLOATS = ("float32", "bfloat16", "float16")
 _NARROW = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2", "int8", "uint8", "int16", "uint16")
-_NOT_INT32 = (*_FLOATS, *_NARROW, "bool")  # any type but 32-bit integers (tfloat32 is float32 here)
+_NOT_32_BIT_INT = (*_FLOATS, *_NARROW)  # BF16, FP16, FP32, FP8, 8- and 16-bit integers
+_NOT_INT32 = (*_NOT_32_BIT_INT, "bool")  # any type but 32-bit integers (tfloat32 is float32 here)
 _SELECT_PREDICATE = ("uint8", "int8", "uint16", "int16", "bool")  # integer predicates (bool: a uint8 mask)
 
 
@@ -190,6 +191,10 @@ DECLARED: Mapping[str, Declaration] = _declare(
                 operands={"predicate": Operand(dtypes=_SELECT_PREDICATE), "on_true": Operand(dtypes=_NOT_INT32),
                           "reduce_res": Operand(dtypes=_FLOATS)},
                 source="nki.isa.select_reduce (priced as tensor_copy_predicated: the ISA gives no cost)"),
+    Declaration("tensor_scalar_cumulative", (_V,), {_V: Cost.SCAN}, modern=("tensor_scalar_cumulative",),
+                versions=(3, 4),
+                operands={"src": Operand(dtypes=_NOT_32_BIT_INT), "dst": Operand(dtypes=_NOT_32_BIT_INT)},
+                source="nki.isa.tensor_scalar_cumulative (priced as tensor_tensor_scan: the ISA gives no cost)"),
 )
 
 

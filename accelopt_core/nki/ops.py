@@ -1420,6 +1420,58 @@ def select_reduce(dst: Tile, predicate: Tile, on_true: Tile, on_false: Any, redu
     return dst
 
 
+# the cumulative operators of tensor_scalar_cumulative and the register each starts from on reset_reduce
+_CUMULATIVE_START = {Alu.ADD: 0.0, Alu.SUBTRACT: 0.0, Alu.MULTIPLY: 1.0, Alu.MAXIMUM: -np.inf, Alu.MINIMUM: np.inf}
+
+
+@instruction
+def tensor_scalar_cumulative(dst: Tile, src: Tile, op0: Any, op1: Any, imm0: Any, imm1: Any = None,
+                             reduce_cmd: Any = "reset_reduce") -> Tile:
+    """Vector engine: along each partition's free elements, reg = op1(op0(src[i], imm0), reg) and dst[i] = reg.
+    The register starts at op1's identity (reset_reduce), at imm1 (load_reduce), or where the engine's reduce
+    registers stand (reduce), and is left there for the next instruction."""
+    name0, fn0 = _alu(op0)
+    name1, fn1 = _alu(op1)
+    if name0 in BITWISE or name0 in LOGICAL:
+        raise HardwareRuleError(f"tensor_scalar_cumulative takes an arithmetic op0, not {name0}")
+    if name1 not in _CUMULATIVE_START:
+        raise HardwareRuleError(f"tensor_scalar_cumulative accumulates with {', '.join(_CUMULATIVE_START)}, "
+                                f"not {name1}")
+    _on_chip(src, "tensor_scalar_cumulative")
+    if src.size != dst.size or src.shape[0] != dst.shape[0]:
+        raise KernelUsageError(f"tensor_scalar_cumulative: src {src.shape} and dst {dst.shape} must have the same "
+                               "partitions and elements")
+    _check_operands(Op.TENSOR_SCALAR_CUMULATIVE, src=src, dst=dst)
+    command = str(getattr(reduce_cmd, "name", None) or reduce_cmd).rsplit(".", 1)[-1]
+    if command not in ("reset_reduce", "reduce", "load_reduce"):
+        raise UnsupportedApiError(f"tensor_scalar_cumulative: reduce_cmd {command!r} (it takes reset_reduce, reduce "
+                                  "or load_reduce)")
+    if command == "load_reduce" and imm1 is None:
+        raise KernelUsageError("tensor_scalar_cumulative with load_reduce starts from imm1: give imm1")
+    partitions = src.shape[0]
+    imm0 = _per_partition_operand(imm0, partitions, "tensor_scalar_cumulative imm0")
+    imm1 = None if imm1 is None else _per_partition_operand(imm1, partitions, "tensor_scalar_cumulative imm1")
+    srcs = (src, *(t for t in (imm0, imm1) if isinstance(t, Tile)))
+    _record(Engine.VECTOR, Op.TENSOR_SCALAR_CUMULATIVE, srcs, dst, attrs={"ops": (name0, name1)},
+            work_shape=src.shape)
+    if current().numeric:
+        steps = fn0(_f32(src).reshape(partitions, -1), _operand_values(imm0, 2))
+        held = _registers(Engine.VECTOR, "idle", None, np.max)
+        if command == "reset_reduce":
+            register = np.full(partitions, _CUMULATIVE_START[name1], dtype=np.float32)
+        elif command == "load_reduce":
+            register = np.broadcast_to(_operand_values(imm1, 2), (partitions, 1)).reshape(partitions).copy()
+        else:
+            register = held[:partitions].copy()
+        result = np.empty_like(steps)
+        for i in range(steps.shape[1]):
+            register = fn1(steps[:, i], register)
+            result[:, i] = register
+        held[:partitions] = register
+        _store(dst, result.reshape(dst.shape), None)
+    return dst
+
+
 def _choice_values(x: Any, shape: tuple[int, ...]) -> Any:
     if not isinstance(x, Tile):
         return np.float32(x)
