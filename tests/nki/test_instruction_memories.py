@@ -1,6 +1,6 @@
-"""Which memories each instruction may write (its declaration in nki/instructions.py), instruction by instruction, in both APIs: only DMA
-reaches HBM. A compute instruction handed an HBM destination would otherwise finish a kernel with no store
-DMA at all, so its output traffic would never be priced."""
+"""Which memories each instruction may write (its declaration in nki/instructions.py), instruction by instruction,
+in both APIs: only DMA reaches HBM. A compute instruction handed an HBM destination would otherwise finish a
+kernel with no store DMA at all, so its output traffic would never be priced."""
 
 from __future__ import annotations
 
