@@ -48,6 +48,11 @@ ENGINE_MEMORIES: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = Mapping
 })
 
 
+# Engines that work partition by partition: element i of an operand meets element i of the output in the same
+# lane, unless the instruction has its own data path across partitions (`across_partitions`)
+LANE_ENGINES = (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
+
+
 class Cost(enum.StrEnum):
     """How perfmodel/costs.py prices an instruction on one engine (each class is one formula there)."""
 
@@ -101,6 +106,8 @@ class Declaration:
     operands: Mapping[str, Operand] = field(default_factory=dict)  # finer rules of named operands
     one_in_psum: tuple[str, ...] = ()  # operands of which at most one may be in PSUM
     sizes: Mapping[str, Size] = field(default_factory=dict)  # per engine; absent: Size()
+    across_partitions: bool = False  # moves data between partitions (else lane by lane on LANE_ENGINES)
+    moves: bool = False  # only moves or reorders data: the same inputs give the same result, no arithmetic
     source: str = ""  # the ISA page the limits come from
 
     def size(self, engine: str) -> Size:
@@ -124,7 +131,7 @@ def _declare(*declarations: Declaration) -> Mapping[str, Declaration]:
 
 
 DECLARED: Mapping[str, Declaration] = _declare(
-    Declaration("dma_copy", (_D,), {_D: Cost.DMA}, legacy=("dma_copy", "dma_transpose", "dma_compute"),
+    Declaration("dma_copy", (_D,), {_D: Cost.DMA}, legacy=("dma_copy", "dma_transpose", "dma_compute"), moves=True,
                 modern=("dma_copy", "dma_transpose", "dma_compute"),
                 language=("nl.load", "nl.store", "nl.load_transpose2d", "nl.atomic_rmw"),
                 reads=(HBM, SBUF), writes=(HBM, SBUF), source="nki.isa.dma_copy, dma_transpose, dma_compute"),
@@ -133,7 +140,7 @@ DECLARED: Mapping[str, Declaration] = _declare(
                 operands={"stationary": Operand((SBUF,)), "moving": Operand((SBUF,))},
                 source="nki.isa.nc_matmul (sizes: the hardware profile's stationary/moving free maxima)"),
     Declaration("nc_transpose", (_T, _V), {_T: Cost.MATMUL, _V: Cost.ONE_PASS}, legacy=("nc_transpose",),
-                modern=("nc_transpose",), language=("nl.transpose",),
+                modern=("nc_transpose",), language=("nl.transpose",), across_partitions=True, moves=True,
                 sizes={_T: Size(128, max_free=128), _V: Size(32, max_free=32)}, source="nki.isa.nc_transpose"),
     Declaration("tensor_tensor", (_V, _G), {_V: Cost.TENSOR_TENSOR, _G: Cost.TWO_PASS}, legacy=("tensor_tensor",),
                 modern=("tensor_tensor",), one_in_psum=("data1", "data2"), source="nki.isa.tensor_tensor"),
@@ -149,10 +156,10 @@ DECLARED: Mapping[str, Declaration] = _declare(
     Declaration("tensor_scalar_reduce", (_V,), {_V: Cost.STREAMING}, legacy=("tensor_scalar_reduce",),
                 modern=("tensor_scalar_reduce",), source="nki.isa.tensor_scalar_reduce"),
     Declaration("tensor_partition_reduce", (_G,), {_G: Cost.TWO_PASS}, legacy=("tensor_partition_reduce",),
-                modern=("tensor_partition_reduce",), reads=(SBUF,), writes=(SBUF,),
+                modern=("tensor_partition_reduce",), reads=(SBUF,), writes=(SBUF,), across_partitions=True,
                 source="nki.isa.tensor_partition_reduce"),
     Declaration("tensor_copy", (_V, _S, _G), {_V: Cost.STREAMING, _S: Cost.ONE_PASS, _G: Cost.ONE_PASS},
-                legacy=("tensor_copy",), modern=("tensor_copy",), language=("nl.copy",),
+                legacy=("tensor_copy",), modern=("tensor_copy",), language=("nl.copy",), moves=True,
                 source="nki.isa.tensor_copy"),
     Declaration("activation", (_S,), {_S: Cost.ONE_PASS}, legacy=("activation", "activation_reduce"),
                 modern=("activation", "activation_reduce"),
@@ -177,7 +184,7 @@ DECLARED: Mapping[str, Declaration] = _declare(
     Declaration("random_seed", (_V,), {_V: Cost.ONE_PASS}, language=("nl.random_seed",),
                 source="nki.language.random_seed"),
     Declaration("nc_stream_shuffle", (_V,), {_V: Cost.ONE_PASS}, legacy=("nc_stream_shuffle",),
-                modern=("nc_stream_shuffle",), source="nki.isa.nc_stream_shuffle"),
+                modern=("nc_stream_shuffle",), across_partitions=True, source="nki.isa.nc_stream_shuffle"),
     Declaration("max8", (_V,), {_V: Cost.ONE_PASS}, legacy=("max8",), modern=("max8",), sizes={_V: _EIGHT},
                 source="nki.isa.max8"),
     Declaration("nc_find_index8", (_V,), {_V: Cost.ONE_PASS}, legacy=("nc_find_index8",), modern=("nc_find_index8",),

@@ -19,7 +19,7 @@ import numpy as np
 from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, pin_location, trace_line
 from .indexing import IndexExpr, Mask, as_mask
-from .instructions import DECLARED, ENGINE_MEMORIES, declaration_of
+from .instructions import DECLARED, ENGINE_MEMORIES, LANE_ENGINES, declaration_of
 from .tensor import HBM, PSUM, SBUF, Limits, MaskedTile, Tile, allocate, close_accumulation, current, declare, running
 from .trace import Alu, Called, Engine, Instruction, Op
 
@@ -327,11 +327,15 @@ def _result(shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> Tile:
     return declare(buffer, shape, 0, dtypes.as_dtype(dtype))
 
 
-# Engines that work partition by partition: element i of an operand meets element i of the output in
-# the same lane
-_LANE_WISE = frozenset({Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD})
-# instructions with their own data paths across partitions
-_ACROSS_PARTITIONS = frozenset({Op.NC_TRANSPOSE, Op.TENSOR_PARTITION_REDUCE, Op.NC_STREAM_SHUFFLE})
+def _lane_wise(op: Op, engine: str) -> bool:
+    """Whether `op` on `engine` meets element i of an operand with element i of its output in the same lane."""
+    return engine in LANE_ENGINES and not DECLARED[op].across_partitions
+
+
+def _writable(op: Op, engine: str) -> tuple[str, ...]:
+    """The memories `op` may write on `engine`: an instruction is retargeted into a `dst` only there; elsewhere
+    `dst[...] = value` is a separate copy (a matmul result into SBUF)."""
+    return tuple(m for m in DECLARED[op].writes if m in ENGINE_MEMORIES[engine][1])
 
 
 _SHOWN = {Engine.TENSOR: "Tensor", Engine.VECTOR: "Vector", Engine.SCALAR: "Scalar", Engine.GPSIMD: "GpSimd",
@@ -379,13 +383,12 @@ def _check_operands(op: Op, **operands: Any) -> None:
                                 f"{' and '.join(in_psum)} are")
 
 
-def _check_work(op: Op, engine: str, partitions: int, free: int) -> None:
+def _check_work(op: Op, engine: str, partitions: int, free: int, limits: Limits) -> None:
     """The declared NeuronCore versions and work size of `op` on `engine` (the DMA engines' sizes are the
     transfer's own, checked where it is made)."""
     declared = DECLARED[op]
     if engine not in declared.engines:
         raise HardwareRuleError(f"{op} cannot run on the {engine} engine (allowed: {', '.join(declared.engines)})")
-    limits = current().limits
     if limits.neuron_core_version not in declared.versions:
         raise HardwareRuleError(f"{op} runs on NeuronCore-v{min(declared.versions)} and later, not "
                                 f"v{limits.neuron_core_version} ({limits.name})")
@@ -430,11 +433,11 @@ def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mas
     shape = work_shape or dst.shape
     _check_memories(op, engine, srcs, written=False)
     _check_memories(op, engine, (dst,), written=True)
-    _check_work(op, engine, shape[0] if shape else 1, math.prod(shape[1:]))
+    _check_work(op, engine, shape[0] if shape else 1, math.prod(shape[1:]), sim.limits)
     # the mask selects elements of the work; it selects the output's too when they have its shape
     # (a reduction's or bn_stats' output is written whole)
     out_mask = mask if dst.shape == shape else None
-    if engine in _LANE_WISE and op not in _ACROSS_PARTITIONS and dst.buffer != HBM:
+    if _lane_wise(op, engine) and dst.buffer != HBM:
         _check_lanes(srcs, dst, math.prod(shape))
     for t in srcs:
         if t.sub.overhang is not None:
@@ -583,12 +586,6 @@ def dma_compute(dst: Tile, srcs: Any, reduce_op: Any, *, scales: Any = None) -> 
         dst.write(np.asarray(total, dtype=np.float32).astype(dst.dtype))
 
 
-# Where each engine can write: an instruction is retargeted into `dst` only if its engine can
-# write there; otherwise `dst[...] = value` is a separate copy (e.g. a matmul result into SBUF).
-_WRITABLE = {Engine.DMA: (HBM, SBUF), Engine.TENSOR: (PSUM,), Engine.GPSIMD: (SBUF,),
-             Engine.VECTOR: (SBUF, PSUM), Engine.SCALAR: (SBUF, PSUM)}
-
-
 class LoopReduction:
     """`nl.loop_reduce(x, op, loop_indices)`: the reduction happens where it is assigned,
     `dst[...] = nl.loop_reduce(x, ...)` computing `dst = op(dst, x)` (the destination is op's left
@@ -634,8 +631,8 @@ def assign(dst: Tile, value: Any) -> None:
     producer = storage.producer
     if (producer is not None and not storage.consumed and value.is_whole and value.size == dst.size
             and sim.trace.instructions and sim.trace.instructions[-1] is producer
-            and dst.buffer in _WRITABLE[producer.engine]):
-        if producer.engine in _LANE_WISE and producer.op not in _ACROSS_PARTITIONS and dst.buffer != HBM:
+            and dst.buffer in _writable(producer.op, producer.engine)):
+        if _lane_wise(producer.op, producer.engine) and dst.buffer != HBM:
             _check_lanes((value,), dst, value.size)
         # the same elements, now in dst's type: DMA and the compute engines cast on the way out
         producer.writes = (dst.access(producer.writes[0].nbytes // storage.itemsize * dst.storage.itemsize),)

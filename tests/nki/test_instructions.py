@@ -19,6 +19,7 @@ from accelopt_core.nki import HardwareRuleError, UnsupportedApiError, isa, load_
 from accelopt_core.nki.instructions import DECLARED, ENGINE_MEMORIES, Cost, Engine, markdown_list, source_engines
 from accelopt_core.nki.modern import isa as modern_isa
 from accelopt_core.nki.trace import Access, Instruction, LoopNest, Op
+from accelopt_core.perfmodel import allocator, floor
 from accelopt_core.perfmodel.costs import CostModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +105,11 @@ def kernel(a):
     assert placed["nisa.iota"] == "gpsimd" and placed["nisa.activation"] == "scalar"
     assert placed["nl.load"] == placed["nisa.dma_compute"] == "dma"
     assert all(engine == engines[f"nisa.{fn}"] for fn, (engine, _) in fuse_elementwise._ISA_PASSES.items())
+
+
+def test_the_performance_model_drops_repeats_of_the_declared_data_moves_only() -> None:
+    moves = {op for op, d in DECLARED.items() if d.moves}
+    assert allocator._MOVES == floor._COPIES == moves == {Op.DMA_COPY, Op.NC_TRANSPOSE, Op.TENSOR_COPY}
 
 
 def test_the_readme_lists_the_declared_instructions() -> None:
