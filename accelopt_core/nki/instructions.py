@@ -256,3 +256,14 @@ def markdown_list() -> str:
         named = ", ".join(f"`nisa.{c}`" for c in calls) or ", ".join(f"`{n}`" for n in d.language)
         lines.append(f"- `{d.name}` ({'/'.join(d.engines)}; NeuronCore {versions}; {apis}): {named}")
     return "\n".join(lines)
+
+
+README_BEGIN, README_END = "<!-- instructions: begin -->\n", "\n<!-- instructions: end -->"
+
+
+def with_list(readme: str) -> str:
+    """`readme` with its list of simulated instructions (between the markers) made from the declarations: after
+    adding one, `Path("README.md").write_text(with_list(Path("README.md").read_text()))`."""
+    head, rest = readme.split(README_BEGIN, 1)
+    return head + README_BEGIN + markdown_list() + README_END + rest.split(README_END, 1)[1]
+

@@ -16,7 +16,15 @@ from accelopt_core.agents.rules import fuse_elementwise
 from accelopt_core.agents.rules.analysis import model_of
 from accelopt_core.hardware import load_hardware
 from accelopt_core.nki import HardwareRuleError, UnsupportedApiError, isa, load_kernel, ops, run_kernel
-from accelopt_core.nki.instructions import DECLARED, ENGINE_MEMORIES, Cost, Engine, markdown_list, source_engines
+from accelopt_core.nki.instructions import (
+    DECLARED,
+    ENGINE_MEMORIES,
+    Cost,
+    Engine,
+    markdown_list,
+    source_engines,
+    with_list,
+)
 from accelopt_core.nki.modern import isa as modern_isa
 from accelopt_core.nki.trace import Access, Instruction, LoopNest, Op
 from accelopt_core.perfmodel import allocator, floor
@@ -114,8 +122,8 @@ def test_the_performance_model_drops_repeats_of_the_declared_data_moves_only() -
 
 def test_the_readme_lists_the_declared_instructions() -> None:
     readme = (ROOT / "README.md").read_text()
-    listed = readme.split("<!-- instructions: begin -->\n", 1)[1].split("\n<!-- instructions: end -->", 1)[0]
-    assert listed == markdown_list()
+    assert markdown_list() in readme
+    assert with_list(readme) == readme, "write the list with instructions.with_list"
 
 
 def test_cost_classes_are_the_formulas_costs_py_dispatches_on() -> None:
