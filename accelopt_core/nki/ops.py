@@ -286,6 +286,7 @@ def _on_chip(tile: Tile, what: str) -> None:
 
 
 def _check_partitions(shape: tuple[int, ...], what: str) -> None:
+    """A DMA's on-chip side spans at most the hardware's partitions (compute instructions: _check_work)."""
     pmax = current().limits.pmax
     if shape and shape[0] > pmax:
         raise HardwareRuleError(f"{what}: tile of shape {shape} has {shape[0]} partitions; the "
@@ -758,7 +759,6 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
         except ValueError:
             raise KernelUsageError(f"tensor_tensor operands of shapes {data1.shape} and {data2.shape} "
                                    "do not match") from None
-    _check_partitions(shape, "tensor_tensor")
     _check_operands(Op.TENSOR_TENSOR, data1=data1, data2=data2)
     # 32-bit integer add/subtract/multiply run natively on GpSimd; the Vector engine would go
     # through float32 and lose integers above 2**24 (shared/nki-facts.md B.6, B.7)
@@ -797,7 +797,6 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
                   operand1: Any = None, reverse1: bool = False, *, dtype: Any = None,
                   mask: Mask | None = None, engine: Any = None, dst: Tile | None = None) -> Tile:
     _on_chip(data, "tensor_scalar")
-    _check_partitions(data.shape, "tensor_scalar")
     partitions = data.shape[0]
     name0, fn0 = _alu(op0, unary=True)
     operand0, reverse0 = _alu_operand(name0, operand0, reverse0)
@@ -892,7 +891,6 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
     several instructions, read out by the one that passes reduce_res)."""
     name, fn = _activation_fn(op)
     _on_chip(data, "activation")
-    _check_partitions(data.shape, "activation")
     partitions = data.shape[0]
     srcs: list[Tile] = [data]
     if bias is not None:
@@ -952,7 +950,6 @@ def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepd
                   dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     name, reducer = _reducer(op, "tensor_reduce")
     _on_chip(data, "tensor_reduce")
-    _check_partitions(data.shape, "tensor_reduce")
     axes = tuple(sorted(a % data.ndim for a in ((axis,) if isinstance(axis, (int, np.integer)) else tuple(axis))))
     if 0 in axes:
         raise HardwareRuleError("tensor_reduce reduces free axes only; reducing the partition axis needs "
@@ -985,7 +982,6 @@ def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepd
 def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask | None = None,
                 dst: Tile | None = None) -> Tile:
     _on_chip(src, "tensor_copy")
-    _check_partitions(src.shape, "tensor_copy")
     eng = _engine(engine, Op.TENSOR_COPY)
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
     column = dst is not None and src.size == src.shape[0] == dst.shape[0] and dst.size > src.size
@@ -1031,7 +1027,6 @@ def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, re
     through the engine's reduce registers as `reduce_cmd` says (reduce_res None keeps it there);
     `negate`: reduce_res receives the reduction negated."""
     _on_chip(data, "tensor_scalar_reduce")
-    _check_partitions(data.shape, "tensor_scalar_reduce")
     name0, fn0 = _alu(op0, unary=True)
     if name0 in BITWISE:
         raise HardwareRuleError(f"tensor_scalar_reduce takes an arithmetic operator, not the bitvec {name0}")
@@ -1085,7 +1080,6 @@ def bn_stats(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Ti
     """Vector engine: per partition, the count, mean and count x variance of the even-indexed and then of
     the odd-indexed elements (six values), for at most 512 elements (nki-facts B.6)."""
     _on_chip(data, "bn_stats")
-    _check_partitions(data.shape, "bn_stats")
     partitions, free = data.shape[0], math.prod(data.shape[1:])
     if free > BN_STATS_FMAX:
         raise HardwareRuleError(f"bn_stats reads at most {BN_STATS_FMAX} elements per partition "
@@ -1113,7 +1107,6 @@ def bn_aggr(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Til
     """Vector engine: combine (count, mean, count x variance) triples, as bn_stats writes them, into the
     mean and the variance of every partition."""
     _on_chip(data, "bn_aggr")
-    _check_partitions(data.shape, "bn_aggr")
     partitions, free = data.shape[0], math.prod(data.shape[1:])
     if free % 3:
         raise KernelUsageError(f"bn_aggr reads (count, mean, variance x count) triples; {free} elements per "
@@ -1142,7 +1135,6 @@ def tensor_partition_reduce(op: Any, data: Tile, *, dtype: Any = None, mask: Mas
     """GpSimd: reduce across the partitions of `data`, one partition of result."""
     name, reducer = _reducer(op, "tensor_partition_reduce", _PARTITION_REDUCTIONS)
     _on_chip(data, "tensor_partition_reduce")
-    _check_partitions(data.shape, "tensor_partition_reduce")
     out, fresh = _output(dst, (1, *data.shape[1:]), dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
     _record(Engine.GPSIMD, Op.TENSOR_PARTITION_REDUCE, (data,), out, mask=mask, fresh=fresh, work_shape=data.shape,
             attrs={"op": name})
@@ -1168,7 +1160,6 @@ def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = Non
     """Vector engine: replace each element with 0 with probability `prob` (a scalar or a [P, 1] tile).
     The draws come from the simulator's generator (seeded by random_seed), not the device's."""
     _on_chip(data, "dropout")
-    _check_partitions(data.shape, "dropout")
     prob = _per_partition_operand(prob, data.shape[0], "dropout probability")
     out, fresh = _output(dst, data.shape, dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
     srcs = (data,) + ((prob,) if isinstance(prob, Tile) else ())
@@ -1190,7 +1181,6 @@ def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None
         out, fresh = allocate(shape, out_dtype, buffer), True
     else:
         out, fresh = _output(dst, tuple(shape), out_dtype)
-    _check_partitions(out.shape, "memset")
     _record(eng, Op.MEMSET, (), out, mask=mask, fresh=fresh, attrs={"value": float(value)})
     _store(out, np.float32(value), _mask_values(mask, out.shape))
     return out
@@ -1216,7 +1206,6 @@ def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, engin
                dst: Tile | None = None) -> Tile:
     """1/x on the Vector engine (precise, ~8 cycles per element) or the Scalar engine."""
     _on_chip(data, "reciprocal")
-    _check_partitions(data.shape, "reciprocal")
     eng = _engine(engine, Op.RECIPROCAL)
     out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
     _record(eng, Op.RECIPROCAL, (data,), out, mask=mask, fresh=fresh)
@@ -1236,7 +1225,6 @@ def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: An
         _on_chip(t, "tensor_tensor_scan")
     if data0.shape != data1.shape:
         raise KernelUsageError(f"tensor_tensor_scan operands differ in shape: {data0.shape} vs {data1.shape}")
-    _check_partitions(data0.shape, "tensor_tensor_scan")
     name0, fn0 = _alu(op0)
     name1, fn1 = _alu(op1)
     partitions = data0.shape[0]
@@ -1345,7 +1333,6 @@ def range_select(on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile,
     with its partition's bounds, else on_false_value; the rows' maximum goes through the reduce registers
     as `reduce_cmd` says, and into reduce_res when given (the causal / sliding-window mask of attention)."""
     _on_chip(on_true_tile, "range_select")
-    _check_partitions(on_true_tile.shape, "range_select")
     partitions = on_true_tile.shape[0]
     comparisons = []
     for op in (comp_op0, comp_op1):
