@@ -1592,10 +1592,12 @@ def _eight_values(vals: Tile, partitions: int, what: str) -> np.ndarray:
     return _f32(vals).reshape(partitions, EIGHT) if current().numeric else np.empty(0)
 
 
-def _index_type(dtype: Any, what: str) -> np.dtype:
+def _index_type(dtype: Any, op: Op, operand: str) -> np.dtype:
+    """The type of the indices `op` writes into `operand`: `dtype` (uint32 when None) if its declaration allows it."""
     index = dtypes.as_dtype(dtype) if dtype is not None else dtypes.uint32
-    if index not in (dtypes.uint16, dtypes.uint32):
-        raise HardwareRuleError(f"{what} writes uint16 or uint32 indices, not {index.name}")
+    allowed = DECLARED[op].operands[operand].dtypes
+    if index.name not in allowed:
+        raise HardwareRuleError(f"{op} writes {' or '.join(allowed)} indices, not {index.name}")
     return index
 
 
@@ -1618,7 +1620,7 @@ def nc_find_index8(data: Tile, vals: Tile, *, dst: Tile | None = None, dtype: An
     repeated in `vals` takes its next occurrence, a value absent the all-ones index."""
     partitions, free = _eight_shape(data, "nc_find_index8", mask)
     wanted = _eight_values(vals, partitions, "nc_find_index8")
-    index = _index_type(dtype if dtype is not None or dst is None else dst.dtype, "nc_find_index8")
+    index = _index_type(dtype if dtype is not None or dst is None else dst.dtype, Op.NC_FIND_INDEX8, "dst")
     out, fresh = _output(dst, (partitions, EIGHT), index)
     _record(Engine.VECTOR, Op.NC_FIND_INDEX8, (data, vals), out, fresh=fresh, work_shape=data.shape)
     if current().numeric:
@@ -1645,7 +1647,7 @@ def nc_match_replace8(data: Tile, vals: Tile, imm: Any, *, dst: Tile | None = No
     out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
     index = None
     if dst_idx is not None:
-        index = _index_type(dst_idx.dtype, "nc_match_replace8")
+        index = _index_type(dst_idx.dtype, Op.NC_MATCH_REPLACE8, "dst_idx")
         _output(dst_idx, (partitions, EIGHT), index)
     inst = _record(Engine.VECTOR, Op.NC_MATCH_REPLACE8, (data, vals), out, fresh=fresh, work_shape=data.shape)
     if dst_idx is not None:
