@@ -38,11 +38,7 @@ gpsimd_engine = engine.gpsimd
 unknown_engine = engine.unknown
 
 
-class reduce_cmd:  # noqa: N801
-    idle = "idle"
-    reset = "reset"
-    reduce = "reduce"
-    reset_reduce = "reset_reduce"
+reduce_cmd = type("reduce_cmd", (), {command: command for command in ops.REDUCE_COMMANDS})
 
 
 class dge_mode(Enum):  # noqa: N801  (NKI's own name)
@@ -256,4 +252,10 @@ def affine_select(pred: Mask, on_true_tile: Tile, on_false_value: Any, mask: Mas
     return ops.select(pred, on_true_tile, on_false_value, dtype=dtype, mask=mask, engine=Engine.GPSIMD)
 
 
-__getattr__ = missing_api("nki.isa", {"constants": "accelopt_core.nki.isa_constants"})
+_missing = missing_api("nki.isa", {"constants": "accelopt_core.nki.isa_constants"})
+
+
+def __getattr__(name: str) -> Any:
+    """An instruction declared for this API without an adapter above (nki/instructions.py), else the name of
+    what is not implemented."""
+    return ops.api_function("legacy", name) or _missing(name)

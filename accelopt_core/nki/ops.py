@@ -19,6 +19,7 @@ import numpy as np
 from . import dtypes
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, pin_location, trace_line
 from .indexing import IndexExpr, Mask, as_mask
+from .instructions import DECLARED, ENGINE_MEMORIES, LANE_ENGINES, declaration_of
 from .tensor import HBM, PSUM, SBUF, Limits, MaskedTile, Tile, allocate, close_accumulation, current, declare, running
 from .trace import Alu, Called, Engine, Instruction, Op
 
@@ -248,6 +249,24 @@ def instruction(fn: F) -> F:
     return recorded  # type: ignore[return-value]
 
 
+def api_function(api: str, name: str) -> Callable[..., Any] | None:
+    """`nisa.<name>` of `api` ("legacy" or "modern") for an instruction declared there whose API module has no
+    adapter of its own: the semantics function of that name, whose parameters are the documented ones (`dst`
+    first); the documented `name=` (an instruction label) is accepted and has no effect. The newer API's
+    functions return None. None when no declaration names it for `api`."""
+    fn = REPLAYABLE.get(name)
+    if fn is None or declaration_of(api, name) is None:
+        return None
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("name", None)
+        result = fn(*args, **kwargs)
+        return result if api == "legacy" else None
+
+    return call
+
+
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
@@ -267,6 +286,7 @@ def _on_chip(tile: Tile, what: str) -> None:
 
 
 def _check_partitions(shape: tuple[int, ...], what: str) -> None:
+    """A DMA's on-chip side spans at most the hardware's partitions (compute instructions: _check_work)."""
     pmax = current().limits.pmax
     if shape and shape[0] > pmax:
         raise HardwareRuleError(f"{what}: tile of shape {shape} has {shape[0]} partitions; the "
@@ -308,34 +328,81 @@ def _result(shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> Tile:
     return declare(buffer, shape, 0, dtypes.as_dtype(dtype))
 
 
-# Engines that work partition by partition: element i of an operand meets element i of the output in
-# the same lane
-_LANE_WISE = frozenset({Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD})
-# instructions with their own data paths across partitions
-_ACROSS_PARTITIONS = frozenset({Op.NC_TRANSPOSE, Op.TENSOR_PARTITION_REDUCE, Op.NC_STREAM_SHUFFLE})
+def _lane_wise(op: Op, engine: str) -> bool:
+    """Whether `op` on `engine` meets element i of an operand with element i of its output in the same lane."""
+    return engine in LANE_ENGINES and not DECLARED[op].across_partitions
 
 
-# Which memories each instruction may read and write (NKI ISA): only DMA reaches HBM, and the Tensor engine
-# writes PSUM alone; every other instruction computes from and into SBUF or PSUM. One entry per instruction
-# the trace holds; what an engine cannot reach at all (GpSimd has no PSUM port) is checked on top.
-_ON_CHIP = (SBUF, PSUM)
-MEMORIES: dict[Op, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    **{op: (_ON_CHIP, _ON_CHIP) for op in Op},
-    Op.DMA_COPY: ((HBM, SBUF, PSUM), (HBM, SBUF, PSUM)),
-    Op.NC_MATMUL: (_ON_CHIP, (PSUM,)),
-}
+def _writable(op: Op, engine: str) -> tuple[str, ...]:
+    """The memories `op` may write on `engine`: an instruction is retargeted into a `dst` only there; elsewhere
+    `dst[...] = value` is a separate copy (a matmul result into SBUF)."""
+    return tuple(m for m in DECLARED[op].writes if m in ENGINE_MEMORIES[engine][1])
+
+
+_SHOWN = {Engine.TENSOR: "Tensor", Engine.VECTOR: "Vector", Engine.SCALAR: "Scalar", Engine.GPSIMD: "GpSimd",
+          Engine.DMA: "DMA"}  # the engines as messages name them
 
 
 def _check_memories(op: Op, engine: str, tiles: tuple[Tile, ...], written: bool) -> None:
-    """Refuse an operand in a memory `op` cannot read (or write, when `written`): a compute instruction
-    given an HBM `dst=` or reduce result would otherwise finish a kernel without the store DMAs it needs."""
-    allowed = MEMORIES[op][1 if written else 0]
+    """Refuse an operand in a memory `op` cannot read (or write, when `written`) on `engine` (its declaration
+    and what the engine can reach at all): a compute instruction given an HBM `dst=` or reduce result would
+    otherwise finish a kernel without the store DMAs it needs."""
+    side = 1 if written else 0
+    declared = DECLARED[op]
+    allowed = declared.writes if written else declared.reads
+    reachable = ENGINE_MEMORIES[engine][side]
     for t in tiles:
-        if t.buffer not in allowed:
-            verb = "write" if written else "read"
-            hint = "; use nl.store / nisa.dma_copy" if t.buffer == HBM and written else ""
-            raise HardwareRuleError(f"{op} on the {engine} engine cannot {verb} {t.buffer.upper()} ({t.name}): it "
-                                    f"{verb}s {' or '.join(b.upper() for b in allowed)} only{hint}")
+        if t.buffer in allowed and t.buffer in reachable:
+            continue
+        verb = "write" if written else "read"
+        hint = "; use nl.store / nisa.dma_copy" if t.buffer == HBM and written else ""
+        if t.buffer in allowed and t.buffer == PSUM:
+            hint = "; use the Vector or Scalar engine for PSUM tiles"
+        memories = [b for b in allowed if b in reachable]
+        raise HardwareRuleError(f"{op} on the {_SHOWN[engine]} engine cannot {verb} {t.buffer.upper()} ({t.name}): it "
+                                f"{verb}s {' or '.join(b.upper() for b in memories)} only{hint}")
+
+
+def _check_operands(op: Op, **operands: Any) -> None:
+    """The rules `op`'s declaration sets on its named operands (those given as tiles): their memories and dtypes,
+    and at most one of `one_in_psum` in PSUM."""
+    declared = DECLARED[op]
+    for name, value in operands.items():
+        rule = declared.operands.get(name)
+        if rule is None or not isinstance(value, Tile):
+            continue
+        if value.buffer not in rule.memories:
+            raise HardwareRuleError(f"{op} {name} operand {value.name} is in {value.buffer.upper()}; it may be in "
+                                    f"{' or '.join(b.upper() for b in rule.memories)} only")
+        if rule.dtypes and value.storage.dtype_name not in rule.dtypes:
+            raise HardwareRuleError(f"{op} {name} operand {value.name} is {value.storage.dtype_name}; it must be "
+                                    f"{' or '.join(rule.dtypes)}")
+    in_psum = [name for name in declared.one_in_psum
+               if isinstance(operands.get(name), Tile) and operands[name].buffer == PSUM]
+    if len(in_psum) > 1:
+        raise HardwareRuleError(f"{op}: at most one of {', '.join(declared.one_in_psum)} may be in PSUM; "
+                                f"{' and '.join(in_psum)} are")
+
+
+def _check_work(op: Op, engine: str, partitions: int, free: int, limits: Limits) -> None:
+    """The declared NeuronCore versions and work size of `op` on `engine` (the DMA engines' sizes are the
+    transfer's own, checked where it is made)."""
+    declared = DECLARED[op]
+    if engine not in declared.engines:
+        raise HardwareRuleError(f"{op} cannot run on the {engine} engine (allowed: {', '.join(declared.engines)})")
+    if limits.neuron_core_version not in declared.versions:
+        raise HardwareRuleError(f"{op} runs on NeuronCore-v{min(declared.versions)} and later, not "
+                                f"v{limits.neuron_core_version} ({limits.name})")
+    if engine == Engine.DMA:
+        return
+    size = declared.size(engine)
+    pmax = min(size.partitions or limits.pmax, limits.pmax)
+    if partitions > pmax:
+        raise HardwareRuleError(f"{op} on the {engine} engine: {partitions} partitions; the partition dimension "
+                                f"is limited to {pmax}")
+    if free < size.min_free or (size.max_free is not None and free > size.max_free):
+        most = f"at most {size.max_free}" if not size.min_free else f"{size.min_free} to {size.max_free}"
+        raise HardwareRuleError(f"{op} on the {engine} engine reads {most} elements per partition, got {free}")
 
 
 def _add_write(inst: Instruction, tile: Tile) -> None:
@@ -367,13 +434,11 @@ def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mas
     shape = work_shape or dst.shape
     _check_memories(op, engine, srcs, written=False)
     _check_memories(op, engine, (dst,), written=True)
-    if engine == Engine.GPSIMD and (dst.buffer == PSUM or any(t.buffer == PSUM for t in srcs)):
-        raise HardwareRuleError(f"{op} on the GpSimd engine cannot access PSUM; use the Vector or Scalar "
-                                "engine for PSUM tiles")
+    _check_work(op, engine, shape[0] if shape else 1, math.prod(shape[1:]), sim.limits)
     # the mask selects elements of the work; it selects the output's too when they have its shape
     # (a reduction's or bn_stats' output is written whole)
     out_mask = mask if dst.shape == shape else None
-    if engine in _LANE_WISE and op not in _ACROSS_PARTITIONS and dst.buffer != HBM:
+    if _lane_wise(op, engine) and dst.buffer != HBM:
         _check_lanes(srcs, dst, math.prod(shape))
     for t in srcs:
         if t.sub.overhang is not None:
@@ -431,13 +496,14 @@ def _store(dst: Tile, values: Any, mask: np.ndarray | None) -> None:
         dst.write(values, mask)
 
 
-def _engine(engine: Any, default: str, allowed: tuple[str, ...]) -> str:
+def _engine(engine: Any, op: Op, default: str | None = None) -> str:
+    """The engine a kernel picked for `op` (`engine=`), else `default`, else the declared first one."""
     name = getattr(engine, "_engine", engine)
+    allowed = DECLARED[op].engines
     if name in (None, "unknown"):
-        return default
+        return default or allowed[0]
     if name not in allowed:
-        raise HardwareRuleError(f"this instruction cannot run on the {name} engine (allowed: "
-                                f"{', '.join(allowed)})")
+        raise HardwareRuleError(f"{op} cannot run on the {name} engine (allowed: {', '.join(allowed)})")
     return name
 
 
@@ -521,12 +587,6 @@ def dma_compute(dst: Tile, srcs: Any, reduce_op: Any, *, scales: Any = None) -> 
         dst.write(np.asarray(total, dtype=np.float32).astype(dst.dtype))
 
 
-# Where each engine can write: an instruction is retargeted into `dst` only if its engine can
-# write there; otherwise `dst[...] = value` is a separate copy (e.g. a matmul result into SBUF).
-_WRITABLE = {Engine.DMA: (HBM, SBUF), Engine.TENSOR: (PSUM,), Engine.GPSIMD: (SBUF,),
-             Engine.VECTOR: (SBUF, PSUM), Engine.SCALAR: (SBUF, PSUM)}
-
-
 class LoopReduction:
     """`nl.loop_reduce(x, op, loop_indices)`: the reduction happens where it is assigned,
     `dst[...] = nl.loop_reduce(x, ...)` computing `dst = op(dst, x)` (the destination is op's left
@@ -572,8 +632,8 @@ def assign(dst: Tile, value: Any) -> None:
     producer = storage.producer
     if (producer is not None and not storage.consumed and value.is_whole and value.size == dst.size
             and sim.trace.instructions and sim.trace.instructions[-1] is producer
-            and dst.buffer in _WRITABLE[producer.engine]):
-        if producer.engine in _LANE_WISE and producer.op not in _ACROSS_PARTITIONS and dst.buffer != HBM:
+            and dst.buffer in _writable(producer.op, producer.engine)):
+        if _lane_wise(producer.op, producer.engine) and dst.buffer != HBM:
             _check_lanes((value,), dst, value.size)
         # the same elements, now in dst's type: DMA and the compute engines cast on the way out
         producer.writes = (dst.access(producer.writes[0].nbytes // storage.itemsize * dst.storage.itemsize),)
@@ -680,7 +740,7 @@ def _binary_dtype(name: str, a: Any, b: Any) -> np.dtype:
 # Element-wise ops the docs list for GpSimd's tensor_tensor (docs/fact-sheet.md B.6, B.7).
 _GPSIMD_TENSOR_TENSOR = frozenset({Alu.POWER, Alu.ADD, Alu.MULTIPLY})
 MAX_ACCESS_DIMS = 4  # free dimensions of one SBUF/PSUM access pattern (fact sheet A.4)
-BN_STATS_FMAX = 512  # elements per partition one bn_stats reads (nl.tile_size.bn_stats_fmax)
+BN_STATS_FMAX = DECLARED[Op.BN_STATS].size(Engine.VECTOR).max_free  # nl.tile_size.bn_stats_fmax
 # the reduction identities: masked-off elements take these values
 _IDENTITY = {Alu.ADD: 0.0, "mean": 0.0, Alu.MAXIMUM: -np.inf, Alu.MINIMUM: np.inf, Alu.MULTIPLY: 1.0}
 
@@ -699,17 +759,13 @@ def tensor_tensor(data1: Tile, data2: Tile, op: Any, *, dtype: Any = None, mask:
         except ValueError:
             raise KernelUsageError(f"tensor_tensor operands of shapes {data1.shape} and {data2.shape} "
                                    "do not match") from None
-    _check_partitions(shape, "tensor_tensor")
-    if data1.buffer == PSUM and data2.buffer == PSUM:
-        raise HardwareRuleError("tensor_tensor: at most one input may be in PSUM")
+    _check_operands(Op.TENSOR_TENSOR, data1=data1, data2=data2)
     # 32-bit integer add/subtract/multiply run natively on GpSimd; the Vector engine would go
     # through float32 and lose integers above 2**24 (docs/fact-sheet.md B.6, B.7)
     int_math = name in (Alu.ADD, Alu.SUBTRACT, Alu.MULTIPLY) and data1.dtype in _INT32 and data2.dtype in _INT32
     on_psum = PSUM in (data1.buffer, data2.buffer)
     default = Engine.GPSIMD if name == Alu.POWER or (int_math and not on_psum) else Engine.VECTOR
-    eng = _engine(engine, default, (Engine.VECTOR, Engine.GPSIMD))
-    if eng == Engine.GPSIMD and PSUM in (data1.buffer, data2.buffer):
-        raise HardwareRuleError("tensor_tensor on GpSimd cannot read PSUM")
+    eng = _engine(engine, Op.TENSOR_TENSOR, default)
     if eng == Engine.GPSIMD and not (name in _GPSIMD_TENSOR_TENSOR or int_math):
         raise HardwareRuleError(f"tensor_tensor {name!r} cannot run on GpSimd; it runs power, add and multiply "
                                 "(and 32-bit integer add/subtract/multiply) there, everything else on Vector")
@@ -741,7 +797,6 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
                   operand1: Any = None, reverse1: bool = False, *, dtype: Any = None,
                   mask: Mask | None = None, engine: Any = None, dst: Tile | None = None) -> Tile:
     _on_chip(data, "tensor_scalar")
-    _check_partitions(data.shape, "tensor_scalar")
     partitions = data.shape[0]
     name0, fn0 = _alu(op0, unary=True)
     operand0, reverse0 = _alu_operand(name0, operand0, reverse0)
@@ -755,7 +810,7 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
         operand1 = _per_partition_operand(operand1, partitions, "tensor_scalar operand1")
         ops.append(name1)
         srcs += [x for x in (operand1,) if isinstance(x, Tile)]
-    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
+    eng = _engine(engine, Op.TENSOR_SCALAR)
     # the Scalar engine takes the affine forms on every generation (nki.isa.tensor_scalar of SDK 2.21, for
     # Inf2/Trn1/Trn2: "Vector or Scalar Engine"; the compiler itself places them there on trn1)
     if eng == Engine.SCALAR and tuple(ops) not in SCALAR_ENGINE_TENSOR_SCALAR:
@@ -784,7 +839,8 @@ def tensor_scalar(data: Tile, op0: Any, operand0: Any, reverse0: bool = False, o
     return out
 
 
-_REDUCE_COMMANDS = ("idle", "reset", "reduce", "reset_reduce")
+REDUCE_COMMANDS = ("idle", "reset", "reduce", "reset_reduce", "load_reduce")  # nisa.reduce_cmd
+_REDUCE_COMMANDS = REDUCE_COMMANDS[:4]  # what every instruction with reduce registers takes
 _LANES = 128  # reduce registers per engine: one per partition
 
 
@@ -835,7 +891,6 @@ def activation(op: Any, data: Tile, bias: Tile | None = None, scale: Any = 1.0, 
     several instructions, read out by the one that passes reduce_res)."""
     name, fn = _activation_fn(op)
     _on_chip(data, "activation")
-    _check_partitions(data.shape, "activation")
     partitions = data.shape[0]
     srcs: list[Tile] = [data]
     if bias is not None:
@@ -895,7 +950,6 @@ def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepd
                   dtype: Any = None, mask: Mask | None = None, dst: Tile | None = None) -> Tile:
     name, reducer = _reducer(op, "tensor_reduce")
     _on_chip(data, "tensor_reduce")
-    _check_partitions(data.shape, "tensor_reduce")
     axes = tuple(sorted(a % data.ndim for a in ((axis,) if isinstance(axis, (int, np.integer)) else tuple(axis))))
     if 0 in axes:
         raise HardwareRuleError("tensor_reduce reduces free axes only; reducing the partition axis needs "
@@ -928,14 +982,11 @@ def tensor_reduce(op: Any, data: Tile, axis: Any, *, negate: bool = False, keepd
 def tensor_copy(src: Tile, *, dtype: Any = None, engine: Any = None, mask: Mask | None = None,
                 dst: Tile | None = None) -> Tile:
     _on_chip(src, "tensor_copy")
-    _check_partitions(src.shape, "tensor_copy")
-    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD))
+    eng = _engine(engine, Op.TENSOR_COPY)
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else src.dtype
     column = dst is not None and src.size == src.shape[0] == dst.shape[0] and dst.size > src.size
     spread = dst is not None and not column and src.shape != dst.shape and _spreads(src.shape, dst.shape)
     out, fresh = (dst, False) if column or spread else _output(dst, src.shape, out_dtype)
-    if out.buffer == HBM:
-        raise HardwareRuleError("compute engines cannot write HBM; use nl.store / nisa.dma_copy")
     # left to the compiler, a copy is also an ACT activation (identity): it goes where it finishes first
     attrs = {"engines": _COMPILER_PLACED} if getattr(engine, "_engine", engine) in (None, "unknown") else None
     _record(eng, Op.TENSOR_COPY, (src,), out, mask=mask, fresh=fresh, work_shape=out.shape, attrs=attrs)
@@ -976,7 +1027,6 @@ def tensor_scalar_reduce(data: Tile, op0: Any, operand0: Any, reduce_op: Any, re
     through the engine's reduce registers as `reduce_cmd` says (reduce_res None keeps it there);
     `negate`: reduce_res receives the reduction negated."""
     _on_chip(data, "tensor_scalar_reduce")
-    _check_partitions(data.shape, "tensor_scalar_reduce")
     name0, fn0 = _alu(op0, unary=True)
     if name0 in BITWISE:
         raise HardwareRuleError(f"tensor_scalar_reduce takes an arithmetic operator, not the bitvec {name0}")
@@ -1030,7 +1080,6 @@ def bn_stats(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Ti
     """Vector engine: per partition, the count, mean and count x variance of the even-indexed and then of
     the odd-indexed elements (six values), for at most 512 elements (fact sheet B.6)."""
     _on_chip(data, "bn_stats")
-    _check_partitions(data.shape, "bn_stats")
     partitions, free = data.shape[0], math.prod(data.shape[1:])
     if free > BN_STATS_FMAX:
         raise HardwareRuleError(f"bn_stats reads at most {BN_STATS_FMAX} elements per partition "
@@ -1058,7 +1107,6 @@ def bn_aggr(data: Tile, *, dtype: Any = None, mask: Mask | None = None, dst: Til
     """Vector engine: combine (count, mean, count x variance) triples, as bn_stats writes them, into the
     mean and the variance of every partition."""
     _on_chip(data, "bn_aggr")
-    _check_partitions(data.shape, "bn_aggr")
     partitions, free = data.shape[0], math.prod(data.shape[1:])
     if free % 3:
         raise KernelUsageError(f"bn_aggr reads (count, mean, variance x count) triples; {free} elements per "
@@ -1087,7 +1135,6 @@ def tensor_partition_reduce(op: Any, data: Tile, *, dtype: Any = None, mask: Mas
     """GpSimd: reduce across the partitions of `data`, one partition of result."""
     name, reducer = _reducer(op, "tensor_partition_reduce", _PARTITION_REDUCTIONS)
     _on_chip(data, "tensor_partition_reduce")
-    _check_partitions(data.shape, "tensor_partition_reduce")
     out, fresh = _output(dst, (1, *data.shape[1:]), dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
     _record(Engine.GPSIMD, Op.TENSOR_PARTITION_REDUCE, (data,), out, mask=mask, fresh=fresh, work_shape=data.shape,
             attrs={"op": name})
@@ -1113,7 +1160,6 @@ def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = Non
     """Vector engine: replace each element with 0 with probability `prob` (a scalar or a [P, 1] tile).
     The draws come from the simulator's generator (seeded by random_seed), not the device's."""
     _on_chip(data, "dropout")
-    _check_partitions(data.shape, "dropout")
     prob = _per_partition_operand(prob, data.shape[0], "dropout probability")
     out, fresh = _output(dst, data.shape, dtypes.as_dtype(dtype) if dtype is not None else data.dtype)
     srcs = (data,) + ((prob,) if isinstance(prob, Tile) else ())
@@ -1129,15 +1175,12 @@ def dropout(data: Tile, prob: Any, *, dtype: Any = None, mask: Mask | None = Non
 @instruction
 def memset(shape: tuple[int, ...], value: Any, dtype: Any, *, engine: Any = None, mask: Mask | None = None,
            buffer: str = SBUF, dst: Tile | None = None) -> Tile:
-    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.GPSIMD))
+    eng = _engine(engine, Op.MEMSET)
     out_dtype = dtype if dtype is not None else dtypes.float32
     if dst is None:  # the kernel's own shape and buffer (nisa.memset), parsed as a declaration's
         out, fresh = allocate(shape, out_dtype, buffer), True
     else:
         out, fresh = _output(dst, tuple(shape), out_dtype)
-    if out.buffer == HBM:
-        raise HardwareRuleError("memset writes SBUF or PSUM, not HBM")
-    _check_partitions(out.shape, "memset")
     _record(eng, Op.MEMSET, (), out, mask=mask, fresh=fresh, attrs={"value": float(value)})
     _store(out, np.float32(value), _mask_values(mask, out.shape))
     return out
@@ -1163,8 +1206,7 @@ def reciprocal(data: Tile, *, dtype: Any = None, mask: Mask | None = None, engin
                dst: Tile | None = None) -> Tile:
     """1/x on the Vector engine (precise, ~8 cycles per element) or the Scalar engine."""
     _on_chip(data, "reciprocal")
-    _check_partitions(data.shape, "reciprocal")
-    eng = _engine(engine, Engine.VECTOR, (Engine.VECTOR, Engine.SCALAR))
+    eng = _engine(engine, Op.RECIPROCAL)
     out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
     _record(eng, Op.RECIPROCAL, (data,), out, mask=mask, fresh=fresh)
     if current().numeric:
@@ -1183,14 +1225,12 @@ def tensor_tensor_scan(data0: Tile, data1: Tile, initial: Any, op0: Any, op1: An
         _on_chip(t, "tensor_tensor_scan")
     if data0.shape != data1.shape:
         raise KernelUsageError(f"tensor_tensor_scan operands differ in shape: {data0.shape} vs {data1.shape}")
-    _check_partitions(data0.shape, "tensor_tensor_scan")
     name0, fn0 = _alu(op0)
     name1, fn1 = _alu(op1)
     partitions = data0.shape[0]
     initial = _per_partition_operand(initial, partitions, "tensor_tensor_scan initial")
     srcs = (data0, data1) + ((initial,) if isinstance(initial, Tile) else ())
-    if data0.buffer == PSUM and data1.buffer == PSUM:
-        raise HardwareRuleError("tensor_tensor_scan: at most one input may be in PSUM")
+    _check_operands(Op.TENSOR_TENSOR_SCAN, data0=data0, data1=data1)
     out_dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.promote(data0.dtype, data1.dtype)
     out, fresh = _output(dst, data0.shape, out_dtype)
     _record(Engine.VECTOR, Op.TENSOR_TENSOR_SCAN, srcs, out, mask=mask, fresh=fresh,
@@ -1268,8 +1308,7 @@ def tensor_copy_predicated(src: Any, dst: Tile, predicate: Tile, *, reverse_pred
         if t.size != dst.size or t.shape[0] != dst.shape[0]:
             raise KernelUsageError(f"tensor_copy_predicated: {role} {t.shape} must cover the partitions and "
                                    f"elements of dst {dst.shape}")
-    if isinstance(src, Tile) and src.buffer == PSUM and predicate.buffer == PSUM:
-        raise HardwareRuleError("tensor_copy_predicated: src and predicate cannot both be in PSUM")
+    _check_operands(Op.SELECT, src=src, predicate=predicate)
     srcs = (*((src,) if isinstance(src, Tile) else ()), predicate, dst)  # unselected elements stay: dst is read
     _record(Engine.VECTOR, Op.SELECT, srcs, dst, mask=mask)
     if current().numeric:
@@ -1293,12 +1332,7 @@ def range_select(on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile,
     """Vector engine (NeuronCore-v3+): each element whose free index + range_start passes both comparisons
     with its partition's bounds, else on_false_value; the rows' maximum goes through the reduce registers
     as `reduce_cmd` says, and into reduce_res when given (the causal / sliding-window mask of attention)."""
-    limits = current().limits
-    if limits.neuron_core_version < 3:
-        raise HardwareRuleError(f"range_select runs on NeuronCore-v3 and later, not v{limits.neuron_core_version} "
-                                f"({limits.name})")
     _on_chip(on_true_tile, "range_select")
-    _check_partitions(on_true_tile.shape, "range_select")
     partitions = on_true_tile.shape[0]
     comparisons = []
     for op in (comp_op0, comp_op1):
@@ -1329,6 +1363,97 @@ def range_select(on_true_tile: Tile, comp_op0: Any, comp_op1: Any, bound0: Tile,
         if reduce_res is not None:
             reduce_res.write(held[:partitions].reshape(reduce_res.shape))
     return out
+
+
+@instruction
+def select_reduce(dst: Tile, predicate: Tile, on_true: Tile, on_false: Any, reduce_res: Tile | None = None,
+                  reduce_cmd: Any = "idle", reduce_op: Any = "maximum", reverse_pred: bool = False, *,
+                  mask: Mask | None = None, dtype: Any = None) -> Tile:
+    """Vector engine: dst = on_true where `predicate` is nonzero (zero with `reverse_pred`), else on_false (a
+    number or a [P, 1] column); each row's maximum goes into reduce_res when given, through the engine's reduce
+    registers as `reduce_cmd` says (idle: this instruction's own maximum, the registers left as they are)."""
+    name, reducer = _reducer(reduce_op, "select_reduce", {Alu.MAXIMUM: np.max})
+    for t, role in ((predicate, "predicate"), (on_true, "on_true")):
+        _on_chip(t, "select_reduce")
+        if t.size != dst.size or t.shape[0] != dst.shape[0]:
+            raise KernelUsageError(f"select_reduce: {role} {t.shape} must have the partitions and elements of dst "
+                                   f"{dst.shape}")
+    if dtype is not None and dtypes.as_dtype(dtype) != dst.dtype:
+        raise KernelUsageError(f"select_reduce writes dst's type {dst.dtype}, not dtype={dtype}")
+    _check_operands(Op.SELECT_REDUCE, predicate=predicate, on_true=on_true, reduce_res=reduce_res)
+    partitions = dst.shape[0]
+    on_false = _per_partition_operand(on_false, partitions, "select_reduce on_false")
+    command = _reduce_command(reduce_cmd, "select_reduce")
+    if reduce_res is not None:
+        _column(reduce_res, partitions, "select_reduce")
+    srcs = (predicate, on_true) + ((on_false,) if isinstance(on_false, Tile) else ())
+    reduces = reduce_res is not None or command in ("reduce", "reset_reduce")
+    inst = _record(Engine.VECTOR, Op.SELECT_REDUCE, srcs, dst, mask=mask, attrs={"reduce_op": name, "reduce": reduces})
+    if reduce_res is not None:
+        _add_write(inst, reduce_res)
+    if current().numeric:
+        chosen = _f32(predicate).reshape(partitions, -1) != 0
+        values = np.where(~chosen if reverse_pred else chosen, _f32(on_true).reshape(partitions, -1),
+                          _operand_values(on_false, 2)).astype(np.float32)
+        active = _mask_values(mask, dst.shape)
+        _store(dst, values.reshape(dst.shape), active)
+        partial = _row_reduction(values, name, reducer, active) if reduces else None
+        held = partial if command in (None, "idle") else _registers(Engine.VECTOR, command, partial, reducer)
+        if reduce_res is not None and held is not None:
+            reduce_res.write(held[:partitions].reshape(reduce_res.shape))
+    return dst
+
+
+# the cumulative operators of tensor_scalar_cumulative and the register each starts from on reset_reduce
+_CUMULATIVE_START = {Alu.ADD: 0.0, Alu.SUBTRACT: 0.0, Alu.MULTIPLY: 1.0, Alu.MAXIMUM: -np.inf, Alu.MINIMUM: np.inf}
+
+
+@instruction
+def tensor_scalar_cumulative(dst: Tile, src: Tile, op0: Any, op1: Any, imm0: Any, imm1: Any = None,
+                             reduce_cmd: Any = "reset_reduce") -> Tile:
+    """Vector engine: along each partition's free elements, reg = op1(op0(src[i], imm0), reg) and dst[i] = reg.
+    The register starts at op1's identity (reset_reduce), at imm1 (load_reduce), or where the engine's reduce
+    registers stand (reduce), and is left there for the next instruction."""
+    name0, fn0 = _alu(op0)
+    name1, fn1 = _alu(op1)
+    if name0 in BITWISE or name0 in LOGICAL:
+        raise HardwareRuleError(f"tensor_scalar_cumulative takes an arithmetic op0, not {name0}")
+    if name1 not in _CUMULATIVE_START:
+        raise HardwareRuleError(f"tensor_scalar_cumulative accumulates with {', '.join(_CUMULATIVE_START)}, "
+                                f"not {name1}")
+    _on_chip(src, "tensor_scalar_cumulative")
+    if src.size != dst.size or src.shape[0] != dst.shape[0]:
+        raise KernelUsageError(f"tensor_scalar_cumulative: src {src.shape} and dst {dst.shape} must have the same "
+                               "partitions and elements")
+    _check_operands(Op.TENSOR_SCALAR_CUMULATIVE, src=src, dst=dst)
+    command = str(getattr(reduce_cmd, "name", None) or reduce_cmd).rsplit(".", 1)[-1]
+    if command not in ("reset_reduce", "reduce", "load_reduce"):
+        raise UnsupportedApiError(f"tensor_scalar_cumulative: reduce_cmd {command!r} (it takes reset_reduce, reduce "
+                                  "or load_reduce)")
+    if command == "load_reduce" and imm1 is None:
+        raise KernelUsageError("tensor_scalar_cumulative with load_reduce starts from imm1: give imm1")
+    partitions = src.shape[0]
+    imm0 = _per_partition_operand(imm0, partitions, "tensor_scalar_cumulative imm0")
+    imm1 = None if imm1 is None else _per_partition_operand(imm1, partitions, "tensor_scalar_cumulative imm1")
+    srcs = (src, *(t for t in (imm0, imm1) if isinstance(t, Tile)))
+    _record(Engine.VECTOR, Op.TENSOR_SCALAR_CUMULATIVE, srcs, dst, attrs={"ops": (name0, name1)},
+            work_shape=src.shape)
+    if current().numeric:
+        steps = fn0(_f32(src).reshape(partitions, -1), _operand_values(imm0, 2))
+        held = _registers(Engine.VECTOR, "idle", None, np.max)
+        if command == "reset_reduce":
+            register = np.full(partitions, _CUMULATIVE_START[name1], dtype=np.float32)
+        elif command == "load_reduce":
+            register = np.broadcast_to(_operand_values(imm1, 2), (partitions, 1)).reshape(partitions).copy()
+        else:
+            register = held[:partitions].copy()
+        result = np.empty_like(steps)
+        for i in range(steps.shape[1]):
+            register = fn1(steps[:, i], register)
+            result[:, i] = register
+        held[:partitions] = register
+        _store(dst, result.reshape(dst.shape), None)
+    return dst
 
 
 def _choice_values(x: Any, shape: tuple[int, ...]) -> Any:
@@ -1383,10 +1508,8 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
     over both K and the row pair, twice the work of one matmul in the time of one."""
     limits = current().limits
     _output_mask(mask, stationary, moving)
+    _check_operands(Op.NC_MATMUL, stationary=stationary, moving=moving)
     for t, role in ((stationary, "stationary"), (moving, "moving")):
-        if t.buffer != SBUF:
-            raise HardwareRuleError(f"matmul {role} operand {t.name} is in {t.buffer.upper()}; the Tensor "
-                                    "engine reads its inputs from SBUF only")
         if t.ndim < 2:
             raise KernelUsageError(f"matmul {role} operand must be a 2-D tile, got shape {t.shape}")
     rows = _double_rows(stationary, moving, perf_mode, limits)
@@ -1446,7 +1569,7 @@ def _check_hints(stationary: np.ndarray, moving: np.ndarray, stationary_onezero:
 
 
 EIGHT = 8  # values per partition the Vector engine's top-8 instructions find, locate or replace
-_EIGHT_MAX_FREE = 16384  # elements per partition they read at most (nki.isa.max8)
+_EIGHT_MAX_FREE = DECLARED[Op.MAX8].size(Engine.VECTOR).max_free  # elements per partition they read at most
 
 
 def _eight_shape(data: Tile, what: str, mask: Mask | None) -> tuple[int, int]:
@@ -1469,10 +1592,12 @@ def _eight_values(vals: Tile, partitions: int, what: str) -> np.ndarray:
     return _f32(vals).reshape(partitions, EIGHT) if current().numeric else np.empty(0)
 
 
-def _index_type(dtype: Any, what: str) -> np.dtype:
+def _index_type(dtype: Any, op: Op, operand: str) -> np.dtype:
+    """The type of the indices `op` writes into `operand`: `dtype` (uint32 when None) if its declaration allows it."""
     index = dtypes.as_dtype(dtype) if dtype is not None else dtypes.uint32
-    if index not in (dtypes.uint16, dtypes.uint32):
-        raise HardwareRuleError(f"{what} writes uint16 or uint32 indices, not {index.name}")
+    allowed = DECLARED[op].operands[operand].dtypes
+    if index.name not in allowed:
+        raise HardwareRuleError(f"{op} writes {' or '.join(allowed)} indices, not {index.name}")
     return index
 
 
@@ -1495,7 +1620,7 @@ def nc_find_index8(data: Tile, vals: Tile, *, dst: Tile | None = None, dtype: An
     repeated in `vals` takes its next occurrence, a value absent the all-ones index."""
     partitions, free = _eight_shape(data, "nc_find_index8", mask)
     wanted = _eight_values(vals, partitions, "nc_find_index8")
-    index = _index_type(dtype if dtype is not None or dst is None else dst.dtype, "nc_find_index8")
+    index = _index_type(dtype if dtype is not None or dst is None else dst.dtype, Op.NC_FIND_INDEX8, "dst")
     out, fresh = _output(dst, (partitions, EIGHT), index)
     _record(Engine.VECTOR, Op.NC_FIND_INDEX8, (data, vals), out, fresh=fresh, work_shape=data.shape)
     if current().numeric:
@@ -1522,7 +1647,7 @@ def nc_match_replace8(data: Tile, vals: Tile, imm: Any, *, dst: Tile | None = No
     out, fresh = _output(dst, data.shape, dtype if dtype is not None else data.dtype)
     index = None
     if dst_idx is not None:
-        index = _index_type(dst_idx.dtype, "nc_match_replace8")
+        index = _index_type(dst_idx.dtype, Op.NC_MATCH_REPLACE8, "dst_idx")
         _output(dst_idx, (partitions, EIGHT), index)
     inst = _record(Engine.VECTOR, Op.NC_MATCH_REPLACE8, (data, vals), out, fresh=fresh, work_shape=data.shape)
     if dst_idx is not None:
@@ -1609,27 +1734,39 @@ def _double_rows(stationary: Tile, moving: Tile, perf_mode: str | None, limits: 
     return 2
 
 
+def _fits(op: Op, engine: str, partitions: int, free: int) -> bool:
+    """Whether work of `partitions` x `free` elements is within `op`'s declared size on `engine`."""
+    size = DECLARED[op].size(engine)
+    return ((size.partitions is None or partitions <= size.partitions)
+            and (size.max_free is None or free <= size.max_free))
+
+
+def _square(engine: str) -> str:
+    size = DECLARED[Op.NC_TRANSPOSE].size(engine)
+    return f"{size.partitions}x{size.max_free}"
+
+
 @instruction
 def nc_transpose(data: Tile, *, engine: Any = None, dtype: Any = None, mask: Mask | None = None,
                  dst: Tile | None = None) -> Tile:
     """Swap partition and free axes: Tensor engine (<=128x128, into PSUM) or Vector (<=32x32)."""
     _on_chip(data, "nc_transpose")
     p, f = data.shape[0], math.prod(data.shape[1:])
-    small = p <= 32 and f <= 32
+    small = _fits(Op.NC_TRANSPOSE, Engine.VECTOR, p, f)
     # left to the compiler, a small transpose goes to Vector when its input or output rules out the
     # Tensor engine (which reads SBUF and writes PSUM)
     vector = small and (data.buffer == PSUM or (dst is not None and dst.buffer != PSUM))
-    eng = _engine(engine, Engine.VECTOR if vector else Engine.TENSOR, (Engine.TENSOR, Engine.VECTOR))
+    eng = _engine(engine, Op.NC_TRANSPOSE, Engine.VECTOR if vector else Engine.TENSOR)
     if eng == Engine.VECTOR:
         if not small:
-            raise HardwareRuleError(f"Vector-engine transpose handles at most 32x32, got {p}x{f}")
+            raise HardwareRuleError(f"Vector-engine transpose handles at most {_square(Engine.VECTOR)}, got {p}x{f}")
         out, fresh = _output(dst, (f, p), dtype if dtype is not None else data.dtype)
         _record(Engine.VECTOR, Op.NC_TRANSPOSE, (data,), out, mask=mask, fresh=fresh, work_shape=data.shape)
         if current().numeric:
             _store(out, _f32(data).reshape(p, f).T, _mask_values(mask, out.shape))
         return out
-    if p > 128 or f > 128:
-        raise HardwareRuleError(f"Tensor-engine transpose handles at most 128x128, got {p}x{f}")
+    if not _fits(Op.NC_TRANSPOSE, Engine.TENSOR, p, f):
+        raise HardwareRuleError(f"Tensor-engine transpose handles at most {_square(Engine.TENSOR)}, got {p}x{f}")
     if data.buffer != SBUF:
         raise HardwareRuleError("Tensor-engine transpose reads its input from SBUF")
     # The result keeps the input's dtype; the docs describe dtype= as an extra cast instruction.

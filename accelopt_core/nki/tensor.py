@@ -24,10 +24,9 @@ from .allocation import Placement, Slots, place
 from .blocks import LiveBlocks
 from .errors import HardwareRuleError, KernelUsageError, UnsupportedApiError, kernel_location, trace_line
 from .indexing import DynamicIndex, Mask, Subscript, access_pattern, compose, full_subscript, normalize
+from .instructions import HBM, PSUM, SBUF
 from .trace import Access, Declared, Instruction, Loop, LoopKind, LoopNest, Op, TensorInfo, Trace
 from .views import TensorViews
-
-HBM, SBUF, PSUM = "hbm", "sbuf", "psum"
 
 
 class Buffer:

@@ -28,53 +28,7 @@ from typing import Any
 import numpy as np
 
 from .dtypes import DTYPE_SIZES
-
-
-class Engine:
-    """Names of the NeuronCore engines an instruction can run on."""
-
-    TENSOR = "tensor"
-    VECTOR = "vector"
-    SCALAR = "scalar"
-    GPSIMD = "gpsimd"
-    DMA = "dma"
-
-    ALL = (TENSOR, VECTOR, SCALAR, GPSIMD, DMA)
-
-
-class Op(enum.StrEnum):
-    """The instructions a trace holds (`Instruction.op`), by the names of the NKI ISA calls that emit them.
-
-    Str-valued: a member compares and hashes like its name, so a trace's plain form and the reports keep
-    their spelling. Only what ops.py emits is a member; a name outside them is refused where it enters
-    (the performance model's schedule), not priced as a guess."""
-
-    DMA_COPY = "dma_copy"
-    NC_MATMUL = "nc_matmul"
-    NC_TRANSPOSE = "nc_transpose"
-    TENSOR_TENSOR = "tensor_tensor"
-    TENSOR_SCALAR = "tensor_scalar"
-    SCALAR_TENSOR_TENSOR = "scalar_tensor_tensor"
-    TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
-    TENSOR_REDUCE = "tensor_reduce"
-    TENSOR_SCALAR_REDUCE = "tensor_scalar_reduce"
-    TENSOR_PARTITION_REDUCE = "tensor_partition_reduce"
-    TENSOR_COPY = "tensor_copy"
-    ACTIVATION = "activation"
-    RECIPROCAL = "reciprocal"
-    MEMSET = "memset"
-    IOTA = "iota"
-    SELECT = "select"
-    AFFINE_SELECT = "affine_select"
-    BN_STATS = "bn_stats"
-    BN_AGGR = "bn_aggr"
-    DROPOUT = "dropout"
-    RANDOM_SEED = "random_seed"
-    NC_STREAM_SHUFFLE = "nc_stream_shuffle"
-    MAX8 = "max8"
-    NC_FIND_INDEX8 = "nc_find_index8"
-    NC_MATCH_REPLACE8 = "nc_match_replace8"
-    RANGE_SELECT = "range_select"
+from .instructions import Engine, Op
 
 
 class Alu(enum.StrEnum):

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from accelopt_core.nki.instructions import DECLARED
 from accelopt_core.nki.trace import Access, Instruction, Loop, Op, TensorInfo, Trace
 
 Block = tuple[int, tuple[int, ...]]  # (tensor id, block index); () for a tensor without block dims
@@ -46,7 +47,7 @@ Region = tuple[tuple[int, int], ...]
 
 # Instructions that only move or reshape data: the same inputs give the same result, so a repeat is
 # redundant. Arithmetic is left as written (its parameters are not all in the trace).
-_MOVES = frozenset({Op.DMA_COPY, Op.NC_TRANSPOSE, Op.TENSOR_COPY})
+_MOVES = frozenset(op for op, declared in DECLARED.items() if declared.moves)
 
 
 def _is_move(inst: Instruction) -> bool:

@@ -19,22 +19,15 @@ from dataclasses import dataclass
 
 from accelopt_core.hardware import ComputeEngineSpec, HardwareProfile
 from accelopt_core.nki.dtypes import DTYPE_SIZES
+from accelopt_core.nki.instructions import Cost, cost_class
 from accelopt_core.nki.trace import Access, Alu, Engine, Instruction, Op
 
 # tensor_tensor ops that run at one element per cycle for all-BF16 SBUF operands (fact sheet B.8).
 _FAST_TT_OPS = frozenset({Alu.ADD, Alu.SUBTRACT, Alu.MULTIPLY})
 _FAST_REDUCE_OPS = frozenset({Alu.ADD, Alu.MAXIMUM})
 _SIXTEEN_BIT = frozenset({"bfloat16", "float16"})
-# Vector engine: one pass at the performance-mode rate, max(MIN_II, N) (+ MIN_II to read a reduction out)
-_VECTOR_STREAMING = frozenset({Op.TENSOR_SCALAR, Op.TENSOR_COPY, Op.TENSOR_SCALAR_REDUCE})
-# Vector engine: documented as max(MIN_II, N) (fact sheet B.8); any other instruction there is noted
-_VECTOR_ONE_PASS = frozenset({Op.NC_TRANSPOSE, Op.BN_STATS, Op.DROPOUT, Op.RANDOM_SEED, Op.NC_STREAM_SHUFFLE,
-                              Op.MAX8, Op.NC_FIND_INDEX8, Op.NC_MATCH_REPLACE8, Op.RANGE_SELECT})
-_SCALAR_PRICED = frozenset({Op.ACTIVATION, Op.TENSOR_SCALAR, Op.TENSOR_COPY})  # max(MIN_II, N); others noted
-# GpSimd: the instructions priced by the iota/affine_select shape (see _gpsimd_cycles); others noted
-_GPSIMD_PRICED = frozenset({Op.IOTA, Op.MEMSET, Op.TENSOR_TENSOR, Op.TENSOR_SCALAR, Op.TENSOR_COPY,
-                            Op.AFFINE_SELECT, Op.TENSOR_PARTITION_REDUCE})
-_GPSIMD_TWO_PASS = frozenset({Op.TENSOR_TENSOR, Op.TENSOR_PARTITION_REDUCE})  # two inputs or across partitions
+# Which formula prices an instruction on an engine is its declaration's cost class (nki/instructions.py); an
+# engine it has no class for is priced one pass and noted in unknown_ops.
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,17 +119,17 @@ class CostModel:
         return seconds
 
     def _vector_cycles(self, inst: Instruction, spec: ComputeEngineSpec) -> float:
-        op = inst.op
+        cost = cost_class(inst.op, Engine.VECTOR)
         attrs = inst.attrs or {}
         ii = spec.min_ii_cycles
         n = inst.free_elements / spec.rate(DTYPE_SIZES.get(inst.dtype, 4))
-        if op in _VECTOR_STREAMING:
+        if cost == Cost.STREAMING:
             # tensor_scalar_reduce: max(MIN_II, N) + MIN_II (fact sheet B.8)
             cycles = max(ii, n / self._vector_perf_mode(inst, spec))
             if attrs.get("reduce"):
                 cycles += ii
             return cycles
-        if op == Op.TENSOR_TENSOR:
+        if cost == Cost.TENSOR_TENSOR:
             fast = _any_in(inst.reads, "psum") or (
                 _all_sixteen_bit(inst) and _all_in(inst.reads, "sbuf")
                 and attrs.get("op") in _FAST_TT_OPS and _contiguous(inst))
@@ -145,31 +138,31 @@ class CostModel:
                 # trn2 performance mode: 2x over NeuronCore-v2 (trainium2_arch: VectorE performance mode)
                 cycles /= spec.perf_mode_other_speedup
             return max(ii, cycles)
-        if op == Op.MEMSET:
+        if cost == Cost.MEMSET:
             value = attrs.get("value", None)
             if value == 0 and _all_sixteen_bit(inst):
                 return max(ii, n / 2)
             return max(ii, n)
-        if op == Op.TENSOR_REDUCE:
+        if cost == Cost.REDUCE:
             half = _all_sixteen_bit(inst) and attrs.get("op") in _FAST_REDUCE_OPS
             return max(ii, n / 2 if half else n)
-        if op == Op.TENSOR_TENSOR_SCAN:
+        if cost == Cost.SCAN:
             return max(ii, 2 * n)
-        if op == Op.SCALAR_TENSOR_TENSOR:
+        if cost == Cost.SCALAR_TENSOR_TENSOR:
             # the tiles in 16 bits (reads: data, operand1, then a per-partition operand0 of any type)
             tiles = (*inst.reads[:2], *inst.writes)
             fast = (inst.dtype in _SIXTEEN_BIT and all(a.dtype in _SIXTEEN_BIT for a in tiles)
                     and tuple(attrs.get("ops", ())) == (Alu.SUBTRACT, Alu.MULTIPLY) and inst.free_elements % 2 == 0)
             return max(ii, n if fast else 2 * n)
-        if op == Op.RECIPROCAL:
+        if cost == Cost.RECIPROCAL:
             return max(ii, spec.reciprocal_cycles_per_element * n)
-        if op == Op.BN_AGGR:
+        if cost == Cost.BN_AGGR:
             return max(ii, 13 * n / 3)
-        if op == Op.SELECT:
+        if cost == Cost.SELECT:
             # priced as tensor_copy_predicated (B.8): 1x with one side in PSUM, 2x SBUF to SBUF
             psum = _any_in(inst.reads, "psum") or _any_in(inst.writes, "psum")
             return max(ii, n if psum else 2 * n)
-        if op not in _VECTOR_ONE_PASS:
+        if cost != Cost.ONE_PASS:
             self._note_unknown(inst)
         return max(ii, n)
 
@@ -187,7 +180,7 @@ class CostModel:
         attrs = inst.attrs or {}
         ii = spec.min_ii_cycles
         n = inst.free_elements / spec.rate(DTYPE_SIZES.get(inst.dtype, 4))
-        if inst.op not in _SCALAR_PRICED:
+        if cost_class(inst.op, Engine.SCALAR) != Cost.ONE_PASS:
             self._note_unknown(inst)
         cycles = max(ii, n)
         if attrs.get("reduce"):
@@ -197,9 +190,9 @@ class CostModel:
     def _gpsimd_cycles(self, inst: Instruction, spec: ComputeEngineSpec) -> float:
         # Only iota/affine_select are documented (150 + N); the rest reuse that shape, with two
         # passes for two-input and cross-partition ops (UNCERTAIN, to calibrate).
-        op = inst.op
-        passes = 2 if op in _GPSIMD_TWO_PASS else 1
-        if op not in _GPSIMD_PRICED:
+        cost = cost_class(inst.op, Engine.GPSIMD)
+        passes = 2 if cost == Cost.TWO_PASS else 1
+        if cost not in (Cost.ONE_PASS, Cost.TWO_PASS):
             self._note_unknown(inst)
         n = inst.free_elements / spec.rate(DTYPE_SIZES.get(inst.dtype, 4))
         return max(spec.min_ii_cycles, spec.startup_cycles + passes * n)

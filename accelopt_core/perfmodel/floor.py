@@ -28,9 +28,10 @@ import numpy as np
 
 from accelopt_core.hardware import HardwareProfile
 from accelopt_core.nki.dtypes import DTYPE_SIZES
+from accelopt_core.nki.instructions import DECLARED
 from accelopt_core.nki.trace import Access, Engine, Instruction, Op, TensorInfo, Trace
 
-_COPIES = frozenset({Op.DMA_COPY, Op.NC_TRANSPOSE, Op.TENSOR_COPY})  # data movement the compiler may drop
+_COPIES = frozenset(op for op, declared in DECLARED.items() if declared.moves)  # movement the compiler may drop
 _CHOSEN_AMONG = (Engine.VECTOR, Engine.SCALAR)  # the engines an instruction left to the compiler may run on
 
 

@@ -1,6 +1,6 @@
-"""Which memories each instruction may write (ops.MEMORIES), instruction by instruction, in both APIs: only DMA
-reaches HBM. A compute instruction handed an HBM destination would otherwise finish a kernel with no store
-DMA at all, so its output traffic would never be priced."""
+"""Which memories each instruction may write (its declaration in nki/instructions.py), instruction by instruction,
+in both APIs: only DMA reaches HBM. A compute instruction handed an HBM destination would otherwise finish a
+kernel with no store DMA at all, so its output traffic would never be priced."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from accelopt_core.nki import HardwareRuleError, load_kernel, run_kernel
-from accelopt_core.nki.ops import MEMORIES
+from accelopt_core.nki.instructions import DECLARED
 from accelopt_core.nki.trace import Op
 
 MODERN = """
@@ -73,10 +73,10 @@ def _run(tmp_path, source: str) -> None:
 
 
 def test_every_instruction_has_its_memories_and_only_dma_writes_hbm() -> None:
-    assert set(MEMORIES) == set(Op)
-    assert [op for op, (_, writes) in MEMORIES.items() if "hbm" in writes] == [Op.DMA_COPY]
-    assert [op for op, (reads, _) in MEMORIES.items() if "hbm" in reads] == [Op.DMA_COPY]
-    assert MEMORIES[Op.NC_MATMUL][1] == ("psum",)
+    assert set(DECLARED) == set(Op)
+    assert [op for op, d in DECLARED.items() if "hbm" in d.writes] == [Op.DMA_COPY]
+    assert [op for op, d in DECLARED.items() if "hbm" in d.reads] == [Op.DMA_COPY]
+    assert DECLARED[Op.NC_MATMUL].writes == ("psum",)
 
 
 @pytest.mark.parametrize("name", sorted(MODERN_CALLS))

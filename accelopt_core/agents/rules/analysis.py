@@ -27,6 +27,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import CodeRange
 
+from ...nki.instructions import Engine, source_engine_choices, source_engines
 from . import cst_util as u
 
 # ---------------------------------------------------------------- index expressions
@@ -195,13 +196,9 @@ class Tensor:
 
 _GRID_AXES = {"p": 0, "x": 1}  # `nl.mgrid[...]`'s partition and free axis, by attribute
 ALLOCATORS = frozenset({"nl.ndarray", "nl.zeros", "nl.ones", "nl.full", "nl.empty", "nl.shared_constant"})
-_DMA = frozenset({"nl.load", "nl.store", "nisa.dma_copy", "nisa.dma_transpose", "nl.load_transpose2d",
-                  "nl.atomic_rmw"})
-_TENSOR = frozenset({"nisa.nc_matmul", "nisa.nc_transpose", "nl.matmul", "nl.transpose"})
-_SCALAR = frozenset({"nisa.activation", "nisa.activation_reduce"})
-_LANGUAGE_ACTIVATIONS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "silu", "gelu", "relu",
-                                   "sin", "cos", "arctan", "erf", "softplus", "mish", "sign", "abs", "square",
-                                   "softmax"})
+# the engine each source name runs on when the kernel picks none, and the engines it may run on
+_ENGINES = source_engines()
+_ONE_ENGINE = frozenset(name for name, engines in source_engine_choices().items() if len(engines) == 1)
 _BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "shared_hbm": "hbm", "private_hbm": "hbm"}
 
 
@@ -331,16 +328,15 @@ class KernelModel:
         name = self.canonical(call) or ""
         engine = u.keyword(call, "engine")
         chosen = (u.dotted(engine.value) or "").rsplit(".", 1)[-1].replace("_engine", "") if engine else ""
-        if name in _DMA:
-            return "dma"
-        if name in _TENSOR:
-            return "tensor" if chosen in ("", "unknown", "tensor") else chosen
-        if name in _SCALAR:
-            return "scalar"
+        declared = _ENGINES.get(name)
+        if declared == Engine.DMA or (declared is not None and name in _ONE_ENGINE and name.startswith("nisa.")):
+            return declared
+        if declared == Engine.TENSOR:
+            return declared if chosen in ("", "unknown", declared) else chosen
         if chosen in ("vector", "scalar", "gpsimd"):
             return chosen
-        if name.startswith("nl.") and name[3:] in _LANGUAGE_ACTIVATIONS:
-            return "scalar"
+        if declared is not None:
+            return declared
         if name in ALLOCATORS or not name.startswith(("nl.", "nisa.")):
             return None
         if name in ("nl.arange", "nl.mgrid", "nl.par_dim", "nl.ds", "nl.program_id", "nl.num_programs",

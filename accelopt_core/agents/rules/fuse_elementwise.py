@@ -23,6 +23,7 @@ from typing import Any
 
 import libcst as cst
 
+from ...nki.instructions import source_engines
 from .analysis import model_of
 from .base import Plan, RuleError
 from .cst_util import (
@@ -1143,9 +1144,10 @@ def _written_subscript(stmt: cst.CSTNode) -> str | None:
     return None
 
 
-_ISA_PASSES = {"activation": ("scalar", 1.0), "activation_reduce": ("scalar", 1.0),
-               "tensor_scalar": ("vector", 1.0), "scalar_tensor_tensor": ("vector", 2.0),
-               "tensor_tensor": ("vector", 2.0), "tensor_reduce": ("vector", 1.0), "tensor_copy": ("vector", 1.0)}
+# full-tile passes of the element-wise ISA calls (a tensor-tensor op reads two tiles), on their declared engines
+_ISA_PASSES = {fn: (source_engines()[f"nisa.{fn}"], units) for fn, units in (
+    ("activation", 1.0), ("activation_reduce", 1.0), ("tensor_scalar", 1.0), ("scalar_tensor_tensor", 2.0),
+    ("tensor_tensor", 2.0), ("tensor_reduce", 1.0), ("tensor_copy", 1.0))}
 
 
 def _engine_units(analysis: KernelAnalysis, stmts: Sequence[cst.CSTNode]) -> dict[str, float]:

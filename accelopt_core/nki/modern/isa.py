@@ -218,4 +218,6 @@ def affine_select(dst: Tile, pattern: Any, *args: Any, **kwargs: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    return getattr(_legacy, name)
+    """An instruction declared for this API without an adapter above (nki/instructions.py), else the legacy
+    module's name (the enums and constants both APIs share)."""
+    return ops.api_function("modern", name) or getattr(_legacy, name)
