@@ -367,7 +367,7 @@ class Subscript:
     `region` is then clipped to the tensor.
     """
 
-    __slots__ = ("_box", "_run", "advanced", "count", "dims", "items", "overhang", "region", "shape")
+    __slots__ = ("_box", "_kept_elements", "_run", "advanced", "count", "dims", "items", "overhang", "region", "shape")
 
     def __init__(self, items: tuple[IndexItem, ...], shape: tuple[int, ...],
                  region: tuple[tuple[int, int], ...], advanced: bool, overhang: str | None = None,
@@ -381,6 +381,8 @@ class Subscript:
         self.count = math.prod(shape)  # elements of the tile
         self._box: tuple[tuple[Any, ...], tuple[int, ...], tuple[Any, ...]] | bool | None = False
         self._run: tuple[tuple[int, ...], int] | None = None  # the last contiguous_elements asked and answered
+        # the last `elements` of a strided box asked and answered (a gather's index array is made anew each time)
+        self._kept_elements: tuple[tuple[int, ...], tuple[Any, ...] | None] | None = None
 
     def view(self, data: np.ndarray) -> np.ndarray | None:
         """The elements this subscript selects, as a view of `data` shaped as the tile, when they are a
@@ -437,6 +439,15 @@ class Subscript:
         box `region` (in whatever order), else a hashable key equal only for the same set, and for a gather the
         set's flat indices too (sorted). Indices read at run time get a key of their own: their elements are not
         known while tracing."""
+        kept = self._kept_elements
+        if kept is not None and kept[0] == dims:
+            return kept[1], None
+        key, flat = self._elements(dims)
+        if flat is None and not (key and key[0] == "run time"):
+            self._kept_elements = (dims, key)  # every instruction reading the block asks again
+        return key, flat
+
+    def _elements(self, dims: tuple[int, ...]) -> tuple[tuple[Any, ...] | None, np.ndarray | None]:
         volume = math.prod(hi - lo for lo, hi in self.region)
         if not self.advanced:
             if self.count == volume:
@@ -554,9 +565,18 @@ class Subscript:
 
 @functools.lru_cache(maxsize=4096)
 def full_subscript(shape: tuple[int, ...]) -> Subscript:
-    """The subscript of a whole tensor (shared: subscripts are never mutated)."""
-    items = tuple(slice(0, n, 1) for n in shape)
-    return Subscript(items, shape, tuple((0, n) for n in shape), False)
+    """The subscript of a whole tensor (shared: subscripts are never mutated), made once per shape: every
+    instruction's result and every whole-tensor reference asks for one."""
+    known = _WHOLE.get(shape)
+    if known is None:
+        items = tuple(slice(0, n, 1) for n in shape)
+        known = Subscript(items, shape, tuple((0, n) for n in shape), False)
+        if len(_WHOLE) < _SLICED_LIMIT:
+            _WHOLE[shape] = known
+    return known
+
+
+_WHOLE: dict[tuple[int, ...], Subscript] = {}  # full_subscript's, by shape
 
 
 _SLICED: dict[tuple, Subscript] = {}  # subscripts of ints and slices only, by their numbers and the shape

@@ -51,8 +51,11 @@ def _subscript_key(shape: tuple[int, ...], plain: list[Any]) -> tuple[Any, ...] 
         kind = type(item)
         if kind is int:
             key.append(item)
-        elif kind is list and item and (item[0] == "s" or item[0] == "x") and all(type(n) is int for n in item[1:]):
-            key.append(tuple(item))
+        elif kind is list and len(item) == 4 and item[0] == "s" and type(item[1]) is int and type(item[2]) is int \
+                and type(item[3]) is int:
+            key.append((item[1], item[2], item[3]))
+        elif kind is list and len(item) == 2 and item[0] == "x" and type(item[1]) is int:
+            key.append(("x", item[1]))
         else:
             return None
     return tuple(key)
