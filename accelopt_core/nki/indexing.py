@@ -579,7 +579,7 @@ def full_subscript(shape: tuple[int, ...]) -> Subscript:
 _WHOLE: dict[tuple[int, ...], Subscript] = {}  # full_subscript's, by shape
 
 
-_SLICED: dict[tuple, Subscript] = {}  # subscripts of ints and slices only, by their numbers and the shape
+_SLICED: dict[tuple, Subscript] = {}  # subscripts of ints, slices and affine expressions, by _memo_key
 _SLICED_LIMIT = 1 << 16
 
 
@@ -637,15 +637,38 @@ def normalize(key: Any, dims: tuple[int, ...], name: str) -> Subscript:
     if isinstance(key, GridIndices):  # `x[nl.mgrid[0:128, 0:512]]`: one index per axis
         key = tuple(key.exprs)
     key = key if isinstance(key, tuple) else (key,)
-    if all((type(k) is slice and (k.start or 0) >= 0 and (k.stop or 0) >= 0) or type(k) is int for k in key):
-        memo = (dims, *((k.start, k.stop, k.step) if type(k) is slice else k for k in key))
-        known = _SLICED.get(memo)
-        if known is None:
-            known = _normalize(key, dims, name)
-            if len(_SLICED) < _SLICED_LIMIT:
-                _SLICED[memo] = known
-        return known
-    return _normalize(key, dims, name)
+    memo = _memo_key(key, dims, name)
+    if memo is None:
+        return _normalize(key, dims, name)
+    known = _SLICED.get(memo)
+    if known is None:
+        known = _normalize(key, dims, name)
+        if len(_SLICED) < _SLICED_LIMIT:
+            _SLICED[memo] = known
+    return known
+
+
+def _memo_key(key: tuple[Any, ...], dims: tuple[int, ...], name: str) -> tuple[Any, ...] | None:
+    """What decides a subscript of ints, non-negative slices and affine index expressions (the compiler-style
+    `t[i, nl.arange(128)[:, None], nl.arange(512)[None, :]]`, remade on every iteration of its loop); with
+    expressions, the tensor's name too (a subscript running past the end names its tensor). None for any
+    other key (indices read from a tile or given as values), worked out each time."""
+    parts: list[Any] = [dims]
+    named = False
+    for k in key:
+        kind = type(k)
+        if kind is int:
+            parts.append(k)
+        elif kind is slice and (k.start or 0) >= 0 and (k.stop or 0) >= 0:
+            parts.append((k.start, k.stop, k.step))
+        elif kind is IndexExpr and k.affine:
+            parts.append((k.shape, k.offset, k.terms))
+            named = True
+        else:
+            return None
+    if named:
+        parts.append(name)
+    return tuple(parts)
 
 
 def _normalize(key: tuple[Any, ...], dims: tuple[int, ...], name: str) -> Subscript:

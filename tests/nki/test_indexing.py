@@ -382,3 +382,24 @@ def test_a_block_s_element_set_is_worked_out_once_and_run_time_indices_never_sha
 
     dynamic = Subscript((DynamicIndex(Indices(), 4, 1, 0),), (4,), ((0, 16),), True)
     assert dynamic.elements((16,))[0] != dynamic.elements((16,))[0]
+
+
+def test_a_compiler_style_subscript_remade_each_iteration_is_worked_out_once():
+    """`t[i, nl.arange(128)[:, None], nl.arange(512)[None, :]]` makes new index expressions on every iteration of
+    its loop: the same numbers on the same tensor give the same subscript; other numbers, another tensor's
+    name (an overhang's message names it) or indices given as values do not."""
+    from accelopt_core.nki.indexing import IndexExpr, normalize
+
+    def rows_and_columns(offset: int = 0) -> tuple[IndexExpr, IndexExpr]:
+        return IndexExpr((128, 1), 0, ((0, 1),)), IndexExpr((1, 512), offset, ((1, 1),))
+
+    first = normalize((3, *rows_and_columns()), (8, 128, 1024), "v4")
+    assert normalize((3, *rows_and_columns()), (8, 128, 1024), "v4") is first
+    assert normalize((4, *rows_and_columns()), (8, 128, 1024), "v4") is not first
+    assert normalize((3, *rows_and_columns(512)), (8, 128, 1024), "v4").region[2] == (512, 1024)
+    assert normalize((3, *rows_and_columns()), (8, 128, 1024), "v5") is not first
+    ragged = normalize((*rows_and_columns(600),), (128, 1024), "a")
+    assert "of a " in ragged.overhang and "of b " in normalize((*rows_and_columns(600),), (128, 1024), "b").overhang
+    rows, columns = rows_and_columns()
+    given = IndexExpr((1, 512), values=columns.values)
+    assert normalize((rows, given), (128, 1024), "v4") is not normalize((rows, given), (128, 1024), "v4")
