@@ -565,18 +565,9 @@ class Subscript:
 
 @functools.lru_cache(maxsize=4096)
 def full_subscript(shape: tuple[int, ...]) -> Subscript:
-    """The subscript of a whole tensor (shared: subscripts are never mutated), made once per shape: every
-    instruction's result and every whole-tensor reference asks for one."""
-    known = _WHOLE.get(shape)
-    if known is None:
-        items = tuple(slice(0, n, 1) for n in shape)
-        known = Subscript(items, shape, tuple((0, n) for n in shape), False)
-        if len(_WHOLE) < _SLICED_LIMIT:
-            _WHOLE[shape] = known
-    return known
-
-
-_WHOLE: dict[tuple[int, ...], Subscript] = {}  # full_subscript's, by shape
+    """The subscript of a whole tensor (shared: subscripts are never mutated)."""
+    items = tuple(slice(0, n, 1) for n in shape)
+    return Subscript(items, shape, tuple((0, n) for n in shape), False)
 
 
 _SLICED: dict[tuple, Subscript] = {}  # subscripts of ints, slices and affine expressions, by _memo_key
