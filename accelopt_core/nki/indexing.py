@@ -367,7 +367,7 @@ class Subscript:
     `region` is then clipped to the tensor.
     """
 
-    __slots__ = ("_box", "_run", "advanced", "count", "dims", "items", "overhang", "region", "shape")
+    __slots__ = ("_box", "_kept_elements", "_run", "advanced", "count", "dims", "items", "overhang", "region", "shape")
 
     def __init__(self, items: tuple[IndexItem, ...], shape: tuple[int, ...],
                  region: tuple[tuple[int, int], ...], advanced: bool, overhang: str | None = None,
@@ -381,6 +381,8 @@ class Subscript:
         self.count = math.prod(shape)  # elements of the tile
         self._box: tuple[tuple[Any, ...], tuple[int, ...], tuple[Any, ...]] | bool | None = False
         self._run: tuple[tuple[int, ...], int] | None = None  # the last contiguous_elements asked and answered
+        # the last `elements` of a strided box asked and answered (a gather's index array is made anew each time)
+        self._kept_elements: tuple[tuple[int, ...], tuple[Any, ...] | None] | None = None
 
     def view(self, data: np.ndarray) -> np.ndarray | None:
         """The elements this subscript selects, as a view of `data` shaped as the tile, when they are a
@@ -437,6 +439,15 @@ class Subscript:
         box `region` (in whatever order), else a hashable key equal only for the same set, and for a gather the
         set's flat indices too (sorted). Indices read at run time get a key of their own: their elements are not
         known while tracing."""
+        kept = self._kept_elements
+        if kept is not None and kept[0] == dims:
+            return kept[1], None
+        key, flat = self._elements(dims)
+        if flat is None and not (key and key[0] == "run time"):
+            self._kept_elements = (dims, key)  # every instruction reading the block asks again
+        return key, flat
+
+    def _elements(self, dims: tuple[int, ...]) -> tuple[tuple[Any, ...] | None, np.ndarray | None]:
         volume = math.prod(hi - lo for lo, hi in self.region)
         if not self.advanced:
             if self.count == volume:
@@ -559,7 +570,7 @@ def full_subscript(shape: tuple[int, ...]) -> Subscript:
     return Subscript(items, shape, tuple((0, n) for n in shape), False)
 
 
-_SLICED: dict[tuple, Subscript] = {}  # subscripts of ints and slices only, by their numbers and the shape
+_SLICED: dict[tuple, Subscript] = {}  # subscripts of ints, slices and affine expressions, by _memo_key
 _SLICED_LIMIT = 1 << 16
 
 
@@ -621,15 +632,39 @@ def normalize(key: Any, dims: tuple[int, ...], name: str, from_the_end: bool = F
     if isinstance(key, GridIndices):  # `x[nl.mgrid[0:128, 0:512]]`: one index per axis
         key = tuple(key.exprs)
     key = key if isinstance(key, tuple) else (key,)
-    if all((type(k) is slice and (k.start or 0) >= 0 and (k.stop or 0) >= 0) or type(k) is int for k in key):
-        memo = (dims, *((k.start, k.stop, k.step) if type(k) is slice else k for k in key))
-        known = _SLICED.get(memo)
-        if known is None:
-            known = _normalize(key, dims, name)
-            if len(_SLICED) < _SLICED_LIMIT:
-                _SLICED[memo] = known
-        return known
-    return _normalize(key, dims, name, from_the_end)
+    memo = _memo_key(key, dims, name)
+    if memo is None:
+        return _normalize(key, dims, name, from_the_end)
+    memo = (*memo, from_the_end)
+    known = _SLICED.get(memo)
+    if known is None:
+        known = _normalize(key, dims, name, from_the_end)
+        if len(_SLICED) < _SLICED_LIMIT:
+            _SLICED[memo] = known
+    return known
+
+
+def _memo_key(key: tuple[Any, ...], dims: tuple[int, ...], name: str) -> tuple[Any, ...] | None:
+    """What decides a subscript of ints, non-negative slices and affine index expressions (the compiler-style
+    `t[i, nl.arange(128)[:, None], nl.arange(512)[None, :]]`, remade on every iteration of its loop); with
+    expressions, the tensor's name too (a subscript running past the end names its tensor). None for any
+    other key (indices read from a tile or given as values), worked out each time."""
+    parts: list[Any] = [dims]
+    named = False
+    for k in key:
+        kind = type(k)
+        if kind is int:
+            parts.append(k)
+        elif kind is slice and (k.start or 0) >= 0 and (k.stop or 0) >= 0:
+            parts.append((k.start, k.stop, k.step))
+        elif kind is IndexExpr and k.affine:
+            parts.append((k.shape, k.offset, k.terms))
+            named = True
+        else:
+            return None
+    if named:
+        parts.append(name)
+    return tuple(parts)
 
 
 def _normalize(key: tuple[Any, ...], dims: tuple[int, ...], name: str, from_the_end: bool = False) -> Subscript:

@@ -28,14 +28,38 @@ import numpy as np
 from .allocation import Placement
 from .blocks import SMALLEST, BlockLiveness, LiveBlocks, large_block_tensor
 from .errors import NkiError, replaying
-from .indexing import DynamicIndex, full_subscript, normalize
+from .indexing import DynamicIndex, Subscript, full_subscript, normalize
 from .ops import REPLAYABLE
 from .runner import RunResult, TensorSpec, end_launch, returns_unwritten_input, start_program
 from .tape import TapeError, TapeReader, shown_name
 from .tensor import HBM, PSUM, SBUF, BufferPool, MemoryBudget, Simulation, Storage, Tile, declare, host_fill, pop, push
 from .trace import collector_paused
 
+_AS_RECORDED = (bool, int, float, str)  # argument types a tape holds as the values themselves
 MAX_TILE_ELEMENTS = 2**28  # one operand of one instruction; the largest honest one is a whole HBM tensor
+
+
+MAX_KEPT_SUBSCRIPTS = 1 << 16  # decoded subscripts a replay keeps for the entries naming them again
+
+
+def _subscript_key(shape: tuple[int, ...], plain: list[Any]) -> tuple[Any, ...] | None:
+    """What decides a tile reference's subscript, hashable: the tensor's shape and the items when each is an
+    int, a slice ["s", start, count, step] or an affine expression ["x", k] of the tape's table (a loop nest
+    names the same blocks again and again: decoded once, the later references share it); None for indices
+    read at run time or any other item."""
+    key: list[Any] = [shape]
+    for item in plain[2:]:
+        kind = type(item)
+        if kind is int:
+            key.append(item)
+        elif kind is list and len(item) == 4 and item[0] == "s" and type(item[1]) is int and type(item[2]) is int \
+                and type(item[3]) is int:
+            key.append((item[1], item[2], item[3]))
+        elif kind is list and len(item) == 2 and item[0] == "x" and type(item[1]) is int:
+            key.append(("x", item[1]))
+        else:
+            return None
+    return tuple(key)
 
 
 class ReplayLimitError(Exception):
@@ -99,6 +123,7 @@ class _Replay:
         self.input_ids: set[int] = set()
         self.viewed: set[int] = set()  # tensors a view shares memory with: their bytes stay counted
         self.result: RunResult | None = None
+        self.subscripts: dict[tuple[Any, ...], Subscript] = {}  # by _subscript_key
         reader.resolve = self.tile
         self.handlers: dict[str, Callable[[list[Any]], None]] = {
             "input": self.input, "tensor": self.tensor, "view": self.view, "fill": self.fill, "call": self.call,
@@ -265,11 +290,11 @@ class _Replay:
     def call(self, entry: list[Any]) -> None:
         _, op, plain, line, nest, created, emitted, raised = self._fields(entry, 8)
         function = REPLAYABLE.get(op) if isinstance(op, str) else None
-        if function is None or not isinstance(plain, dict) or not all(isinstance(k, str) for k in plain):
+        if function is None or type(plain) is not dict:
             raise TapeError(f"call of {op!r} is not an instruction call")
         self._place(line, nest)
         sim = self.sim
-        arguments = {name: self.reader.value(value) for name, value in plain.items()}
+        arguments = self._arguments(op, plain)
         ids, index = sim.ids_used, len(sim.trace.instructions)
         if sim.blocks is not None and type(emitted) is int:
             sim.blocks.before(index, emitted)
@@ -290,6 +315,17 @@ class _Replay:
                             f"{len(sim.trace.instructions) - index} instructions; the tape says {created!r} and "
                             f"{emitted!r}")
 
+    def _arguments(self, op: str, plain: dict[Any, Any]) -> dict[str, Any]:
+        """A call's arguments by name as the simulator's objects: None and plain numbers as they are (most
+        of a call's arguments; `TapeReader.value` would return them unchanged), the rest decoded."""
+        value_of = self.reader.value
+        arguments: dict[str, Any] = {}
+        for name, value in plain.items():
+            if type(name) is not str:
+                raise TapeError(f"call of {op!r} is not an instruction call")
+            arguments[name] = value if value is None or type(value) in _AS_RECORDED else value_of(value)
+        return arguments
+
     def tile(self, plain: list[Any]) -> Tile:
         """A tensor reference of the tape as a tile of this replay's tensors (TapeReader's resolve)."""
         if len(plain) < 2:
@@ -303,12 +339,19 @@ class _Replay:
             return Tile(storage, known[2])  # decoded and checked by an earlier replay of this tape
         if len(plain) - 2 != len(storage.shape):
             raise TapeError(f"a subscript of {len(plain) - 2} items for a tensor of {len(storage.shape)} dimensions")
-        items = tuple(self._item(item) for item in plain[2:])
-        sub = normalize(items, storage.shape, storage.name)
-        if math.prod(sub.shape) > MAX_TILE_ELEMENTS:
-            raise TapeError(f"a tile of shape {sub.shape} is larger than any instruction handles")
-        if decoded is not None and not any(type(item) is DynamicIndex for item in items):
-            decoded[id(plain)] = (plain, storage.shape, sub)  # indices read from a tile differ per replay
+        same = _subscript_key(storage.shape, plain)
+        sub = self.subscripts.get(same) if same is not None else None
+        if sub is None:
+            items = tuple(self._item(item) for item in plain[2:])
+            sub = normalize(items, storage.shape, storage.name)
+            if math.prod(sub.shape) > MAX_TILE_ELEMENTS:
+                raise TapeError(f"a tile of shape {sub.shape} is larger than any instruction handles")
+            if same is not None and sub.overhang is None and len(self.subscripts) < MAX_KEPT_SUBSCRIPTS:
+                self.subscripts[same] = sub  # an overhang's message names its tensor: not shared
+            if decoded is not None and not any(type(item) is DynamicIndex for item in items):
+                decoded[id(plain)] = (plain, storage.shape, sub)  # indices read from a tile differ per replay
+        elif decoded is not None:
+            decoded[id(plain)] = (plain, storage.shape, sub)
         return Tile(storage, sub)
 
     def _item(self, plain: Any) -> Any:

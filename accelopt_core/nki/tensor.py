@@ -638,14 +638,16 @@ class Tile(TensorViews):
 
     def read_accumulator(self) -> np.ndarray:
         """PSUM values a matmul accumulates onto: 0 where nothing was written yet, as the matmul that
-        finds no accumulation under way starts a new group there (docs/fact-sheet.md A.3)."""
-        values = self.read().astype(np.float32)
+        finds no accumulation under way starts a new group there (docs/fact-sheet.md A.3). Read-only: where
+        every element was written, the tile's own float32 values, not a copy (a kernel's accumulation loop
+        reads its PSUM tile once per matmul)."""
+        values = self.read().astype(np.float32, copy=False)
         initialized = self.storage.initialized
         if initialized is None:
             return values
         written = self.sub.view(initialized)
         if written is not None:
-            return np.where(written, values, 0.0)
+            return values if written.all() else np.where(written, values, 0.0)
         with self._gathering():
             return np.where(initialized[self.sub.numpy_key()], values, 0.0)
 

@@ -164,3 +164,23 @@ def kernel(a):
     assert ops[:6] == ["dma_copy", "nc_matmul", "tensor_copy", "dma_copy", "tensor_copy", "dma_copy"]
     cast_load = both.instructions[5]
     assert cast_load.dtype == "bfloat16" and cast_load.writes[0].nbytes == 128 * 64 * 2
+
+
+def test_a_fully_written_accumulator_is_read_as_it_is_and_an_unwritten_one_as_zeros(rng):
+    """A matmul accumulating onto PSUM reads the tile's own float32 values where every element was written (no
+    copy, no mask), and 0 where nothing was written yet (a new accumulation group starts there)."""
+    from accelopt_core.nki.tensor import PSUM, Simulation, declare, pop, push
+
+    sim = Simulation(numeric=True, hardware="trn1")
+    push(sim)
+    try:
+        acc = declare(PSUM, (128, 512), 0, np.dtype(np.float32))
+        values = rng.standard_normal((128, 512)).astype(np.float32)
+        acc[:, 0:256].write(values[:, :256])
+        half = acc.read_accumulator()
+        assert (half[:, 256:] == 0).all() and half[:, :256].tobytes() == values[:, :256].tobytes()
+        acc.write(values)
+        whole = acc.read_accumulator()
+        assert np.shares_memory(whole, acc.storage.data) and whole.tobytes() == values.tobytes()
+    finally:
+        pop()

@@ -366,3 +366,54 @@ def kernel(x):
     return out
 """, x)
     np.testing.assert_array_equal(both.out, x[:64, 3:4])
+
+
+def test_a_whole_tensor_s_subscript_is_made_once_per_shape():
+    """Every instruction's result and whole-tensor reference asks for the whole subscript of its shape: one
+    shared object per shape, selecting every element."""
+    from accelopt_core.nki.indexing import full_subscript
+
+    whole = full_subscript((128, 512))
+    assert full_subscript((128, 512)) is whole
+    assert full_subscript((128, 256)) is not whole
+    assert whole.shape == (128, 512) and whole.region == ((0, 128), (0, 512))
+
+
+def test_a_block_s_element_set_is_worked_out_once_and_run_time_indices_never_shared():
+    """A strided block's element set is kept for the tensor shape it was asked for (each instruction reading the
+    block asks again); indices read at run time get a key of their own every time."""
+    from accelopt_core.nki.indexing import DynamicIndex, Subscript, normalize
+
+    strided = normalize((slice(0, 128, 1), slice(0, 512, 2)), (128, 1024), "t")
+    first = strided.elements((128, 1024))
+    assert first[0] is not None and first[1] is None
+    assert strided.elements((128, 1024))[0] is first[0]
+    assert strided.elements((128, 2048)) == strided._elements((128, 2048))
+
+    class Indices:  # a tile of indices, as DynamicIndex reads it when the instruction runs
+        shape = (1, 1)
+        storage = None
+
+    dynamic = Subscript((DynamicIndex(Indices(), 4, 1, 0),), (4,), ((0, 16),), True)
+    assert dynamic.elements((16,))[0] != dynamic.elements((16,))[0]
+
+
+def test_a_compiler_style_subscript_remade_each_iteration_is_worked_out_once():
+    """`t[i, nl.arange(128)[:, None], nl.arange(512)[None, :]]` makes new index expressions on every iteration of
+    its loop: the same numbers on the same tensor give the same subscript; other numbers, another tensor's
+    name (an overhang's message names it) or indices given as values do not."""
+    from accelopt_core.nki.indexing import IndexExpr, normalize
+
+    def rows_and_columns(offset: int = 0) -> tuple[IndexExpr, IndexExpr]:
+        return IndexExpr((128, 1), 0, ((0, 1),)), IndexExpr((1, 512), offset, ((1, 1),))
+
+    first = normalize((3, *rows_and_columns()), (8, 128, 1024), "v4")
+    assert normalize((3, *rows_and_columns()), (8, 128, 1024), "v4") is first
+    assert normalize((4, *rows_and_columns()), (8, 128, 1024), "v4") is not first
+    assert normalize((3, *rows_and_columns(512)), (8, 128, 1024), "v4").region[2] == (512, 1024)
+    assert normalize((3, *rows_and_columns()), (8, 128, 1024), "v5") is not first
+    ragged = normalize((*rows_and_columns(600),), (128, 1024), "a")
+    assert "of a " in ragged.overhang and "of b " in normalize((*rows_and_columns(600),), (128, 1024), "b").overhang
+    rows, columns = rows_and_columns()
+    given = IndexExpr((1, 512), values=columns.values)
+    assert normalize((rows, given), (128, 1024), "v4") is not normalize((rows, given), (128, 1024), "v4")

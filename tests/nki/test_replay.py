@@ -156,6 +156,57 @@ def kernel(x):
     assert first.tobytes() != again.tobytes()
 
 
+def test_a_block_named_again_is_decoded_once(recorded, rng, monkeypatch) -> None:
+    """Entries naming the same block of a tensor (a loop nest reads its blocks again and again) share one
+    decoded subscript: the replay normalizes each distinct block once, and computes what it did before."""
+    import accelopt_core.nki.replay as replay_module
+
+    x = rng.standard_normal((2, 128, 64)).astype(np.float32)
+    source = HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for r in nl.affine_range(3):
+        for b in nl.affine_range(x.shape[0]):
+            nl.store(out[b, 0:128, 0:64], value=nl.exp(nl.load(x[b, 0:128, 0:64])))
+    return out
+"""
+    tape, _ = recorded(source, x)
+    decoded: list[Any] = []
+
+    def counted(items: Any, dims: Any, name: str) -> Any:
+        decoded.append(items)
+        return normalize(items, dims, name)
+
+    normalize = replay_module.normalize
+    monkeypatch.setattr(replay_module, "normalize", counted)
+    outputs = replay(tape, [x], "trn1", numeric=True).outputs
+    assert len(decoded) == 2  # blocks 0 and 1 of a (2, 128, 64) tensor, x's and out's, each used three times
+    assert outputs[0].tobytes() == np.exp(x).tobytes()
+
+
+def test_an_overhang_names_its_own_tensor_however_often_it_is_named(recorded, rng) -> None:
+    """A subscript running past its tensor is decoded for each tensor it is used on: its error names the tensor
+    the instruction reads (shared by content, it would name the first)."""
+    a = rng.standard_normal((100, 64)).astype(np.float32)
+    source = HEADER + """
+@nki.jit
+def kernel(first, second):
+    out = nl.ndarray((128, 64), dtype=first.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:128, 0:64]
+    t = nl.load(first[i_p, i_f], mask=(i_p < 100))
+    u = nl.load(second[i_p, i_f], mask=(i_p < 100))
+    nl.store(out[i_p, i_f], value=nl.add(t, u), mask=(i_p < 100))
+    return out
+"""
+    tape, _ = recorded(source, a, a)
+    for call in calls(tape):
+        if call[1] == "dma_copy" and call[2]["src"][1] == 2:
+            call[2]["mask"] = None  # the second load's overhang is no longer masked off
+    with pytest.raises(NkiError, match="second"):
+        replay(tape, [a, a], "trn1", numeric=True)
+
+
 def test_the_seeds_of_a_check_reuse_the_arrays_of_dropped_tensors(recorded, rng) -> None:
     """A tensor dropped by one replay lends its array to the next tensor of its size (refilled with NaN),
     and the outputs are bit for bit those of replays that allocate afresh."""
