@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..hardware import available_hardware
+from . import transfer
 from .experiences import Experience
 from .schema import SchemaError
 from .store import Memory
@@ -128,7 +129,7 @@ def cmd_show(memory: Memory, args: argparse.Namespace) -> int:
 
 
 def cmd_export(memory: Memory, args: argparse.Namespace) -> int:
-    count = memory.export_jsonl(args.file, what=args.what)
+    count = transfer.export_jsonl(memory, args.file, what=args.what)
     print(f"exported {count} record{'s' * (count != 1)} to {args.file}")
     return 0
 
@@ -136,7 +137,7 @@ def cmd_export(memory: Memory, args: argparse.Namespace) -> int:
 def cmd_import(memory: Memory, args: argparse.Namespace) -> int:
     notes: list[str] = []
     refusals: list[str] = []
-    count = memory.import_jsonl(args.file, notes, refusals)
+    count = transfer.import_jsonl(memory, args.file, notes, refusals)
     print(f"imported {count} new record{'s' * (count != 1)} from {args.file} (lessons marked as imported)")
     for note in notes:
         print(note)

@@ -12,13 +12,11 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from sqlite_utils import Database
 from sqlite_utils.db import NotFoundError
 
-from . import transfer
 from .experiences import (
     KEEP_PER_KIND,
     RETRIEVAL_ORDER,
@@ -297,15 +295,3 @@ class Memory:
         rows = self._rows("select * from experiences where task_family = ? and hardware = ? "
                           "and substr(origin, 1, 5) = 'rule:'", [task_family, hardware])
         return summarize_rules([Experience.from_row(row) for row in rows])
-
-    # -- sharing -------------------------------------------------------------------------------------
-
-    def export_jsonl(self, target: str | Path | IO[str], what: Sequence[str] = ("experiences",)) -> int:
-        """Write a self-contained JSON-lines file for a teammate; returns the number of lines."""
-        return transfer.export_jsonl(self, target, what)
-
-    def import_jsonl(self, source: str | Path | IO[str], notes: list[str] | None = None,
-                     refusals: list[str] | None = None) -> int:
-        """Merge an exported file, every record checked; returns how many new records were added (`notes`
-        gets what was left out, and why; `refusals`, when given, the records refused, by line)."""
-        return transfer.import_jsonl(self, source, notes, refusals)

@@ -16,10 +16,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-if TYPE_CHECKING:
-    from .store import Memory
+from .store import Memory, source_hash
 
 KINDS = ("experiences", "kernels", "profiles")
 PROFILE_KEY = ("kernel_hash", "task", "hardware", "backend", "mode")
@@ -143,8 +142,6 @@ def check_against_profiles(memory: Memory, lesson: dict[str, Any]) -> None:
 
 def checked_source(record: dict[str, Any], name: str, expected_hash: str) -> str | None:
     """An embedded kernel source, refused when its content does not match the hash it claims."""
-    from .store import source_hash  # store.py imports this module
-
     source = text_field(record, name, MAX_SOURCE_CHARS)
     if source is not None and source_hash(source) != expected_hash:
         raise ImportFormatError(f"kernel source does not match its hash {expected_hash[:12]}")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from accelopt_core.memory import Memory
+from accelopt_core.memory.transfer import export_jsonl, import_jsonl
 
 SLOW = "def kernel(x):\n    return x + 0\n"
 FAST = "def kernel(x):\n    return x\n"
@@ -28,14 +29,14 @@ def lines(text: str) -> list[dict]:
 def test_export_writes_one_object_per_experience(memory: Memory) -> None:
     seed(memory)
     out = io.StringIO()
-    assert memory.export_jsonl(out) == 2
+    assert export_jsonl(memory, out) == 2
     assert [r["kind"] for r in lines(out.getvalue())] == ["experience", "experience"]
 
 
 def test_export_embeds_kernel_sources(memory: Memory) -> None:
     seed(memory)
     out = io.StringIO()
-    memory.export_jsonl(out)
+    export_jsonl(memory, out)
     first = lines(out.getvalue())[0]
     assert (first["slow_source"], first["fast_source"], first["speedup"]) == (SLOW, FAST, 1.5)
 
@@ -43,15 +44,15 @@ def test_export_embeds_kernel_sources(memory: Memory) -> None:
 def test_export_leaves_out_local_ids(memory: Memory) -> None:
     seed(memory)
     out = io.StringIO()
-    memory.export_jsonl(out)
+    export_jsonl(memory, out)
     assert not {"id", "search_id"} & set(lines(out.getvalue())[0])
 
 
 def test_round_trip_into_fresh_db(memory: Memory, tmp_path: Path) -> None:
     seed(memory)
-    memory.export_jsonl(tmp_path / "team.jsonl")
+    export_jsonl(memory, tmp_path / "team.jsonl")
     with Memory(tmp_path / "fresh.db") as fresh:
-        assert fresh.import_jsonl(tmp_path / "team.jsonl") == 2
+        assert import_jsonl(fresh, tmp_path / "team.jsonl") == 2
         strip = {"id", "search_id", "imported", "pinned"}
         got = [{k: v for k, v in e.to_dict().items() if k not in strip} for e in fresh.list_experiences()]
         want = [{k: v for k, v in e.to_dict().items() if k not in strip} for e in memory.list_experiences()]
@@ -65,44 +66,44 @@ def test_round_trip_into_fresh_db(memory: Memory, tmp_path: Path) -> None:
 
 def test_import_twice_adds_nothing(memory: Memory, tmp_path: Path) -> None:
     seed(memory)
-    memory.export_jsonl(tmp_path / "team.jsonl")
+    export_jsonl(memory, tmp_path / "team.jsonl")
     with Memory(tmp_path / "fresh.db") as fresh:
-        fresh.import_jsonl(tmp_path / "team.jsonl")
-        assert fresh.import_jsonl(tmp_path / "team.jsonl") == 0
+        import_jsonl(fresh, tmp_path / "team.jsonl")
+        assert import_jsonl(fresh, tmp_path / "team.jsonl") == 0
         assert len(fresh.list_experiences()) == 2
 
 
 def test_import_into_same_db_adds_nothing(memory: Memory) -> None:
     seed(memory)
     out = io.StringIO()
-    memory.export_jsonl(out)
-    assert memory.import_jsonl(io.StringIO(out.getvalue())) == 0
+    export_jsonl(memory, out)
+    assert import_jsonl(memory, io.StringIO(out.getvalue())) == 0
 
 
 def test_import_applies_the_bound(memory: Memory, tmp_path: Path) -> None:
     for i in range(4):
         memory.add_experience("silu", "silu", "trn1", "s", f"f{i}", 1.5 + i)
-    memory.export_jsonl(tmp_path / "team.jsonl")
+    export_jsonl(memory, tmp_path / "team.jsonl")
     with Memory(tmp_path / "fresh.db", keep_positive=2) as fresh:
-        assert fresh.import_jsonl(tmp_path / "team.jsonl") == 2
+        assert import_jsonl(fresh, tmp_path / "team.jsonl") == 2
         assert sorted(e.speedup for e in fresh.list_experiences()) == [3.5, 4.5]
 
 
 def test_import_skips_neutral(memory: Memory) -> None:
     record = {"kind": "experience", "task": "silu", "task_family": "silu", "hardware": "trn1", "slow_hash": "a",
               "fast_hash": "b", "speedup": 1.01}
-    assert memory.import_jsonl(io.StringIO(json.dumps(record) + "\n")) == 0
+    assert import_jsonl(memory, io.StringIO(json.dumps(record) + "\n")) == 0
 
 
 def test_import_skips_unknown_kinds_and_blank_lines(memory: Memory) -> None:
-    assert memory.import_jsonl(io.StringIO('{"kind": "from-the-future"}\n\n')) == 0
+    assert import_jsonl(memory, io.StringIO('{"kind": "from-the-future"}\n\n')) == 0
 
 
 def refused(memory: Memory, *records: dict | str) -> tuple[int, list[str]]:
     """Import `records` (objects, or raw lines as given); how many were added and the refusals, by line."""
     text = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records)
     refusals: list[str] = []
-    return memory.import_jsonl(io.StringIO(text), refusals=refusals), refusals
+    return import_jsonl(memory, io.StringIO(text), refusals=refusals), refusals
 
 
 LESSON = {"kind": "experience", "task": "silu", "task_family": "silu", "hardware": "trn1", "slow_hash": "a",
@@ -112,7 +113,7 @@ LESSON = {"kind": "experience", "task": "silu", "task_family": "silu", "hardware
 def test_a_bad_line_is_refused_by_number_and_the_rest_imported(memory: Memory, tmp_path: Path) -> None:
     seed(memory)
     out = io.StringIO()
-    memory.export_jsonl(out)
+    export_jsonl(memory, out)
     with Memory(tmp_path / "fresh.db") as fresh:
         added, refusals = refused(fresh, *out.getvalue().splitlines(), "not json")
         assert added == 2 and len(fresh.list_experiences()) == 2
@@ -174,10 +175,10 @@ def test_export_kernels_and_profiles_but_import_only_the_kernels(memory: Memory,
     cached profiles now stay out of an import, and the kernel is profiled afresh when needed."""
     digest = memory.add_kernel(SLOW)
     memory.put_profile(digest, "silu", "trn1", "simulator", "check", {"latency_ms": 1.0})
-    assert memory.export_jsonl(tmp_path / "all.jsonl", what=("kernels", "profiles")) == 2
+    assert export_jsonl(memory, tmp_path / "all.jsonl", what=("kernels", "profiles")) == 2
     with Memory(tmp_path / "fresh.db") as fresh:
         notes: list[str] = []
-        assert fresh.import_jsonl(tmp_path / "all.jsonl", notes) == 1
+        assert import_jsonl(fresh, tmp_path / "all.jsonl", notes) == 1
         assert fresh.kernel_source(digest) == SLOW
         assert fresh.get_profile(digest, "silu", "trn1", "simulator", "check") is None
         assert notes == ["1 profile record not imported: cached profiles are verdicts this installation did not "
@@ -188,13 +189,13 @@ def test_import_keeps_local_profile(memory: Memory) -> None:
     memory.put_profile("h", "silu", "trn1", "simulator", "check", {"latency_ms": 1.0})
     record = {"kind": "profile", "kernel_hash": "h", "task": "silu", "hardware": "trn1", "backend": "simulator",
               "mode": "check", "result": {"latency_ms": 9.0}, "created": "x"}
-    assert memory.import_jsonl(io.StringIO(json.dumps(record) + "\n")) == 0
+    assert import_jsonl(memory, io.StringIO(json.dumps(record) + "\n")) == 0
     assert memory.get_profile("h", "silu", "trn1", "simulator", "check") == {"latency_ms": 1.0}
 
 
 def test_export_unknown_kind(memory: Memory) -> None:
     with pytest.raises(ValueError, match="cannot export searches"):
-        memory.export_jsonl(io.StringIO(), what=("searches",))
+        export_jsonl(memory, io.StringIO(), what=("searches",))
 
 
 def test_a_forged_cached_profile_is_not_a_verdict_after_import(tmp_path: Path) -> None:
@@ -202,7 +203,7 @@ def test_a_forged_cached_profile_is_not_a_verdict_after_import(tmp_path: Path) -
     forged = {"kind": "profile", "kernel_hash": "c0ffee", "task": "silu", "hardware": "trn1", "backend": "simulator",
               "mode": "check", "result": {"correct": True, "latency_ms": 1e-06}, "created": "2026-01-01"}
     with Memory(tmp_path / "m.db") as memory:
-        assert memory.import_jsonl(io.StringIO(json.dumps(forged) + "\n")) == 0
+        assert import_jsonl(memory, io.StringIO(json.dumps(forged) + "\n")) == 0
         assert memory.get_profile("c0ffee", "silu", "trn1", "simulator", "check") is None
 
 
@@ -210,9 +211,9 @@ def test_imported_lessons_say_so_where_they_are_shown(memory: Memory, tmp_path: 
     from accelopt_core.agents.llm.prompts import experiences_block
 
     seed(memory)
-    memory.export_jsonl(tmp_path / "team.jsonl")
+    export_jsonl(memory, tmp_path / "team.jsonl")
     with Memory(tmp_path / "fresh.db") as fresh:
-        fresh.import_jsonl(tmp_path / "team.jsonl")
+        import_jsonl(fresh, tmp_path / "team.jsonl")
         lesson = fresh.list_experiences()[0]
         assert lesson.label == "rule:simplify (imported)"
         assert "[imported from another memory, not measured here]" in experiences_block([lesson])
