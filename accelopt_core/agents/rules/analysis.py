@@ -28,6 +28,7 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from . import cst_util as u
+from .base import Plan
 
 # ---------------------------------------------------------------- index expressions
 
@@ -221,7 +222,8 @@ class KernelModel:
         self.profile = profile
         self.pos: Mapping[cst.CSTNode, CodeRange] = u.positions(module)
         self.aliases = _aliases(module, fn)
-        self.env = {**_module_constants(module), **u.single_assignments(fn)}
+        self.constants = _module_constants(module)  # module-level `NAME = value`
+        self.env = {**self.constants, **u.single_assignments(fn)}
         self.grids = self._grid_names(fn)
         self.loops: list[Loop] = []
         self.ops: list[Op] = []
@@ -751,7 +753,9 @@ _CACHE: dict[tuple[str, int], KernelModel] = {}  # a few sources: the rules of o
 def model_of(source: str | cst.Module, profile: Any = None, function: str | None = None) -> KernelModel:
     """The model of a kernel (the `function` of that name, else the jit-decorated one) with this
     profile, built once and shared by every rule that asks. A source text is parsed once (the model's
-    `module`); a parsed module is modelled as it is, since rules compare nodes by identity."""
+    `module`); a parsed module is modelled as it is, since rules compare nodes by identity. Without a
+    `function`, the kernel is the one in focus (`cst_util.focus`), part of the key."""
+    function = function or u.focused()
     if isinstance(source, cst.Module):
         key = (f"module:{id(source)}:{function}", id(profile))
         found = _CACHE.get(key)
@@ -768,3 +772,27 @@ def model_of(source: str | cst.Module, profile: Any = None, function: str | None
         _CACHE.clear()
     _CACHE[key] = model
     return model
+
+
+class ModelRule:
+    """A rule that plans on the shared model of the kernel. Its class docstring is its summary (what the
+    rewrite does and why it helps on Trainium), as one line for the search's lessons."""
+
+    name: str
+    summary: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.summary = " ".join((cls.__doc__ or "").split())
+
+    def plan(self, source: str, profile: Any) -> list[Plan]:
+        """Every place the rewrite applies, most promising first; a source without a kernel has none."""
+        try:
+            model = model_of(source, profile)
+        except u.RuleError:
+            return []
+        return self.plans(model)
+
+    def plans(self, model: KernelModel) -> list[Plan]:
+        """The plans on this model of the kernel (with its profile's costs)."""
+        raise NotImplementedError

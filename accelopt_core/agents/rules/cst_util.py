@@ -97,11 +97,16 @@ def focus(function: str | None) -> Iterator[None]:
         _FOCUS.reset(token)
 
 
+def focused() -> str | None:
+    """The function in focus, or None when the rules see every function."""
+    return _FOCUS.get()
+
+
 def functions(module: cst.Module) -> list[cst.FunctionDef]:
     """Top-level functions the rules work on: the kernel and any helpers next to it, or only the function in
     focus."""
     found = [s for s in module.body if isinstance(s, cst.FunctionDef)]
-    named = _FOCUS.get()
+    named = focused()
     return [f for f in found if f.name.value == named] if named else found
 
 

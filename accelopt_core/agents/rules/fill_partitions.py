@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import ALLOCATORS, Affine, KernelModel, Loop, Op, Ref, Span, Tensor, model_of
+from .analysis import ALLOCATORS, Affine, KernelModel, Loop, ModelRule, Op, Ref, Span, Tensor, model_of
 from .base import Plan, RuleError
 
 _PARTITIONS = 128
@@ -321,16 +321,13 @@ def folds(model: KernelModel, known: dict[int, Sequence[int]] | None = None) -> 
     return found
 
 
-class FillPartitions:
-    """Planner and executor for stacking iterations of a narrow-tile loop on the partitions."""
+class FillPartitions(ModelRule):
+    """Stack two (or four) iterations of a loop whose element-wise tiles use 64 (or 32) partitions on all 128: every
+    engine instruction does the work of several, as an instruction's cost is its free size, not its partition count."""
 
     name = "fill_partitions"
-    summary = ("Stack two (or four) iterations of a loop whose element-wise tiles use 64 (or 32) partitions "
-               "on all 128: every engine instruction does the work of several, as an instruction's cost is "
-               "its free size, not its partition count.")
 
-    def plan(self, source: str, profile: object) -> list[Plan]:
-        model = model_of(source, profile)
+    def plans(self, model: KernelModel) -> list[Plan]:
         found = folds(model)
         folding = {id(fold.loop) for fold in found}
         # an enclosing loop that folds already covers the nest: one plan per nest

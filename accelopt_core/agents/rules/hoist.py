@@ -32,6 +32,7 @@ from libcst.metadata import CodeRange
 
 from ...profiling import ProfileResult
 from . import cst_util as u
+from .analysis import ModelRule
 from .base import Plan, RuleError
 from .interchange import Nest, interchange, nest_model, nest_params, nest_problem
 
@@ -396,12 +397,11 @@ def _loop_key(loop: cst.For) -> tuple[str, str]:
     return (u.loop_var(loop) or "", u.flat(u.code_of(loop.iter)))
 
 
-class HoistInvariant:
-    """Move loop-invariant loads and computations out of loops (into an SBUF block when needed)."""
+class HoistInvariant(ModelRule):
+    """Move loop-invariant loads and computations out of loops, buffering tiles that depend only on inner loops in
+    an SBUF block, so each HBM tile is loaded once: fewer DMA bytes."""
 
     name = "hoist_invariant"
-    summary = ("Move loop-invariant loads and computations out of loops, buffering tiles that depend only on "
-               "inner loops in an SBUF block, so each HBM tile is loaded once: fewer DMA bytes.")
 
     # ---------------------------------------------------------------- planning
 

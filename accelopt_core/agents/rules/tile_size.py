@@ -28,6 +28,7 @@ from typing import Any
 
 import libcst as cst
 
+from .analysis import KernelModel, ModelRule, model_of
 from .base import Plan, RuleError
 from .cst_util import (
     TILE_SIZES,
@@ -42,14 +43,12 @@ from .cst_util import (
     input_shapes,
     kernel_function,
     keyword,
-    latency_ms,
     line_engine_times,
     line_of,
     loop_args,
     loop_kind,
     names_in,
     parents,
-    parse,
     parse_statement,
     positions,
     replace_nodes,
@@ -91,25 +90,19 @@ class _Constant:
     occurrences: tuple[cst.Integer, ...] = ()  # a literal tile size: its nodes in the kernel (name is a placeholder)
 
 
-class RetuneTileSize:
-    """Planner and executor for tile-size changes."""
+class RetuneTileSize(ModelRule):
+    """Change an integer tile size to another value within the hardware limits that divides the dimensions it tiles:
+    larger DMAs when DMA-bound (>= 2 KiB per partition), smaller tiles when SBUF spills."""
 
     name = "retune_tile_size"
-    summary = ("Change an integer tile size to another value within the hardware limits that divides the "
-               "dimensions it tiles: larger DMAs when DMA-bound (>= 2 KiB per partition), smaller tiles when "
-               "SBUF spills.")
 
-    def plan(self, source: str, profile: Any) -> list[Plan]:
-        module = parse(source)
-        fn = kernel_function(module)
-        if fn is None:
-            return []
+    def plans(self, model: KernelModel) -> list[Plan]:
+        module, fn, pos, profile = model.module, model.fn, model.pos, model.profile
         shapes = input_shapes(profile)
         if not shapes:
             return []  # without the sizes it ran at no value can be shown to divide its dimensions
-        pos = positions(module)
         data = (getattr(profile, "profile", None) or {}) if profile is not None else {}
-        latency = latency_ms(profile) or 0.0
+        latency = model.latency or 0.0
         dma_bound = getattr(profile, "bottleneck", None) == "dma" or (
             0 < float(data.get("dma_transfer_average_bytes") or 0) < 32768)
         spills = float(data.get("spill_save_bytes") or 0) + float(data.get("spill_reload_bytes") or 0) > 0
@@ -182,10 +175,8 @@ class RetuneTileSize:
         return out
 
     def apply(self, source: str, plan: Plan) -> str:
-        module = parse(source)
-        fn = kernel_function(module)
-        if fn is None:
-            raise RuleError("no kernel function in the source")
+        model = model_of(source)
+        module, fn = model.module, model.fn
         name, old, new = plan.params.get("name"), plan.params.get("old"), plan.params.get("new")
         if plan.params.get("literal"):
             found = [c for c, _, _ in _literal_sizes(module, fn) if c.current == old]

@@ -35,7 +35,7 @@ from typing import Any
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import KernelModel, model_of
+from .analysis import KernelModel, ModelRule, model_of
 from .base import Plan
 
 _PSUM_BANK_BYTES = 2048  # bytes per partition of one PSUM bank (nki-facts A.4: 8 banks of 2 KiB)
@@ -266,15 +266,13 @@ def _block_allocation(model: KernelModel, jam: _Jam) -> cst.SimpleStatementLine:
     return jam.allocation.with_changes(body=[node.with_changes(value=node.value.with_changes(args=args))])
 
 
-class JamMatmulLoops:
-    """Planner and executor for unroll-and-jam of matmul loop nests."""
+class JamMatmulLoops(ModelRule):
+    """Jam the loop over output tiles into the matmul reduction (unroll-and-jam): one stationary tile serves several
+    moving tiles back to back and several PSUM banks accumulate at once."""
 
     name = "jam_matmul_loops"
-    summary = ("Jam the loop over output tiles into the matmul reduction (unroll-and-jam): one stationary tile "
-               "serves several moving tiles back to back and several PSUM banks accumulate at once.")
 
-    def plan(self, source: str, profile: Any) -> list[Plan]:
-        model = model_of(source, profile)
+    def plans(self, model: KernelModel) -> list[Plan]:
         busy = model.busy()
         latency = model.latency or 0.0
         tensor_share = 1e3 * busy.get("tensor", 0.0) / latency if latency else 0.0
