@@ -27,6 +27,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import CodeRange
 
+from ...hardware import HardwareProfile, load_hardware
 from . import cst_util as u
 from .base import Plan
 
@@ -239,6 +240,11 @@ class KernelModel:
         self.line_engines = u.line_engine_times(profile)
         self.profile_trips = u.loop_trips(profile)
         self.latency = u.latency_ms(profile)
+
+    @property
+    def hardware(self) -> HardwareProfile:
+        """The generation the profile ran on: the partition, PSUM and SBUF limits the rules respect."""
+        return hardware_of(self.profile)
 
     # ------------------------------------------------------------ construction helpers
     def canonical(self, call: cst.Call) -> str | None:
@@ -643,6 +649,11 @@ class KernelModel:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def hardware_of(profile: Any) -> HardwareProfile:
+    """The hardware profile of the generation `profile` was measured or simulated on (trn1 without one)."""
+    return load_hardware(getattr(profile, "hardware", None) or "trn1")
 
 
 def canonical_name(dotted: str | None, aliases: Mapping[str, str]) -> str | None:

@@ -28,7 +28,6 @@ from . import cst_util as u
 from .analysis import ALLOCATORS, Affine, KernelModel, Loop, ModelRule, Op, Ref, Span, Tensor, model_of
 from .base import Plan, RuleError
 
-_PARTITIONS = 128
 _LOADS_STORES = frozenset({"nl.load", "nl.store", "nisa.dma_copy"})
 _ELEMENTWISE = frozenset({
     "nl.add", "nl.subtract", "nl.multiply", "nl.divide", "nl.maximum", "nl.minimum", "nl.power", "nl.copy",
@@ -102,10 +101,11 @@ class _Reader:
         if len(self.rows) != 1 or not (self.tensors or self.bound):
             return "its tiles do not share one partition size"
         rows = next(iter(self.rows))
-        factor = _PARTITIONS // rows
+        partitions = self.model.hardware.memory.sbuf_partitions
+        factor = partitions // rows
         while factor > 1 and any(t % factor for t in trips):
             factor //= 2
-        if factor < 2 or factor * rows > _PARTITIONS:
+        if factor < 2 or factor * rows > partitions:
             return f"its {rows}-row tiles leave no room, or {trips[0]} iterations do not divide"
         return _Fold(loop, tuple(trips), factor, rows, tuple(sorted(self.tensors)),
                      tuple(sorted(self.blocks.items())), tuple(sorted(self.bound.items())))

@@ -7,8 +7,8 @@ saturates), while bigger tiles take more SBUF and leave fewer iterations to over
 Opt #9: 1024 FP32 elements per partition is the sweet spot). The rule finds the tile-size
 constants (`TILE = 512`, `tile_f = min(cols, 512)`, `tile_n = nl.tile_size.gemm_moving_fmax`),
 works out from the source how each one is used (partition or free axis, matmul operand, PSUM
-tile, the dimensions it divides) and proposes values that respect the hardware limits (partition
-<= 128, matmul stationary free <= 128, moving free and PSUM tile <= 512 FP32) and divide every
+tile, the dimensions it divides) and proposes values that respect the limits of the generation's hardware
+profile (on trn1: partition <= 128, matmul stationary free <= 128, moving free <= 512) and divide every
 dimension they tile at every size of the task, so no element is dropped. One plan per value:
 larger first when the profile is DMA-bound, smaller first when SBUF spills.
 
@@ -31,7 +31,6 @@ import libcst as cst
 from .analysis import KernelModel, ModelRule, model_of
 from .base import Plan, RuleError
 from .cst_util import (
-    TILE_SIZES,
     alias_of,
     binding_count,
     block_statements,
@@ -56,6 +55,7 @@ from .cst_util import (
     single_assignments,
     small,
     static_value,
+    tile_size_constant,
     walk,
 )
 
@@ -107,13 +107,15 @@ class RetuneTileSize(ModelRule):
             0 < float(data.get("dma_transfer_average_bytes") or 0) < 32768)
         spills = float(data.get("spill_save_bytes") or 0) + float(data.get("spill_reload_bytes") or 0) > 0
         peak = float(data.get("sbuf_peak_live_bytes_per_partition") or 0)
-        usable = float(data.get("sbuf_usable_bytes_per_partition") or 180224)
+        hardware = model.hardware
+        usable = float(data.get("sbuf_usable_bytes_per_partition") or hardware.memory.sbuf_usable_bytes_per_partition)
         line_engines = line_engine_times(profile)
         plans: list[Plan] = []
         sizes = [(c, module, fn) for c in _constants(module, fn)] + list(_literal_sizes(module, fn))
         for const, scope, scope_fn in sizes:  # a literal is analysed in its hoisted copy (same lines)
             use = _uses(scope, scope_fn, const.name, pos if scope is module else positions(scope))
-            limit = 128 if use.partition or use.stationary else 512 if use.moving else 1 << 16
+            limit = (hardware.memory.sbuf_partitions if use.partition else hardware.tensor.stationary_free_max
+                     if use.stationary else hardware.tensor.moving_free_max if use.moving else 1 << 16)
             values = self._values(scope, scope_fn, const, use, shapes, limit)
             grow = [v for v in values if v > const.current]
             shrink = [v for v in values if v < const.current]
@@ -211,7 +213,7 @@ def _constants(module: cst.Module, fn: cst.FunctionDef) -> Iterator[_Constant]:
             if literal is None:
                 continue
             current = (int(literal.value) if isinstance(literal, cst.Integer)
-                       else TILE_SIZES[(dotted(literal) or "").rsplit(".", 1)[-1]])
+                       else tile_size_constant((dotted(literal) or "").rsplit(".", 1)[-1]) or 0)
             if current >= 16:
                 yield _Constant(target.value, stmt, node.value, literal, current)
 
@@ -276,7 +278,8 @@ def _size_literal(value: cst.BaseExpression, nl: str) -> cst.BaseExpression | No
         return value
     if isinstance(value, cst.Attribute):
         name = dotted(value) or ""
-        if name.startswith(f"{nl}.tile_size.") and name.rsplit(".", 1)[-1] in TILE_SIZES:
+        limit = name.rsplit(".", 1)[-1]  # an element count (`pmax`, `gemm_moving_fmax`), not bytes or alignments
+        if name.startswith(f"{nl}.tile_size.") and limit.endswith("max") and tile_size_constant(limit):
             return value
         return None
     if isinstance(value, cst.Call) and call_name(value) in ("min", "max") and len(value.args) == 2:

@@ -38,8 +38,6 @@ from . import cst_util as u
 from .analysis import KernelModel, ModelRule, model_of
 from .base import Plan
 
-_PSUM_BANK_BYTES = 2048  # bytes per partition of one PSUM bank (nki-facts A.4: 8 banks of 2 KiB)
-_BANKS_FOR_ACCUMULATORS = 4  # of the 8 banks: the other half stays for transposes and read-outs
 _MATMULS = ("nisa.nc_matmul", "nl.matmul")
 
 
@@ -148,8 +146,10 @@ def _jam(model: KernelModel, outer: cst.For, known: int | None) -> _Jam | str | 
                 {u.loop_var(r) for r in chain} & e.vars for e in key):
             return "the accumulator's block does not follow the output loop alone"
         tile_bytes = _free_bytes(tensor.shape[tensor.par_axis + 1:])
-    if tile_bytes is None or trips * max(1, -(-tile_bytes // _PSUM_BANK_BYTES)) > _BANKS_FOR_ACCUMULATORS:
-        return f"{trips} accumulators would take more than {_BANKS_FOR_ACCUMULATORS} PSUM banks"
+    psum = model.hardware.memory
+    banks = psum.psum_banks // 2  # the other half stays for transposes and read-outs
+    if tile_bytes is None or trips * max(1, -(-tile_bytes // psum.psum_bank_bytes)) > banks:
+        return f"{trips} accumulators would take more than {banks} PSUM banks"
     tail = tuple(body[1:])
     read_by_reduction = set().union(*(u.names_in(s) for s in chain))
     if any(u.names_written(s) & read_by_reduction for s in tail):
