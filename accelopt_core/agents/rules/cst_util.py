@@ -799,16 +799,23 @@ def ensure_import(module: cst.Module, path: str, local: str) -> tuple[cst.Module
     return module.with_changes(body=body), local
 
 
-def kernel_function(module: cst.Module) -> cst.FunctionDef | None:
-    """The kernel: the first top-level function with a `...jit`-style decorator, else the first one (with a
+def kernel_functions(module: cst.Module) -> list[cst.FunctionDef]:
+    """The kernels: the top-level functions with a `...jit`-style decorator, else the first function (with a
     function in focus, that one)."""
     found = functions(module)
-    for fn in found:
-        for deco in fn.decorators:
-            target = deco.decorator.func if isinstance(deco.decorator, cst.Call) else deco.decorator
-            if (dotted(target) or "").rsplit(".", 1)[-1] in ("jit", "trace", "baremetal", "benchmark"):
-                return fn
-    return found[0] if found else None
+    decorated = [fn for fn in found if any(_is_kernel_decorator(deco) for deco in fn.decorators)]
+    return decorated or found[:1]
+
+
+def _is_kernel_decorator(deco: cst.Decorator) -> bool:
+    target = deco.decorator.func if isinstance(deco.decorator, cst.Call) else deco.decorator
+    return (dotted(target) or "").rsplit(".", 1)[-1] in ("jit", "trace", "baremetal", "benchmark")
+
+
+def kernel_function(module: cst.Module) -> cst.FunctionDef | None:
+    """The kernel (the first of `kernel_functions`), or None in a module without functions."""
+    kernels = kernel_functions(module)
+    return kernels[0] if kernels else None
 
 
 # ---------------------------------------------------------------- the tutorials' declared loads

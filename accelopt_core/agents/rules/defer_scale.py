@@ -94,7 +94,7 @@ class DeferRowScale(ModelRule):
         return Plan(self.name, d.scale.line, what, {"product": d.product, "scale_line": d.scale.line},
                     priority=share)
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         module = u.parse(source)
         model = model_of(module)
         found = [d for op in model.ops if op.line == plan.params["scale_line"]

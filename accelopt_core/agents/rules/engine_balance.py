@@ -124,7 +124,7 @@ class BalanceEngines(ModelRule):
                      {"decouple": [flat(code_of(m.stmt)) for m in drains], "target": drains[0].target,
                       "hardware": hardware}, priority)]
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         module = parse(source)
         analysis = KernelAnalysis(model_of(module))
         hardware = str(plan.params.get("hardware", "trn1"))

@@ -349,7 +349,7 @@ class FillPartitions(ModelRule):
         params = {"loop": fold.loop.line, "factor": fold.factor, "trips": list(fold.sizes)}
         return Plan(self.name, fold.loop.line, what, params, priority)
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         line = plan.params.get("loop")
         known = {line: plan.params.get("trips") or []} if isinstance(line, int) else {}

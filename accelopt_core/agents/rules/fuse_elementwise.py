@@ -1025,7 +1025,7 @@ class FuseElementwise(ModelRule):
             saved += weight * time * (units - new.get(engine, 0.0)) / units
         return max(0.0, min(1.0, saved / latency))
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         if plan.params.get("pattern") == "all":
             return self._apply_all(source, plan.params.get("statements") or [])
         module = parse(source)

@@ -393,7 +393,7 @@ class FuseLoops(ModelRule):
         spill_ms = model.busy().get("dma", 0.0) * spilled / (moved + spilled)  # the spill's share of DMA time
         return min(0.8, base + spill_ms / latency * min(1.0, saved / (peak - usable)))
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         params = plan.params
         if "drop" in params:

@@ -506,7 +506,7 @@ class HoistInvariant(ModelRule):
 
     # ---------------------------------------------------------------- applying
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         params = plan.params
         module = u.fold_declared_loads(u.parse(source))
         line: int | None = plan.line

@@ -206,6 +206,6 @@ class InterchangeLoops(ModelRule):
         plans.sort(key=lambda p: -p.priority)
         return plans
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         module = interchange(u.parse(source), plan.params, plan.line)
         return module.code

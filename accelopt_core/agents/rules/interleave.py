@@ -164,7 +164,7 @@ class InterleaveIterations(ModelRule):
                                "trips": _trips(model, loop)}, priority))
         return plans
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         trips = int(plan.params["trips"])
         found = [lp for lp, problem in _candidates(model, trips) if problem is None and lp.var == plan.params["var"]

@@ -112,7 +112,7 @@ class MergeDma(ModelRule):
         plans.sort(key=lambda p: -p.priority)
         return plans
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         module, fn, pos = model.module, model.fn, model.pos
         matches = [m for m in _merges(module, fn) if m.params() == plan.params]

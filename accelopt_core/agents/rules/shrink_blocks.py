@@ -78,7 +78,7 @@ class ShrinkBlocks(ModelRule):
         priority = _PRIORITY * (1.0 + math.log1p(len(shrinks)))
         return Plan(self.name, line, what[0].upper() + what[1:] + ".", {"tensors": names}, priority)
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         by_name = {s.tensor.name: s for s in shrinkable(model)}
         wanted = list(plan.params.get("tensors") or [])

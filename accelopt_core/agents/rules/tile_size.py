@@ -176,7 +176,7 @@ class RetuneTileSize(ModelRule):
                 out.append(value)
         return out
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         module, fn = model.module, model.fn
         name, old, new = plan.params.get("name"), plan.params.get("old"), plan.params.get("new")

@@ -293,7 +293,7 @@ class JamMatmulLoops(ModelRule):
                 0.05 * min(1.0, tensor_share)))
         return plans
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         params = plan.params
         known = {(params["var"], params["iter"]): int(params["trips"])}
