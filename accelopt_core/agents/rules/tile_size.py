@@ -17,6 +17,10 @@ integer literal whose every occurrence in the kernel is tile arithmetic (slice b
 `nl.arange`, allocation shapes, and at least one loop bound `D // V`) is analysed as a constant:
 the same module with the literal hoisted into a placeholder name goes through the same analysis,
 and applying the plan rewrites every occurrence of the number.
+
+A block size and its trip count change together: when a constant `T = 4` is used only as the count of loops
+(`for b in nl.affine_range(T)`) that step through blocks of the tile size (`x[:, b * B:(b + 1) * B]`), T * B
+is the extent the loop covers, so each plan sets B to a value dividing it and T to the extent over B.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .analysis import KernelModel, ModelRule, model_of
 from .base import Plan, RuleError
 from .cst_util import (
     alias_of,
+    assigned_name,
     binding_count,
     block_statements,
     call_name,
@@ -46,6 +51,8 @@ from .cst_util import (
     line_of,
     loop_args,
     loop_kind,
+    loop_var,
+    name_nodes,
     names_in,
     parents,
     parse_statement,
@@ -90,6 +97,49 @@ class _Constant:
     occurrences: tuple[cst.Integer, ...] = ()  # a literal tile size: its nodes in the kernel (name is a placeholder)
 
 
+@dataclass(frozen=True)
+class _Trips:
+    """A trip count that goes with a block size: `T = 8` counting `for i in range(T)` whose iterations step
+    through blocks of B (`x[:, i * B:(i + 1) * B]`), so T * B is the extent covered and B changes only with T."""
+
+    name: str
+    literal: cst.Integer
+    current: int
+
+
+def _int_bindings(module: cst.Module, fn: cst.FunctionDef) -> Iterator[tuple[str, cst.Integer]]:
+    """Names bound once to a positive integer literal: at module or kernel top level, or as a parameter's
+    default the body never rebinds."""
+    for param in (*fn.params.params, *fn.params.kwonly_params):
+        if isinstance(param.default, cst.Integer) and binding_count(fn, param.name.value) == 1:
+            yield param.name.value, param.default
+    for owner, stmts in ((module, module.body), (fn, block_statements(fn))):
+        for stmt in stmts:
+            node, name = small(stmt), assigned_name(stmt)
+            if (name is not None and isinstance(node, cst.Assign) and isinstance(node.value, cst.Integer)
+                    and binding_count(owner, name) == 1):
+                yield name, node.value
+
+
+def _trip_partner(module: cst.Module, fn: cst.FunctionDef, block: str) -> _Trips | None:
+    """The trip-count constant of the loops that walk blocks of `block`, when every use of it is such a
+    loop's count (`range(T)` in any loop form)."""
+    for name, literal in _int_bindings(module, fn):
+        uses = [n for n in name_nodes(fn.body) if n.value == name]
+        loops = [n for n in _walk(fn) if isinstance(n, cst.For) and loop_kind(n) is not None
+                 and [flat(code_of(a.value)) for a in loop_args(n)] == [name]]
+        if name != block and loops and len(uses) == len(loops) and all(_steps_by(loop, block) for loop in loops):
+            return _Trips(name, literal, int(literal.value))
+    return None
+
+
+def _steps_by(loop: cst.For, block: str) -> bool:
+    """The loop variable multiplies `block` somewhere in the body (`i * B`)."""
+    var = loop_var(loop)
+    return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+               and {flat(code_of(n.left)), flat(code_of(n.right))} == {var, block} for n in _walk(loop.body))
+
+
 class RetuneTileSize(ModelRule):
     """Change an integer tile size to another value within the hardware limits that divides the dimensions it tiles:
     larger DMAs when DMA-bound (>= 2 KiB per partition), smaller tiles when SBUF spills."""
@@ -117,6 +167,9 @@ class RetuneTileSize(ModelRule):
             limit = (hardware.memory.sbuf_partitions if use.partition else hardware.tensor.stationary_free_max
                      if use.stationary else hardware.tensor.moving_free_max if use.moving else 1 << 16)
             values = self._values(scope, scope_fn, const, use, shapes, limit)
+            trips = None if const.occurrences else _trip_partner(module, fn, const.name)
+            if trips is not None:  # the block and its count change together: the loop covers the same extent
+                values = [v for v in values if trips.current * const.current % v == 0]
             grow = [v for v in values if v > const.current]
             shrink = [v for v in values if v < const.current]
             if spills:
@@ -138,11 +191,16 @@ class RetuneTileSize(ModelRule):
             for rank, value in enumerate(ordered[:4]):
                 priority = max(0.0, min(1.0, share)) * (0.85 ** rank)  # the order above decides
                 per_partition = value * _ELEMENT_BYTES
+                joint, along = {}, ""
+                if trips is not None:
+                    count = trips.current * const.current // value
+                    joint = {"trips": trips.name, "trips_old": trips.current, "trips_new": count}
+                    along = f", and its trip count {trips.name} = {count} instead of {trips.current} with it"
                 plans.append(Plan(
                     self.name, line,
-                    f"line {line}: {label} = {value} instead of {const.current} ({why}; "
+                    f"line {line}: {label} = {value} instead of {const.current}{along} ({why}; "
                     f"{per_partition} B per partition per FP32 transfer; divides every dimension it tiles)",
-                    {**params, "old": const.current, "new": value}, priority))
+                    {**params, "old": const.current, "new": value, **joint}, priority))
         plans.sort(key=lambda p: -p.priority)
         return plans
 
@@ -188,7 +246,13 @@ class RetuneTileSize(ModelRule):
         found = [c for c in _constants(module, fn) if c.name == name and c.current == old]
         if len(found) != 1:
             raise RuleError(f"the tile size {name} = {old} is not in the kernel any more")
-        return replace_nodes(module, {id(found[0].literal): cst.Integer(str(int(new)))}).code
+        edits = {id(found[0].literal): cst.Integer(str(int(new)))}
+        if "trips" in plan.params:
+            trips = _trip_partner(module, fn, str(name))
+            if trips is None or trips.name != plan.params["trips"] or trips.current != plan.params["trips_old"]:
+                raise RuleError(f"the trip count {plan.params['trips']} of {name} is not in the kernel any more")
+            edits[id(trips.literal)] = cst.Integer(str(int(plan.params["trips_new"])))
+        return replace_nodes(module, edits).code
 
 
 def _constants(module: cst.Module, fn: cst.FunctionDef) -> Iterator[_Constant]:
