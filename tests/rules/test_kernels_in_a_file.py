@@ -72,8 +72,10 @@ def test_a_helpers_body_is_read_where_it_is_called():
     model = model_of(HELPER)
     assert 10 not in {op.line for op in model.ops}  # defining the helper runs none of its statements
     assert model.carried(model.loops[0]) is None  # the tile goes in as an argument
-    closing = HELPER.replace("def gate(tile):", "def gate():").replace("gate(tile))", "gate())")
+    closing = HELPER.replace("def gate(tile):", "def gate():").replace("gate(tile))", "gate())").replace(
+        "1.0)", "float(1))")
     model = model_of(closing.replace("nl.affine_range", "range"))
     store = next(op for op in model.ops if op.call == "nl.store")
+    assert model.closure(model.helpers["gate"]) == {"tile"}  # not `nl` or the builtin `float`
     assert "tile" in {r.name for r in store.reads}  # the helper reads the loop's tile from the kernel
     assert model.carried(model.loops[0]) == "the helper `gate` reads `tile` of the loop's body from inside"

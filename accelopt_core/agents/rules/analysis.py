@@ -17,6 +17,7 @@ that need it answer conservatively: a rule declines rather than rewrite wrongly.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import itertools
 import math
@@ -319,10 +320,11 @@ class KernelModel:
 
     def closure(self, helper: cst.FunctionDef) -> set[str]:
         """Names a helper defined inside the kernel reads from the kernel (not its parameters, its own
-        names, the imports or module-level names): where it is called, the call reads them too."""
+        names, the imports, module-level names or builtins): where it is called, the call reads them too."""
         accesses = u.accesses(helper.body)
         own = {p.name.value for p in helper.params.params} | {a.name for a in accesses if a.kind == "bind"}
-        outside = own | set(self.aliases) | set(self.constants) | {f.name.value for f in u.functions(self.module)}
+        outside = (own | set(self.aliases) | set(self.constants) | set(dir(builtins))
+                   | {f.name.value for f in u.functions(self.module)})
         return {a.name for a in accesses if a.kind in ("read", "accumulate")} - outside
 
     def _ref(self, access: u.Access) -> Ref:
