@@ -44,10 +44,7 @@ class TensorEngineSpec:
 
     def factor(self, dtype: str) -> float:
         """Cycle multiplier of a matmul whose inputs have `dtype` (FP32 is 4x BF16)."""
-        for name, value in self.dtype_factor:
-            if name == dtype:
-                return value
-        return self.default_dtype_factor
+        return dict(self.dtype_factor).get(dtype, self.default_dtype_factor)
 
 
 @dataclass(frozen=True, slots=True)

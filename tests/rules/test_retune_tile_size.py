@@ -180,3 +180,40 @@ def test_a_stepped_loop_from_an_offset_tiles_what_is_left(tmp_path):
     source = STEPPED.replace("range(0, cols, TILE_S)", "range(128, cols, TILE_S)")
     plans = RULE.plan(source, profile(source, [(1024, 2176)], tmp_path))
     assert plans and all((2176 - 128) % p.params["new"] == 0 for p in plans)
+
+
+BLOCKS = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+    BLOCK = 256  # columns per block
+    BLOCKS = 4  # blocks per row of tiles: BLOCKS * BLOCK columns
+
+
+    @nki.jit
+    def kernel(x):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            for b in nl.affine_range(BLOCKS):
+                t = nl.load(x[r * 128:(r + 1) * 128, b * BLOCK:(b + 1) * BLOCK])
+                nl.store(out[r * 128:(r + 1) * 128, b * BLOCK:(b + 1) * BLOCK], value=nl.exp(t))
+        return out
+''')
+
+
+def test_a_block_size_and_its_trip_count_change_together(tmp_path):
+    before = profile(BLOCKS, [(512, 1024)], tmp_path)
+    plans = RULE.plan(BLOCKS, before)
+    assert plans and all(p.params["trips"] == "BLOCKS" and p.params["new"] * p.params["trips_new"] == 1024
+                         for p in plans)  # never the block alone: the loop covers the same 1024 columns
+    assert plans[0].priority >= plans[-1].priority  # ranked by the profile's DMA time
+    new = RULE.apply(BLOCKS, plans[0])
+    assert f"BLOCK = {plans[0].params['new']}" in new and f"BLOCKS = {plans[0].params['trips_new']}" in new
+    assert_same(BLOCKS, new, [np.random.default_rng(2).standard_normal((512, 1024), dtype=np.float32)], tmp_path)
+    assert profile(new, [(512, 1024)], tmp_path).latency_ms < before.latency_ms
+
+
+def test_a_trip_count_with_another_use_keeps_the_block_alone(tmp_path):
+    other = BLOCKS.replace("return out", "assert BLOCKS > 0\n    return out")
+    assert all("trips" not in p.params for p in RULE.plan(other, profile(other, [(512, 1024)], tmp_path)))

@@ -17,18 +17,21 @@ that need it answer conservatively: a rule declines rather than rewrite wrongly.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import libcst as cst
 from libcst.metadata import CodeRange
 
+from ...hardware import HardwareProfile, load_hardware
 from ...nki.instructions import Engine, source_engine_choices, source_engines
 from . import cst_util as u
+from .base import Plan
 
 # ---------------------------------------------------------------- index expressions
 
@@ -218,7 +221,8 @@ class KernelModel:
         self.profile = profile
         self.pos: Mapping[cst.CSTNode, CodeRange] = u.positions(module)
         self.aliases = _aliases(module, fn)
-        self.env = {**_module_constants(module), **u.single_assignments(fn)}
+        self.constants = _module_constants(module)  # module-level `NAME = value`
+        self.env = {**self.constants, **u.single_assignments(fn)}
         self.grids = self._grid_names(fn)
         self.loops: list[Loop] = []
         self.ops: list[Op] = []
@@ -226,6 +230,7 @@ class KernelModel:
         self.tensors: dict[str, Tensor] = {p.name.value: Tensor(p.name.value, "hbm", (), 0, None)
                                            for p in fn.params.params}
         self._loop_vars: dict[str, Affine | None] = {}  # each loop variable's value as a form of itself
+        self.helpers: dict[str, cst.FunctionDef] = {}  # functions defined inside the kernel, by name
         self._walk(fn, None)
         self._refs: dict[str, list[tuple[Op, Ref]]] = {}
         for op in self.ops:
@@ -234,6 +239,11 @@ class KernelModel:
         self.line_engines = u.line_engine_times(profile)
         self.profile_trips = u.loop_trips(profile)
         self.latency = u.latency_ms(profile)
+
+    @property
+    def hardware(self) -> HardwareProfile:
+        """The generation the profile ran on: the partition, PSUM and SBUF limits the rules respect."""
+        return hardware_of(self.profile)
 
     # ------------------------------------------------------------ construction helpers
     def canonical(self, call: cst.Call) -> str | None:
@@ -244,6 +254,8 @@ class KernelModel:
         for stmt in u.block_statements(owner):
             if isinstance(stmt, cst.For):
                 self._loop(stmt, loop)
+            elif isinstance(stmt, cst.FunctionDef):
+                self.helpers[stmt.name.value] = stmt  # its body runs where it is called, not here
             elif isinstance(stmt, cst.BaseCompoundStatement):
                 self._walk(stmt, loop)
                 orelse = getattr(stmt, "orelse", None)
@@ -286,6 +298,8 @@ class KernelModel:
         value = node.value if isinstance(node, cst.Assign | cst.AugAssign | cst.Expr) else None
         call = self.canonical(value) if isinstance(value, cst.Call) else None
         refs = tuple(self._ref(a) for a in u.accesses(stmt))
+        refs += tuple(Ref(name, "read", None, call) for call, helper in self.helper_calls(stmt)
+                      for name in sorted(self.closure(helper)))
         if call == "nl.loop_reduce":  # `dst[...] = nl.loop_reduce(x, ...)` is dst = op(dst, x)
             refs = tuple(Ref(r.name, "accumulate", r.index, r.node, r.text) if r.kind == "write" else r for r in refs)
         op = Op(len(self.ops), stmt, u.line_of(stmt, self.pos), chain, call,
@@ -295,6 +309,20 @@ class KernelModel:
             target = u.assigned_name(stmt)
             if target is not None:
                 self.tensors[target] = self._tensor(target, value, op)
+
+    def helper_calls(self, stmt: cst.CSTNode) -> list[tuple[cst.Call, cst.FunctionDef]]:
+        """The calls under `stmt` of functions defined inside the kernel, with their definitions."""
+        return [(node, self.helpers[node.func.value]) for node in u.walk(stmt) if isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Name) and node.func.value in self.helpers]
+
+    def closure(self, helper: cst.FunctionDef) -> set[str]:
+        """Names a helper defined inside the kernel reads from the kernel (not its parameters, its own
+        names, the imports, module-level names or builtins): where it is called, the call reads them too."""
+        accesses = u.accesses(helper.body)
+        own = {p.name.value for p in helper.params.params} | {a.name for a in accesses if a.kind == "bind"}
+        outside = (own | set(self.aliases) | set(self.constants) | set(dir(builtins))
+                   | {f.name.value for f in u.functions(self.module)})
+        return {a.name for a in accesses if a.kind in ("read", "accumulate")} - outside
 
     def _ref(self, access: u.Access) -> Ref:
         index = None
@@ -533,6 +561,11 @@ class KernelModel:
             return "the loop has no variable"
         ops = [op for op in self.ops_in(loop) if not u.is_marker(op.stmt)]
         bound = {r.name for op in ops for r in op.refs if r.kind == "bind"}
+        for op in ops:
+            for _, helper in self.helper_calls(op.stmt):
+                inner = sorted(self.closure(helper) & (bound | {loop.var}))
+                if inner:  # a copy or move of the body would rename or move the name, not the helper's read
+                    return f"the helper `{helper.name.value}` reads `{inner[0]}` of the loop's body from inside"
         following = u.dependents([op.stmt for op in ops], {loop.var}) | {loop.var}
         fresh: set[str] = set()
         places: dict[str, set[str | None]] = {}
@@ -637,6 +670,11 @@ class KernelModel:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def hardware_of(profile: Any) -> HardwareProfile:
+    """The hardware profile of the generation `profile` was measured or simulated on (trn1 without one)."""
+    return load_hardware(getattr(profile, "hardware", None) or "trn1")
 
 
 def canonical_name(dotted: str | None, aliases: Mapping[str, str]) -> str | None:
@@ -747,7 +785,9 @@ _CACHE: dict[tuple[str, int], KernelModel] = {}  # a few sources: the rules of o
 def model_of(source: str | cst.Module, profile: Any = None, function: str | None = None) -> KernelModel:
     """The model of a kernel (the `function` of that name, else the jit-decorated one) with this
     profile, built once and shared by every rule that asks. A source text is parsed once (the model's
-    `module`); a parsed module is modelled as it is, since rules compare nodes by identity."""
+    `module`); a parsed module is modelled as it is, since rules compare nodes by identity. Without a
+    `function`, the kernel is the one in focus (`cst_util.focus`), part of the key."""
+    function = function or u.focused()
     if isinstance(source, cst.Module):
         key = (f"module:{id(source)}:{function}", id(profile))
         found = _CACHE.get(key)
@@ -764,3 +804,48 @@ def model_of(source: str | cst.Module, profile: Any = None, function: str | None
         _CACHE.clear()
     _CACHE[key] = model
     return model
+
+
+class ModelRule:
+    """A rule that plans on the shared model of the kernel. Its class docstring is its summary (what the
+    rewrite does and why it helps on Trainium), as one line for the search's lessons."""
+
+    name: str
+    summary: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.summary = " ".join((cls.__doc__ or "").split())
+
+    def plan(self, source: str, profile: Any) -> list[Plan]:
+        """Every place the rewrite applies, most promising first; a source without a kernel has none. In a
+        file of several kernels (and none in focus) each kernel is planned on, and its plans name it."""
+        try:
+            model = model_of(source, profile)
+            kernels = [] if u.focused() else [fn.name.value for fn in u.kernel_functions(model.module)]
+            if len(kernels) <= 1:
+                return self.plans(model)
+            plans: list[Plan] = []
+            for kernel in kernels:
+                with u.focus(kernel):
+                    plans += [replace(p, params={**p.params, "kernel": kernel})
+                              for p in self.plans(model_of(source, profile))]
+        except u.RuleError:
+            return []
+        return sorted(plans, key=lambda p: -p.priority)
+
+    def plans(self, model: KernelModel) -> list[Plan]:
+        """The plans on this model of the kernel (with its profile's costs)."""
+        raise NotImplementedError
+
+    def apply(self, source: str, plan: Plan) -> str:
+        """The rewritten source; a plan naming a kernel of a several-kernel file rewrites that kernel alone."""
+        kernel = plan.params.get("kernel")
+        if kernel is None:
+            return self.rewrite(source, plan)
+        with u.focus(str(kernel)):
+            return self.rewrite(source, replace(plan, params={k: v for k, v in plan.params.items() if k != "kernel"}))
+
+    def rewrite(self, source: str, plan: Plan) -> str:
+        """The source with `plan` done to the kernel in view; RuleError if the plan does not fit it."""
+        raise NotImplementedError

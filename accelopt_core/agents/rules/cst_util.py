@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import libcst as cst
+import numpy as np
 from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from .base import RuleError
@@ -26,22 +27,6 @@ LOOP_KINDS = {
     "nl.sequential_range": "sequential",
     "nl.static_range": "static",
     "range": "range",
-}
-
-# `nl.tile_size` constants (legacy NKI), so shapes written with them can be evaluated.
-TILE_SIZES = {
-    "pmax": 128,
-    "psum_fmax": 512,
-    "gemm_stationary_fmax": 128,
-    "gemm_moving_fmax": 512,
-    "bn_stats_fmax": 512,
-    "psum_partition_max": 128,
-}
-
-DTYPE_BYTES = {
-    "float32": 4, "tfloat32": 4, "int32": 4, "uint32": 4,
-    "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2,
-    "float8_e4m3": 1, "float8_e5m2": 1, "float8_e4m3fn": 1, "int8": 1, "uint8": 1, "bool_": 1,
 }
 
 # Keyword arguments through which an NKI call writes into an existing tensor.
@@ -97,11 +82,16 @@ def focus(function: str | None) -> Iterator[None]:
         _FOCUS.reset(token)
 
 
+def focused() -> str | None:
+    """The function in focus, or None when the rules see every function."""
+    return _FOCUS.get()
+
+
 def functions(module: cst.Module) -> list[cst.FunctionDef]:
     """Top-level functions the rules work on: the kernel and any helpers next to it, or only the function in
     focus."""
     found = [s for s in module.body if isinstance(s, cst.FunctionDef)]
-    named = _FOCUS.get()
+    named = focused()
     return [f for f in found if f.name.value == named] if named else found
 
 
@@ -586,7 +576,7 @@ def static_value(expr: cst.BaseExpression, env: Mapping[str, cst.BaseExpression]
     if isinstance(expr, cst.Attribute):
         name = dotted(expr)
         if name and name.startswith("nl.tile_size."):
-            value = TILE_SIZES.get(name.rsplit(".", 1)[1])
+            value = tile_size_constant(name.rsplit(".", 1)[1])
             return float(value) if value is not None else None
         return None
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
@@ -632,7 +622,21 @@ def dtype_bytes(expr: cst.BaseExpression | None) -> int | None:
     name = dotted(expr)
     if name is None and isinstance(expr, cst.SimpleString):
         name = expr.evaluated_value if isinstance(expr.evaluated_value, str) else None
-    return DTYPE_BYTES.get(name.rsplit(".", 1)[-1]) if name else None
+    if not name:
+        return None
+    from ...nki import dtypes  # the simulator's table (numpy), loaded when a rule first sizes a tensor
+
+    dtype = getattr(dtypes, name.rsplit(".", 1)[-1], None)
+    return dtypes.facts_of(dtype)[1] if isinstance(dtype, np.dtype) else None
+
+
+def tile_size_constant(name: str) -> int | None:
+    """`nl.tile_size.<name>` as the simulator defines it (`pmax` 128, `gemm_moving_fmax` 512, ...), else None:
+    the rules evaluate shapes written with these names by the simulator's own table."""
+    from ...nki.language import tile_size
+
+    value = vars(tile_size).get(name)
+    return value if isinstance(value, int) else None
 
 
 # ---------------------------------------------------------------- profile lookups
@@ -787,16 +791,23 @@ def ensure_import(module: cst.Module, path: str, local: str) -> tuple[cst.Module
     return module.with_changes(body=body), local
 
 
-def kernel_function(module: cst.Module) -> cst.FunctionDef | None:
-    """The kernel: the first top-level function with a `...jit`-style decorator, else the first one (with a
+def kernel_functions(module: cst.Module) -> list[cst.FunctionDef]:
+    """The kernels: the top-level functions with a `...jit`-style decorator, else the first function (with a
     function in focus, that one)."""
     found = functions(module)
-    for fn in found:
-        for deco in fn.decorators:
-            target = deco.decorator.func if isinstance(deco.decorator, cst.Call) else deco.decorator
-            if (dotted(target) or "").rsplit(".", 1)[-1] in ("jit", "trace", "baremetal", "benchmark"):
-                return fn
-    return found[0] if found else None
+    decorated = [fn for fn in found if any(_is_kernel_decorator(deco) for deco in fn.decorators)]
+    return decorated or found[:1]
+
+
+def _is_kernel_decorator(deco: cst.Decorator) -> bool:
+    target = deco.decorator.func if isinstance(deco.decorator, cst.Call) else deco.decorator
+    return (dotted(target) or "").rsplit(".", 1)[-1] in ("jit", "trace", "baremetal", "benchmark")
+
+
+def kernel_function(module: cst.Module) -> cst.FunctionDef | None:
+    """The kernel (the first of `kernel_functions`), or None in a module without functions."""
+    kernels = kernel_functions(module)
+    return kernels[0] if kernels else None
 
 
 # ---------------------------------------------------------------- the tutorials' declared loads

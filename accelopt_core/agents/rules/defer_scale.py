@@ -20,12 +20,11 @@ check decides.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import Affine, KernelModel, Op, Ref, model_of
+from .analysis import Affine, KernelModel, ModelRule, Op, Ref, model_of
 from .base import Plan, RuleError
 
 _SCALE_OPS = frozenset({"nl.multiply", "nl.divide", "np.multiply", "np.divide"})
@@ -72,15 +71,13 @@ def _text(node: cst.CSTNode) -> str:
     return u.flat(u.code_of(node))
 
 
-class DeferRowScale:
-    """Planner and executor for moving a per-row scale past the matmul its tile feeds."""
+class DeferRowScale(ModelRule):
+    """Scale a matmul's output rows by a per-row factor instead of the whole tile before it (attention's 1/sum): one
+    pass over the short output rows instead of over every probability."""
 
     name = "defer_row_scale"
-    summary = ("Scale a matmul's output rows by a per-row factor instead of the whole tile before it (attention's "
-               "1/sum): one pass over the short output rows instead of over every probability.")
 
-    def plan(self, source: str, profile: Any) -> list[Plan]:
-        model = model_of(source, profile)
+    def plans(self, model: KernelModel) -> list[Plan]:
         plans = []
         for op in model.ops:
             found = _deferral(model, op)
@@ -97,7 +94,7 @@ class DeferRowScale:
         return Plan(self.name, d.scale.line, what, {"product": d.product, "scale_line": d.scale.line},
                     priority=share)
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         module = u.parse(source)
         model = model_of(module)
         found = [d for op in model.ops if op.line == plan.params["scale_line"]

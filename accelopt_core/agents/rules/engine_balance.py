@@ -21,6 +21,7 @@ import libcst as cst
 
 from accelopt_core.hardware import load_hardware
 
+from .analysis import KernelModel, ModelRule, model_of
 from .base import Plan, RuleError
 from .cst_util import (
     accesses,
@@ -68,16 +69,15 @@ class _Move:
                 "occurrence": self.occurrence, "target": self.target}
 
 
-class BalanceEngines:
-    """Planner and executor for moving instructions between the compute engines."""
+class BalanceEngines(ModelRule):
+    """Move instructions that can run on several engines (copies, multiplies by a scalar or column, tensor_scalar,
+    add/multiply of tiles) from the bottleneck among Vector/Scalar/GpSimd to an idle one, so the engines overlap
+    instead of queueing on one."""
 
     name = "balance_engines"
-    summary = ("Move instructions that can run on several engines (copies, multiplies by a scalar or column, "
-               "tensor_scalar, add/multiply of tiles) from the bottleneck among Vector/Scalar/GpSimd to an idle "
-               "one, so the engines overlap instead of queueing on one.")
 
-    def plan(self, source: str, profile: Any) -> list[Plan]:
-        analysis = KernelAnalysis(parse(source))
+    def plans(self, model: KernelModel) -> list[Plan]:
+        analysis, profile = KernelAnalysis(model), model.profile
         hardware = getattr(profile, "hardware", "trn1") or "trn1"
         plans = self._decoupling(analysis, profile, hardware)
         busy = _busy(profile)
@@ -86,8 +86,8 @@ class BalanceEngines:
                 and busy.get(e, 0.0) < _IDLE_SHARE * busy[bottleneck] and not _share_a_port(hardware, e, bottleneck)]
         if bottleneck is None or not idle:
             return plans
-        lines = line_engine_times(profile)
-        latency = latency_ms(profile) or 0.0
+        lines = model.line_engines
+        latency = model.latency or 0.0
         for move in _moves(analysis, bottleneck, idle, hardware):
             line = line_of(move.stmt, analysis.pos)
             moved = lines.get(line, {}).get(bottleneck, 0.0) * move.share
@@ -124,9 +124,9 @@ class BalanceEngines:
                      {"decouple": [flat(code_of(m.stmt)) for m in drains], "target": drains[0].target,
                       "hardware": hardware}, priority)]
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         module = parse(source)
-        analysis = KernelAnalysis(module)
+        analysis = KernelAnalysis(model_of(module))
         hardware = str(plan.params.get("hardware", "trn1"))
         if plan.params.get("decouple"):
             moves = [m for m in _psum_drains(analysis, hardware) if flat(code_of(m.stmt)) in plan.params["decouple"]]

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import ALLOCATORS, Affine, KernelModel, Loop, Op, Ref, Span, Tensor, model_of
+from .analysis import ALLOCATORS, Affine, KernelModel, Loop, ModelRule, Op, Ref, Span, Tensor, model_of
 from .base import Plan, RuleError
 
-_PARTITIONS = 128
 _LOADS_STORES = frozenset({"nl.load", "nl.store", "nisa.dma_copy"})
 _ELEMENTWISE = frozenset({
     "nl.add", "nl.subtract", "nl.multiply", "nl.divide", "nl.maximum", "nl.minimum", "nl.power", "nl.copy",
@@ -102,10 +101,11 @@ class _Reader:
         if len(self.rows) != 1 or not (self.tensors or self.bound):
             return "its tiles do not share one partition size"
         rows = next(iter(self.rows))
-        factor = _PARTITIONS // rows
+        partitions = self.model.hardware.memory.sbuf_partitions
+        factor = partitions // rows
         while factor > 1 and any(t % factor for t in trips):
             factor //= 2
-        if factor < 2 or factor * rows > _PARTITIONS:
+        if factor < 2 or factor * rows > partitions:
             return f"its {rows}-row tiles leave no room, or {trips[0]} iterations do not divide"
         return _Fold(loop, tuple(trips), factor, rows, tuple(sorted(self.tensors)),
                      tuple(sorted(self.blocks.items())), tuple(sorted(self.bound.items())))
@@ -321,16 +321,13 @@ def folds(model: KernelModel, known: dict[int, Sequence[int]] | None = None) -> 
     return found
 
 
-class FillPartitions:
-    """Planner and executor for stacking iterations of a narrow-tile loop on the partitions."""
+class FillPartitions(ModelRule):
+    """Stack two (or four) iterations of a loop whose element-wise tiles use 64 (or 32) partitions on all 128: every
+    engine instruction does the work of several, as an instruction's cost is its free size, not its partition count."""
 
     name = "fill_partitions"
-    summary = ("Stack two (or four) iterations of a loop whose element-wise tiles use 64 (or 32) partitions "
-               "on all 128: every engine instruction does the work of several, as an instruction's cost is "
-               "its free size, not its partition count.")
 
-    def plan(self, source: str, profile: object) -> list[Plan]:
-        model = model_of(source, profile)
+    def plans(self, model: KernelModel) -> list[Plan]:
         found = folds(model)
         folding = {id(fold.loop) for fold in found}
         # an enclosing loop that folds already covers the nest: one plan per nest
@@ -352,7 +349,7 @@ class FillPartitions:
         params = {"loop": fold.loop.line, "factor": fold.factor, "trips": list(fold.sizes)}
         return Plan(self.name, fold.loop.line, what, params, priority)
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         line = plan.params.get("loop")
         known = {line: plan.params.get("trips") or []} if isinstance(line, int) else {}

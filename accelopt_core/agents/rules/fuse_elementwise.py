@@ -24,7 +24,7 @@ from typing import Any
 import libcst as cst
 
 from ...nki.instructions import source_engines
-from .analysis import model_of
+from .analysis import KernelModel, ModelRule, model_of
 from .base import Plan, RuleError
 from .cst_util import (
     alias_of,
@@ -40,17 +40,13 @@ from .cst_util import (
     flat,
     is_pure,
     is_true,
-    kernel_function,
     keyword,
-    latency_ms,
-    line_engine_times,
     line_of,
     locate,
     name_nodes,
     names_in,
     names_written,
     parse,
-    positions,
     replace_nodes,
     sites,
     small,
@@ -170,22 +166,18 @@ class KernelAnalysis:
     """The kernel's names, their classes (scalar, [P, 1] column, tile, index) and element-wise
     expression trees; shared by planning and applying (and by engine_balance)."""
 
-    def __init__(self, module: cst.Module):
-        fn = kernel_function(module)
-        if fn is None:
-            raise RuleError("no kernel function in the source")
-        self.module = module
-        self.fn = fn
+    def __init__(self, model: KernelModel):
+        module = self.module = model.module
+        self.fn = model.fn
         self.nl = alias_of(module, "neuronxcc.nki.language") or "nl"
         self.nisa = alias_of(module, "neuronxcc.nki.isa") or "nisa"
         self.np = alias_of(module, "numpy") or "np"
-        self.pos = positions(module)
+        self.pos = model.pos
         self.uses: dict[str, int] = {}
-        for name in name_nodes(fn.body):
+        for name in name_nodes(self.fn.body):
             self.uses[name.value] = self.uses.get(name.value, 0) + 1
-        self.constants = {assigned_name(s): small(s).value for s in module.body  # type: ignore[union-attr]
-                          if assigned_name(s) is not None}
-        self.model = model_of(module)
+        self.constants = model.constants
+        self.model = model
         self.kinds = self._name_kinds()
         self.psum = self._psum_names()
 
@@ -915,6 +907,15 @@ class _Matcher:
                 f"fold the {folded} into the {r.op} (one Scalar-engine activation instead of {len(nodes) + 1} "
                 "instructions)")
 
+    def _two_ops(self, data: _Node, *steps: tuple[str, _Node, bool]) -> str:
+        """The arguments of tensor_scalar and scalar_tensor_tensor: the data, then each step's op, operand and
+        (when the operand comes first) `reverseN=True`."""
+        parts = [f"data={data.text}"]
+        for index, (op, operand, reverse) in enumerate(steps):
+            parts += [f"op{index}={self.np}.{op}", f"operand{index}={operand.text}"]
+            parts += [f"reverse{index}=True"] if reverse else []
+        return ", ".join(parts)
+
     def _tensor_scalar(self, r: _Node) -> tuple[str, str, list[_Node], str] | None:
         outer = self._step(r)
         if outer is None:
@@ -925,13 +926,7 @@ class _Matcher:
             return None
         x, op0, a, rev0 = inner
         _, op1, b, rev1 = outer
-        parts = [f"data={x.text}", f"op0={self.np}.{op0}", f"operand0={a.text}"]
-        if rev0:
-            parts.append("reverse0=True")
-        parts += [f"op1={self.np}.{op1}", f"operand1={b.text}"]
-        if rev1:
-            parts.append("reverse1=True")
-        text = f"{self.nisa}.tensor_scalar({', '.join(parts)}{self._tail(r)})"
+        text = f"{self.nisa}.tensor_scalar({self._two_ops(x, (op0, a, rev0), (op1, b, rev1))}{self._tail(r)})"
         return ("tensor_scalar", text, [r, inner_node],
                 f"merge the {op0} by {a.text} and the {op1} by {b.text} into one nisa.tensor_scalar")
 
@@ -957,13 +952,7 @@ class _Matcher:
 
     def _stt(self, r: _Node, x: _Node, op0: str, a: _Node, rev0: bool, op1: str, y: _Node, rev1: bool,
              internals: list[_Node]) -> tuple[str, str, list[_Node], str]:
-        parts = [f"data={x.text}", f"op0={self.np}.{op0}", f"operand0={a.text}"]
-        if rev0:
-            parts.append("reverse0=True")
-        parts += [f"op1={self.np}.{op1}", f"operand1={y.text}"]
-        if rev1:
-            parts.append("reverse1=True")
-        text = f"{self.nisa}.scalar_tensor_tensor({', '.join(parts)}{self._tail(r)})"
+        text = f"{self.nisa}.scalar_tensor_tensor({self._two_ops(x, (op0, a, rev0), (op1, y, rev1))}{self._tail(r)})"
         return ("scalar_tensor_tensor", text, internals,
                 f"do the {op0} by {a.text} inside the {op1} with {y.text} (one nisa.scalar_tensor_tensor "
                 "instead of a tensor_scalar and a tensor_tensor)")
@@ -980,19 +969,18 @@ class _Matcher:
                 "no gain where the divide is already a tensor_scalar, as in the simulator's cost model)")
 
 
-class FuseElementwise:
-    """Planner and executor for element-wise fusion."""
+class FuseElementwise(ModelRule):
+    """Fuse chains of element-wise instructions into one engine instruction (activation with scale and bias,
+    silu/sigmoid/rsqrt/square, tensor_scalar with two ops, scalar_tensor_tensor, activation_reduce): each
+    instruction costs a pass over the tile plus fixed overhead."""
 
     name = "fuse_elementwise"
-    summary = ("Fuse chains of element-wise instructions into one engine instruction (activation with scale and "
-               "bias, silu/sigmoid/rsqrt/square, tensor_scalar with two ops, scalar_tensor_tensor, "
-               "activation_reduce): each instruction costs a pass over the tile plus fixed overhead.")
 
-    def plan(self, source: str, profile: Any) -> list[Plan]:
-        analysis = KernelAnalysis(parse(source))
-        engines = line_engine_times(profile)
-        latency = latency_ms(profile) or 0.0
-        bottleneck = getattr(profile, "bottleneck", None) if profile is not None else None
+    def plans(self, model: KernelModel) -> list[Plan]:
+        analysis = KernelAnalysis(model)
+        engines = model.line_engines
+        latency = model.latency or 0.0
+        bottleneck = getattr(model.profile, "bottleneck", None)
         plans: list[Plan] = []
         for fusion in analysis.fusions():
             line = line_of(fusion.stmt, analysis.pos)
@@ -1038,11 +1026,11 @@ class FuseElementwise:
             saved += weight * time * (units - new.get(engine, 0.0)) / units
         return max(0.0, min(1.0, saved / latency))
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         if plan.params.get("pattern") == "all":
             return self._apply_all(source, plan.params.get("statements") or [])
         module = parse(source)
-        analysis = KernelAnalysis(module)
+        analysis = KernelAnalysis(model_of(module))
         wanted = plan.params
         matches = [f for f in analysis.fusions() if f.params() == wanted]
         stmt = locate([f.stmt for f in matches], analysis.pos, plan.line, f"the {wanted.get('pattern')} fusion")
@@ -1054,12 +1042,12 @@ class FuseElementwise:
         """Every fusion, the one saving most first, each found again on the kernel the previous ones
         left (a fusion can expose the next), until none is left; RuleError when a fusion the plan
         was made from is no longer in the source."""
-        present = {f.params()["statement"] for f in KernelAnalysis(parse(source)).fusions()}
+        present = {f.params()["statement"] for f in KernelAnalysis(model_of(source)).fusions()}
         if not set(statements) <= present:
             raise RuleError("the element-wise chains the plan would fuse are no longer in the kernel")
         code = source
         for _ in range(_MAX_FUSIONS):
-            analysis = KernelAnalysis(parse(code))
+            analysis = KernelAnalysis(model_of(code))
             found = [f for f in analysis.fusions() if f.pattern != "reciprocal_divide"]
             if not found:
                 break

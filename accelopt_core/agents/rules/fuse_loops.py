@@ -25,9 +25,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ...profiling import ProfileResult
 from . import cst_util as u
-from .analysis import Affine, KernelModel, Loop, Op, Ref, Span, model_of
+from .analysis import Affine, KernelModel, Loop, ModelRule, Op, Ref, Span, model_of
 from .base import Plan, RuleError
 
 _MAX_NESTED = 16  # inner pairs fused after the outer one, at most
@@ -318,19 +317,16 @@ def _key(pair: Pair) -> tuple[str, str, str]:
     return u.loop_var(pair.first) or "", u.flat(u.code_of(pair.first.iter)), u.loop_var(pair.second) or ""
 
 
-class FuseLoops:
-    """Fuse loops over the same range when no iteration of one needs another's result, and then the
-    loops inside them that walk the same blocks."""
+class FuseLoops(ModelRule):
+    """Fuse loops over the same range into one (and the inner loops that walk the same blocks), so the bodies
+    interleave and a tensor one writes and the other reads lives one iteration, not the whole loop: less SBUF, no
+    spill."""
 
     name = "fuse_loops"
-    summary = ("Fuse loops over the same range into one (and the inner loops that walk the same blocks), so the "
-               "bodies interleave and a tensor one writes and the other reads lives one iteration, not the "
-               "whole loop: less SBUF, no spill.")
 
-    def plan(self, source: str, profile: ProfileResult | None) -> list[Plan]:
-        model = model_of(source, profile)
-        spans = u.loop_spans(profile)
-        latency = u.latency_ms(profile)
+    def plans(self, model: KernelModel) -> list[Plan]:
+        spans = u.loop_spans(model.profile)
+        latency = model.latency
         plans = []
         for pair in pairs(model):
             first, second = model.loop(pair.first), model.loop(pair.second)
@@ -397,7 +393,7 @@ class FuseLoops:
         spill_ms = model.busy().get("dma", 0.0) * spilled / (moved + spilled)  # the spill's share of DMA time
         return min(0.8, base + spill_ms / latency * min(1.0, saved / (peak - usable)))
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         params = plan.params
         if "drop" in params:

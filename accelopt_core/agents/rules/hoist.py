@@ -12,7 +12,7 @@ Two forms:
   uses read `x_buf[k]`. This is what a tiled matmul needs: the weight tiles are otherwise reloaded
   from HBM for every row tile. The block must fit in the SBUF space the profile shows the kernel
   leaves free (usable bytes per partition minus its peak live bytes); without a profile, in half of
-  a trn1 partition (96 KiB).
+  an SBUF partition of the generation (its hardware profile: 96 KiB on trn1).
 
 When the load depends on a loop between the outer loop and itself (the column tile `n` of a
 matmul whose row loop `m` is outside), the plan may first swap those two loops (interchange_loops)
@@ -32,10 +32,10 @@ from libcst.metadata import CodeRange
 
 from ...profiling import ProfileResult
 from . import cst_util as u
+from .analysis import ModelRule, hardware_of
 from .base import Plan, RuleError
 from .interchange import Nest, interchange, nest_model, nest_params, nest_problem
 
-SBUF_BUDGET = 96 * 1024  # bytes per partition a hoisted block may take without a profile: half of trn1's
 DEFAULT_ITEMSIZE = 4  # an unknown dtype is assumed float32, the widest common one
 
 
@@ -396,12 +396,11 @@ def _loop_key(loop: cst.For) -> tuple[str, str]:
     return (u.loop_var(loop) or "", u.flat(u.code_of(loop.iter)))
 
 
-class HoistInvariant:
-    """Move loop-invariant loads and computations out of loops (into an SBUF block when needed)."""
+class HoistInvariant(ModelRule):
+    """Move loop-invariant loads and computations out of loops, buffering tiles that depend only on inner loops in
+    an SBUF block, so each HBM tile is loaded once: fewer DMA bytes."""
 
     name = "hoist_invariant"
-    summary = ("Move loop-invariant loads and computations out of loops, buffering tiles that depend only on "
-               "inner loops in an SBUF block, so each HBM tile is loaded once: fewer DMA bytes.")
 
     # ---------------------------------------------------------------- planning
 
@@ -507,7 +506,7 @@ class HoistInvariant:
 
     # ---------------------------------------------------------------- applying
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         params = plan.params
         module = u.fold_declared_loads(u.parse(source))
         line: int | None = plan.line
@@ -545,6 +544,7 @@ class _Context:
         self.latency = u.latency_ms(profile)
         self.peak = u.profile_value(profile, "sbuf_peak_live_bytes_per_partition")
         self.usable = u.profile_value(profile, "sbuf_usable_bytes_per_partition")
+        self.hardware = hardware_of(profile)
         self.trips_by_key: dict[tuple[str, str], float] = {}
         self._swapped: dict[tuple[str, int], list[_Analysis] | None] = {}
         self.env: dict[str, cst.BaseExpression] = {}
@@ -593,7 +593,7 @@ class _Context:
             return False
         if self.peak is not None and self.usable is not None:
             return self.peak + size <= self.usable
-        return size <= SBUF_BUDGET
+        return size <= self.hardware.memory.sbuf_bytes_per_partition // 2  # without a profile: half of SBUF
 
     def engines_under(self, node: cst.CSTNode, scale: float = 1.0) -> dict[str, float]:
         return u.engine_times_under(node, self.pos, self.line_engines, scale)

@@ -22,9 +22,8 @@ from typing import Any
 
 import libcst as cst
 
-from ...profiling import ProfileResult
 from . import cst_util as u
-from .analysis import KernelModel, Op, model_of
+from .analysis import KernelModel, ModelRule, Op, model_of
 from .base import Plan, RuleError
 
 
@@ -165,20 +164,16 @@ def invariant_loads(model: KernelModel, nest: Nest) -> list[Op]:
     return [op for op in model.ops_in(inner) if op.call in _LOADS and model.invariant(op, outer) is None]
 
 
-class InterchangeLoops:
-    """Swap two nested loops whose iterations are independent so loads become invariant of the new inner
-    loop; the swap alone moves nothing out of a loop (hoist_invariant_loads does that next), and its plan says so."""
+class InterchangeLoops(ModelRule):
+    """Swap two nested loops with independent iterations (row and column tiles of a matmul) so the weight loads no
+    longer depend on the inner loop; the swap only prepares a hoist, which then loads them once per outer iteration:
+    fewer HBM bytes for a DMA-bound kernel."""
 
     name = "interchange_loops"
-    summary = ("Swap two nested loops with independent iterations (row and column tiles of a matmul) so the "
-               "weight loads no longer depend on the inner loop; the swap only prepares a hoist, which then loads "
-               "them once per outer iteration: fewer HBM bytes for a DMA-bound kernel.")
 
-    def plan(self, source: str, profile: ProfileResult | None) -> list[Plan]:
-        model = model_of(source, profile)
+    def plans(self, model: KernelModel) -> list[Plan]:
         module, pos = model.module, model.pos
-        engines, trips = u.line_engine_times(profile), u.loop_trips(profile)
-        latency = u.latency_ms(profile)
+        engines, trips, latency = model.line_engines, model.profile_trips, model.latency
         plans = []
         for nest in nests(module):
             loads = invariant_loads(model, nest)
@@ -195,7 +190,7 @@ class InterchangeLoops:
                 added: dict[str, float] = {}
                 for stmt in nest.prefix:
                     u.add_times(added, u.engine_times_under(stmt, pos, engines, trips.get(inner_line, 1) - 1))
-                gain = u.predicted_gain(profile, saved, added)
+                gain = u.predicted_gain(model.profile, saved, added)
                 if gain <= 0:
                     continue  # even hoisted afterwards, the recomputed prefix costs more than it saves
                 priority = 0.5 * min(1.0, gain / latency)  # an enabler: the hoist gets the gain
@@ -211,6 +206,6 @@ class InterchangeLoops:
         plans.sort(key=lambda p: -p.priority)
         return plans
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         module = interchange(u.parse(source), plan.params, plan.line)
         return module.code

@@ -25,7 +25,7 @@ from typing import Any
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import KernelModel, Loop, model_of
+from .analysis import KernelModel, Loop, ModelRule, model_of
 from .base import Plan
 
 _FACTOR = 2
@@ -140,15 +140,13 @@ def _halved(loop: Loop) -> cst.Call:
                                    cst.Arg(doubled)])
 
 
-class InterleaveIterations:
-    """Planner and executor for unrolling an innermost loop by two and interleaving the copies."""
+class InterleaveIterations(ModelRule):
+    """Unroll an innermost loop by two and interleave the copies' statements: an engine running a chain of dependent
+    instructions issues the other copy's instruction while a result lands."""
 
     name = "interleave_iterations"
-    summary = ("Unroll an innermost loop by two and interleave the copies' statements: an engine running a "
-               "chain of dependent instructions issues the other copy's instruction while a result lands.")
 
-    def plan(self, source: str, profile: Any) -> list[Plan]:
-        model = model_of(source, profile)
+    def plans(self, model: KernelModel) -> list[Plan]:
         latency = model.latency or 0.0
         busy = 1e3 * max(model.busy().values(), default=0.0)
         waiting = max(0.0, latency - busy)  # the kernel takes longer than its busiest engine is busy
@@ -166,7 +164,7 @@ class InterleaveIterations:
                                "trips": _trips(model, loop)}, priority))
         return plans
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         trips = int(plan.params["trips"])
         found = [lp for lp, problem in _candidates(model, trips) if problem is None and lp.var == plan.params["var"]

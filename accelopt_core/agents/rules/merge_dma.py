@@ -24,7 +24,8 @@ from typing import Any
 
 import libcst as cst
 
-from .base import Plan, RuleError
+from .analysis import KernelModel, ModelRule, model_of
+from .base import Plan
 from .cst_util import (
     alias_of,
     binding_count,
@@ -36,19 +37,13 @@ from .cst_util import (
     flat,
     fresh_name,
     input_shapes,
-    kernel_function,
     keyword,
-    latency_ms,
-    line_engine_times,
     line_of,
     locate,
     loop_args,
-    loop_trips,
     loop_var,
     names_in,
     names_written,
-    parse,
-    positions,
     shape_values,
     single_assignments,
     sites,
@@ -80,25 +75,17 @@ class _Merge:
         return {"kind": self.kind, "anchor": flat(code_of(self.anchor))}
 
 
-class MergeDma:
-    """Planner and executor for merging DMA transfers."""
+class MergeDma(ModelRule):
+    """Merge small DMA transfers (adjacent slices of one tensor, per-iteration loads or stores of consecutive
+    slices) into one larger transfer: each DMA pays ~1.3 us of setup and small pieces run below bandwidth."""
 
     name = "merge_dma"
-    summary = ("Merge small DMA transfers (adjacent slices of one tensor, per-iteration loads or stores of "
-               "consecutive slices) into one larger transfer: each DMA pays ~1.3 us of setup and small pieces "
-               "run below bandwidth.")
 
-    def plan(self, source: str, profile: Any) -> list[Plan]:
-        module = parse(source)
-        fn = kernel_function(module)
-        if fn is None:
-            return []
-        pos = positions(module)
-        line_engines = line_engine_times(profile)
-        latency = latency_ms(profile) or 0.0
+    def plans(self, model: KernelModel) -> list[Plan]:
+        module, fn, pos, profile = model.module, model.fn, model.pos, model.profile
+        line_engines, latency, trips = model.line_engines, model.latency or 0.0, model.profile_trips
         shapes = input_shapes(profile)
         env = shape_values(fn, shapes["timed"]) if "timed" in shapes else single_assignments(fn)
-        trips = loop_trips(profile)
         plans: list[Plan] = []
         for merge in _merges(module, fn):
             lines = [line_of(s, pos) for s in merge.dma_stmts]
@@ -125,12 +112,9 @@ class MergeDma:
         plans.sort(key=lambda p: -p.priority)
         return plans
 
-    def apply(self, source: str, plan: Plan) -> str:
-        module = parse(source)
-        fn = kernel_function(module)
-        if fn is None:
-            raise RuleError("no kernel function in the source")
-        pos = positions(module)
+    def rewrite(self, source: str, plan: Plan) -> str:
+        model = model_of(source)
+        module, fn, pos = model.module, model.fn, model.pos
         matches = [m for m in _merges(module, fn) if m.params() == plan.params]
         anchor = locate([m.anchor for m in matches], pos, plan.line, "the transfers to merge")
         merge = next(m for m in matches if m.anchor is anchor)

@@ -18,12 +18,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import KernelModel, Locality, Tensor, model_of
+from .analysis import KernelModel, Locality, ModelRule, Tensor, model_of
 from .base import Plan, RuleError
 
 _PRIORITY = 0.002  # the same instructions run: a small share for the footprint, after the rewrites that save time
@@ -49,15 +48,13 @@ def shrinkable(model: KernelModel) -> list[_Shrink]:
     return found
 
 
-class ShrinkBlocks:
-    """Planner and executor for declaring iteration-local block tensors inside their loop."""
+class ShrinkBlocks(ModelRule):
+    """Declare a block tensor whose blocks live within one loop iteration as a tile inside that loop: the kernel
+    asks SBUF for one iteration's tile instead of the whole array, nothing else changes."""
 
     name = "shrink_blocks"
-    summary = ("Declare a block tensor whose blocks live within one loop iteration as a tile inside that loop: "
-               "the kernel asks SBUF for one iteration's tile instead of the whole array, nothing else changes.")
 
-    def plan(self, source: str, profile: Any) -> list[Plan]:
-        model = model_of(source, profile)
+    def plans(self, model: KernelModel) -> list[Plan]:
         found = shrinkable(model)
         # every tensor at once: shrinking one changes nothing the others depend on, and one plan is
         # one evaluation, where a search on a kernel of many intermediates spends its time
@@ -81,7 +78,7 @@ class ShrinkBlocks:
         priority = _PRIORITY * (1.0 + math.log1p(len(shrinks)))
         return Plan(self.name, line, what[0].upper() + what[1:] + ".", {"tensors": names}, priority)
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         by_name = {s.tensor.name: s for s in shrinkable(model)}
         wanted = list(plan.params.get("tensors") or [])

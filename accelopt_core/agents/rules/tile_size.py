@@ -7,8 +7,8 @@ saturates), while bigger tiles take more SBUF and leave fewer iterations to over
 Opt #9: 1024 FP32 elements per partition is the sweet spot). The rule finds the tile-size
 constants (`TILE = 512`, `tile_f = min(cols, 512)`, `tile_n = nl.tile_size.gemm_moving_fmax`),
 works out from the source how each one is used (partition or free axis, matmul operand, PSUM
-tile, the dimensions it divides) and proposes values that respect the hardware limits (partition
-<= 128, matmul stationary free <= 128, moving free and PSUM tile <= 512 FP32) and divide every
+tile, the dimensions it divides) and proposes values that respect the limits of the generation's hardware
+profile (on trn1: partition <= 128, matmul stationary free <= 128, moving free <= 512) and divide every
 dimension they tile at every size of the task, so no element is dropped. One plan per value:
 larger first when the profile is DMA-bound, smaller first when SBUF spills.
 
@@ -17,6 +17,10 @@ integer literal whose every occurrence in the kernel is tile arithmetic (slice b
 `nl.arange`, allocation shapes, and at least one loop bound `D // V`) is analysed as a constant:
 the same module with the literal hoisted into a placeholder name goes through the same analysis,
 and applying the plan rewrites every occurrence of the number.
+
+A block size and its trip count change together: when a constant `T = 4` is used only as the count of loops
+(`for b in nl.affine_range(T)`) that step through blocks of the tile size (`x[:, b * B:(b + 1) * B]`), T * B
+is the extent the loop covers, so each plan sets B to a value dividing it and T to the extent over B.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from typing import Any
 
 import libcst as cst
 
+from .analysis import KernelModel, ModelRule, model_of
 from .base import Plan, RuleError
 from .cst_util import (
-    TILE_SIZES,
     alias_of,
+    assigned_name,
     binding_count,
     block_statements,
     call_name,
@@ -42,14 +47,14 @@ from .cst_util import (
     input_shapes,
     kernel_function,
     keyword,
-    latency_ms,
     line_engine_times,
     line_of,
     loop_args,
     loop_kind,
+    loop_var,
+    name_nodes,
     names_in,
     parents,
-    parse,
     parse_statement,
     positions,
     replace_nodes,
@@ -57,6 +62,7 @@ from .cst_util import (
     single_assignments,
     small,
     static_value,
+    tile_size_constant,
     walk,
 )
 
@@ -91,37 +97,79 @@ class _Constant:
     occurrences: tuple[cst.Integer, ...] = ()  # a literal tile size: its nodes in the kernel (name is a placeholder)
 
 
-class RetuneTileSize:
-    """Planner and executor for tile-size changes."""
+@dataclass(frozen=True)
+class _Trips:
+    """A trip count that goes with a block size: `T = 8` counting `for i in range(T)` whose iterations step
+    through blocks of B (`x[:, i * B:(i + 1) * B]`), so T * B is the extent covered and B changes only with T."""
+
+    name: str
+    literal: cst.Integer
+    current: int
+
+
+def _int_bindings(module: cst.Module, fn: cst.FunctionDef) -> Iterator[tuple[str, cst.Integer]]:
+    """Names bound once to a positive integer literal: at module or kernel top level, or as a parameter's
+    default the body never rebinds."""
+    for param in (*fn.params.params, *fn.params.kwonly_params):
+        if isinstance(param.default, cst.Integer) and binding_count(fn, param.name.value) == 1:
+            yield param.name.value, param.default
+    for owner, stmts in ((module, module.body), (fn, block_statements(fn))):
+        for stmt in stmts:
+            node, name = small(stmt), assigned_name(stmt)
+            if (name is not None and isinstance(node, cst.Assign) and isinstance(node.value, cst.Integer)
+                    and binding_count(owner, name) == 1):
+                yield name, node.value
+
+
+def _trip_partner(module: cst.Module, fn: cst.FunctionDef, block: str) -> _Trips | None:
+    """The trip-count constant of the loops that walk blocks of `block`, when every use of it is such a
+    loop's count (`range(T)` in any loop form)."""
+    for name, literal in _int_bindings(module, fn):
+        uses = [n for n in name_nodes(fn.body) if n.value == name]
+        loops = [n for n in _walk(fn) if isinstance(n, cst.For) and loop_kind(n) is not None
+                 and [flat(code_of(a.value)) for a in loop_args(n)] == [name]]
+        if name != block and loops and len(uses) == len(loops) and all(_steps_by(loop, block) for loop in loops):
+            return _Trips(name, literal, int(literal.value))
+    return None
+
+
+def _steps_by(loop: cst.For, block: str) -> bool:
+    """The loop variable multiplies `block` somewhere in the body (`i * B`)."""
+    var = loop_var(loop)
+    return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply)
+               and {flat(code_of(n.left)), flat(code_of(n.right))} == {var, block} for n in _walk(loop.body))
+
+
+class RetuneTileSize(ModelRule):
+    """Change an integer tile size to another value within the hardware limits that divides the dimensions it tiles:
+    larger DMAs when DMA-bound (>= 2 KiB per partition), smaller tiles when SBUF spills."""
 
     name = "retune_tile_size"
-    summary = ("Change an integer tile size to another value within the hardware limits that divides the "
-               "dimensions it tiles: larger DMAs when DMA-bound (>= 2 KiB per partition), smaller tiles when "
-               "SBUF spills.")
 
-    def plan(self, source: str, profile: Any) -> list[Plan]:
-        module = parse(source)
-        fn = kernel_function(module)
-        if fn is None:
-            return []
+    def plans(self, model: KernelModel) -> list[Plan]:
+        module, fn, pos, profile = model.module, model.fn, model.pos, model.profile
         shapes = input_shapes(profile)
         if not shapes:
             return []  # without the sizes it ran at no value can be shown to divide its dimensions
-        pos = positions(module)
         data = (getattr(profile, "profile", None) or {}) if profile is not None else {}
-        latency = latency_ms(profile) or 0.0
+        latency = model.latency or 0.0
         dma_bound = getattr(profile, "bottleneck", None) == "dma" or (
             0 < float(data.get("dma_transfer_average_bytes") or 0) < 32768)
         spills = float(data.get("spill_save_bytes") or 0) + float(data.get("spill_reload_bytes") or 0) > 0
         peak = float(data.get("sbuf_peak_live_bytes_per_partition") or 0)
-        usable = float(data.get("sbuf_usable_bytes_per_partition") or 180224)
+        hardware = model.hardware
+        usable = float(data.get("sbuf_usable_bytes_per_partition") or hardware.memory.sbuf_usable_bytes_per_partition)
         line_engines = line_engine_times(profile)
         plans: list[Plan] = []
         sizes = [(c, module, fn) for c in _constants(module, fn)] + list(_literal_sizes(module, fn))
         for const, scope, scope_fn in sizes:  # a literal is analysed in its hoisted copy (same lines)
             use = _uses(scope, scope_fn, const.name, pos if scope is module else positions(scope))
-            limit = 128 if use.partition or use.stationary else 512 if use.moving else 1 << 16
+            limit = (hardware.memory.sbuf_partitions if use.partition else hardware.tensor.stationary_free_max
+                     if use.stationary else hardware.tensor.moving_free_max if use.moving else 1 << 16)
             values = self._values(scope, scope_fn, const, use, shapes, limit)
+            trips = None if const.occurrences else _trip_partner(module, fn, const.name)
+            if trips is not None:  # the block and its count change together: the loop covers the same extent
+                values = [v for v in values if trips.current * const.current % v == 0]
             grow = [v for v in values if v > const.current]
             shrink = [v for v in values if v < const.current]
             if spills:
@@ -143,11 +191,16 @@ class RetuneTileSize:
             for rank, value in enumerate(ordered[:4]):
                 priority = max(0.0, min(1.0, share)) * (0.85 ** rank)  # the order above decides
                 per_partition = value * _ELEMENT_BYTES
+                joint, along = {}, ""
+                if trips is not None:
+                    count = trips.current * const.current // value
+                    joint = {"trips": trips.name, "trips_old": trips.current, "trips_new": count}
+                    along = f", and its trip count {trips.name} = {count} instead of {trips.current} with it"
                 plans.append(Plan(
                     self.name, line,
-                    f"line {line}: {label} = {value} instead of {const.current} ({why}; "
+                    f"line {line}: {label} = {value} instead of {const.current}{along} ({why}; "
                     f"{per_partition} B per partition per FP32 transfer; divides every dimension it tiles)",
-                    {**params, "old": const.current, "new": value}, priority))
+                    {**params, "old": const.current, "new": value, **joint}, priority))
         plans.sort(key=lambda p: -p.priority)
         return plans
 
@@ -181,11 +234,9 @@ class RetuneTileSize:
                 out.append(value)
         return out
 
-    def apply(self, source: str, plan: Plan) -> str:
-        module = parse(source)
-        fn = kernel_function(module)
-        if fn is None:
-            raise RuleError("no kernel function in the source")
+    def rewrite(self, source: str, plan: Plan) -> str:
+        model = model_of(source)
+        module, fn = model.module, model.fn
         name, old, new = plan.params.get("name"), plan.params.get("old"), plan.params.get("new")
         if plan.params.get("literal"):
             found = [c for c, _, _ in _literal_sizes(module, fn) if c.current == old]
@@ -195,7 +246,13 @@ class RetuneTileSize:
         found = [c for c in _constants(module, fn) if c.name == name and c.current == old]
         if len(found) != 1:
             raise RuleError(f"the tile size {name} = {old} is not in the kernel any more")
-        return replace_nodes(module, {id(found[0].literal): cst.Integer(str(int(new)))}).code
+        edits = {id(found[0].literal): cst.Integer(str(int(new)))}
+        if "trips" in plan.params:
+            trips = _trip_partner(module, fn, str(name))
+            if trips is None or trips.name != plan.params["trips"] or trips.current != plan.params["trips_old"]:
+                raise RuleError(f"the trip count {plan.params['trips']} of {name} is not in the kernel any more")
+            edits[id(trips.literal)] = cst.Integer(str(int(plan.params["trips_new"])))
+        return replace_nodes(module, edits).code
 
 
 def _constants(module: cst.Module, fn: cst.FunctionDef) -> Iterator[_Constant]:
@@ -220,7 +277,7 @@ def _constants(module: cst.Module, fn: cst.FunctionDef) -> Iterator[_Constant]:
             if literal is None:
                 continue
             current = (int(literal.value) if isinstance(literal, cst.Integer)
-                       else TILE_SIZES[(dotted(literal) or "").rsplit(".", 1)[-1]])
+                       else tile_size_constant((dotted(literal) or "").rsplit(".", 1)[-1]) or 0)
             if current >= 16:
                 yield _Constant(target.value, stmt, node.value, literal, current)
 
@@ -285,7 +342,8 @@ def _size_literal(value: cst.BaseExpression, nl: str) -> cst.BaseExpression | No
         return value
     if isinstance(value, cst.Attribute):
         name = dotted(value) or ""
-        if name.startswith(f"{nl}.tile_size.") and name.rsplit(".", 1)[-1] in TILE_SIZES:
+        limit = name.rsplit(".", 1)[-1]  # an element count (`pmax`, `gemm_moving_fmax`), not bytes or alignments
+        if name.startswith(f"{nl}.tile_size.") and limit.endswith("max") and tile_size_constant(limit):
             return value
         return None
     if isinstance(value, cst.Call) and call_name(value) in ("min", "max") and len(value.args) == 2:

@@ -35,11 +35,9 @@ from typing import Any
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import KernelModel, model_of
+from .analysis import KernelModel, ModelRule, model_of
 from .base import Plan
 
-_PSUM_BANK_BYTES = 2048  # bytes per partition of one PSUM bank (fact sheet A.4: 8 banks of 2 KiB)
-_BANKS_FOR_ACCUMULATORS = 4  # of the 8 banks: the other half stays for transposes and read-outs
 _MATMULS = ("nisa.nc_matmul", "nl.matmul")
 
 
@@ -148,8 +146,10 @@ def _jam(model: KernelModel, outer: cst.For, known: int | None) -> _Jam | str | 
                 {u.loop_var(r) for r in chain} & e.vars for e in key):
             return "the accumulator's block does not follow the output loop alone"
         tile_bytes = _free_bytes(tensor.shape[tensor.par_axis + 1:])
-    if tile_bytes is None or trips * max(1, -(-tile_bytes // _PSUM_BANK_BYTES)) > _BANKS_FOR_ACCUMULATORS:
-        return f"{trips} accumulators would take more than {_BANKS_FOR_ACCUMULATORS} PSUM banks"
+    psum = model.hardware.memory
+    banks = psum.psum_banks // 2  # the other half stays for transposes and read-outs
+    if tile_bytes is None or trips * max(1, -(-tile_bytes // psum.psum_bank_bytes)) > banks:
+        return f"{trips} accumulators would take more than {banks} PSUM banks"
     tail = tuple(body[1:])
     read_by_reduction = set().union(*(u.names_in(s) for s in chain))
     if any(u.names_written(s) & read_by_reduction for s in tail):
@@ -266,15 +266,13 @@ def _block_allocation(model: KernelModel, jam: _Jam) -> cst.SimpleStatementLine:
     return jam.allocation.with_changes(body=[node.with_changes(value=node.value.with_changes(args=args))])
 
 
-class JamMatmulLoops:
-    """Planner and executor for unroll-and-jam of matmul loop nests."""
+class JamMatmulLoops(ModelRule):
+    """Jam the loop over output tiles into the matmul reduction (unroll-and-jam): one stationary tile serves several
+    moving tiles back to back and several PSUM banks accumulate at once."""
 
     name = "jam_matmul_loops"
-    summary = ("Jam the loop over output tiles into the matmul reduction (unroll-and-jam): one stationary tile "
-               "serves several moving tiles back to back and several PSUM banks accumulate at once.")
 
-    def plan(self, source: str, profile: Any) -> list[Plan]:
-        model = model_of(source, profile)
+    def plans(self, model: KernelModel) -> list[Plan]:
         busy = model.busy()
         latency = model.latency or 0.0
         tensor_share = 1e3 * busy.get("tensor", 0.0) / latency if latency else 0.0
@@ -295,7 +293,7 @@ class JamMatmulLoops:
                 0.05 * min(1.0, tensor_share)))
         return plans
 
-    def apply(self, source: str, plan: Plan) -> str:
+    def rewrite(self, source: str, plan: Plan) -> str:
         model = model_of(source)
         params = plan.params
         known = {(params["var"], params["iter"]): int(params["trips"])}
