@@ -29,14 +29,22 @@ BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power"
 RANGES = ("affine_range", "sequential_range", "static_range")
 REDUCTIONS = {"max": "maximum", "min": "minimum", "sum": "add", "mean": "add"}  # nl.f -> tensor_reduce's op
 ALLOCATIONS = ("ndarray", "zeros", "ones", "full")  # what they assign is a tile the rewrites may read
-# legacy nisa instructions that return their tile: positional parameters in the legacy order, and which of them
-# the result is shaped as (nc_transpose and nc_matmul are shaped by their own rule)
+# legacy nisa instructions that return their tile: positional parameters in the legacy order, and which input the
+# result is shaped and typed after, with its shape when it is not that input's (nc_transpose and nc_matmul are shaped
+# by their own rule): a row reduction leaves one value per partition, bn_stats six statistics, bn_aggr a mean and a
+# variance
 LEGACY_ISA_PARAMETERS = {"nc_transpose": ("data",), "nc_matmul": ("stationary", "moving"),
                          "activation": ("op", "data"), "tensor_tensor": ("data1", "data2", "op"),
                          "tensor_scalar": ("data", "op0", "operand0"), "tensor_copy": ("src",),
-                         "tensor_tensor_scan": ("data0", "data1", "initial", "op0", "op1")}
-LEGACY_ISA_SHAPED_BY = {"activation": 1, "tensor_tensor": 0, "tensor_scalar": 0, "tensor_copy": 0,
-                        "tensor_tensor_scan": 0}
+                         "tensor_tensor_scan": ("data0", "data1", "initial", "op0", "op1"),
+                         "tensor_reduce": ("op", "data", "axis"), "reciprocal": ("data",),
+                         "tensor_scalar_reduce": (), "bn_stats": ("data",), "bn_aggr": ("data",)}
+LEGACY_ISA_SHAPED_BY: dict[str, tuple[str, str | None]] = {
+    "activation": ("data", None), "tensor_tensor": ("data1", None), "tensor_scalar": ("data", None),
+    "tensor_copy": ("src", None), "tensor_tensor_scan": ("data0", None), "reciprocal": ("data", None),
+    "tensor_scalar_reduce": ("data", None), "tensor_reduce": ("data", "({}.shape[0], 1)"),
+    "bn_stats": ("data", "({}.shape[0], 6)"), "bn_aggr": ("data", "({}.shape[0], 2)")}
+FREE_AXIS = frozenset({"1", "-1", "(1,)", "[1]", "(-1,)", "[-1]"})  # a 2-D tile's free axis, as an axis= argument
 # nl.* calls the nki package keeps as they are (allocation, sizes, loops); an element-wise nl.f(...) call computing a
 # tile is legacy: in the nki package nl.f is only the operator name an instruction takes
 MODERN_LANGUAGE = frozenset({"ndarray", "zeros", "ones", "full", "shared_hbm", "hbm", "sbuf", "psum", "private_hbm",
@@ -50,6 +58,7 @@ class Migration:
 
     source: str
     needs_person: list[tuple[int, str]] = field(default_factory=list)
+    elsewhere: list[tuple[int, str]] = field(default_factory=list)  # lines of functions the kernel never calls
 
     @property
     def complete(self) -> bool:
@@ -80,6 +89,14 @@ def _modern_alias(alias: cst.ImportAlias) -> cst.ImportAlias:
     if isinstance(asname, cst.Name) and asname.value == modern:
         return alias.with_changes(name=cst.parse_expression(modern), asname=None)
     return alias.with_changes(name=cst.parse_expression(modern))
+
+
+def _unannotated(statement: cst.BaseSmallStatement) -> cst.BaseSmallStatement:
+    """`qk: nt.tensor[m, n] = nisa.nc_matmul(...)` as a plain assignment: the annotation typed the tile the legacy
+    call returned, and the rewrite allocates that tile itself."""
+    if isinstance(statement, cst.AnnAssign) and statement.value is not None:
+        return cst.Assign(targets=[cst.AssignTarget(statement.target)], value=statement.value)
+    return statement
 
 
 class _Rewrite(cst.CSTTransformer):
@@ -122,10 +139,13 @@ class _Rewrite(cst.CSTTransformer):
                                   ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.SimpleStatementLine]:
         if len(updated.body) != 1:
             return updated
-        lines = self._statement(updated.body[0])
+        lines = self._statement(_unannotated(updated.body[0]))
         if lines is None:
             return updated
-        return cst.FlattenSentinel([cst.parse_statement(line) for line in lines])  # type: ignore[misc]
+        statements = [cst.parse_statement(line) for line in lines]
+        if statements:  # the comments above the line stay above its rewrite
+            statements[0] = statements[0].with_changes(leading_lines=updated.leading_lines)
+        return cst.FlattenSentinel(statements)  # type: ignore[arg-type]
 
     def _statement(self, statement: cst.BaseSmallStatement) -> list[str] | None:
         """The statement's rewrite as lines, or None to leave it as it is."""
@@ -448,7 +468,8 @@ class _Rewrite(cst.CSTTransformer):
     def _isa_instruction(self, dst: str, call: cst.Call, accumulate: bool) -> tuple[str, str] | None:
         """A legacy `nisa.*` call that returns its tile, as the same instruction writing `dst`: positional
         arguments named as the legacy signature names them; the result lives where the legacy one did (a
-        transpose or matmul in PSUM, as float32 for a matmul; anything else in SBUF, shaped as its input)."""
+        transpose or matmul in PSUM, as float32 for a matmul; anything else in SBUF, shaped as LEGACY_ISA_SHAPED_BY
+        says); a dtype= becomes the dst's, as Beta 2 moved it."""
         instruction = self._isa(call)
         parameters = LEGACY_ISA_PARAMETERS.get(instruction or "")
         positional = [a for a in call.args if a.keyword is None]
@@ -460,17 +481,24 @@ class _Rewrite(cst.CSTTransformer):
             del given["mask"]
         if "mask" in given or (accumulate and instruction != "nc_matmul"):
             return None  # a mask moves into the operands' slices: a person decides how
+        if instruction == "tensor_reduce" and self._code(given.get("axis", cst.Name("None"))) not in FREE_AXIS:
+            return None  # one value per partition is the only result shape read off the line
+        dtype = self._code(given.pop("dtype")) if "dtype" in given else None  # Beta 2: the dst's dtype
         text = {name: self._code(value) for name, value in given.items()}
         arguments = ", ".join(f"{name}={value}" for name, value in text.items())
         line = f"{self.nisa}.{instruction}(dst={dst}, {arguments}{', accumulate=True' if accumulate else ''})"
         if instruction == "nc_transpose":
             data = text["data"]
-            return self._allocation(data, shape=f"({data}.shape[1], {data}.shape[0])", buffer="psum"), line
+            return self._allocation(data, dtype, f"({data}.shape[1], {data}.shape[0])", "psum"), line
         if instruction == "nc_matmul":
             stationary, moving = text["stationary"], text["moving"]
             return self._allocation(stationary, dtype=f"{self.nl}.float32", buffer="psum",
                                     shape=f"({stationary}.shape[1], {moving}.shape[1])"), line
-        return self._allocation(text[parameters[LEGACY_ISA_SHAPED_BY[instruction]]]), line
+        input_name, shape = LEGACY_ISA_SHAPED_BY[instruction]
+        like = text.get(input_name)
+        if like is None:
+            return None
+        return self._allocation(like, dtype, shape.format(like) if shape else None), line
 
     def _is_tile(self, node: cst.BaseExpression) -> bool:
         """A name known to hold a tile, or a slice of one (or of one in a list of blocks)."""
@@ -531,6 +559,44 @@ class _Leftovers(cst.CSTVisitor):
         if dotted and dotted.startswith(f"{self.nl}.") and dotted[len(self.nl) + 1:] not in MODERN_LANGUAGE:
             line = self.get_metadata(PositionProvider, node).start.line
             self.found.append((line, f"{dotted} has no mechanical nki-package form here"))
+        if dotted and dotted[len(self.nl) + 1:] in ALLOCATIONS and node.args and _block_dimension(node.args[0].value):
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.found.append((line, "a block dimension (nl.par_dim after the first axis), removed in the nki "
+                                     "package: index a Python list of tiles instead"))
+
+
+def _block_dimension(shape: cst.BaseExpression) -> bool:
+    """Whether an allocation's shape puts `nl.par_dim(...)` after its first axis."""
+    return isinstance(shape, cst.Tuple) and any(
+        isinstance(e.value, cst.Call) and (_dotted(e.value.func) or "").endswith("par_dim") for e in shape.elements[1:])
+
+
+class _Functions(cst.CSTVisitor):
+    """Each module-level function's lines and the names its body calls."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: dict[str, range] = {}
+        self.calls: dict[str, set[str]] = {}
+
+    def visit_Module(self, node: cst.Module) -> None:  # noqa: N802
+        for statement in node.body:
+            if isinstance(statement, cst.FunctionDef):
+                position = self.get_metadata(PositionProvider, statement)
+                self.lines[statement.name.value] = range(position.start.line, position.end.line + 1)
+                self.calls[statement.name.value] = _names_read(statement)
+
+    def reached(self, kernel: str) -> set[str]:
+        """The kernel and every module function it calls, directly or through another."""
+        seen, todo = set(), [kernel]
+        while todo:
+            name = todo.pop()
+            if name in self.lines and name not in seen:
+                seen.add(name)
+                todo += self.calls[name]
+        return seen
 
 
 def _module_names(tree: cst.Module) -> tuple[str, str]:
@@ -610,7 +676,7 @@ class _ShortNames(cst.CSTTransformer):
         return original
 
 
-def _names_read(tree: cst.Module) -> set[str]:
+def _names_read(tree: cst.CSTNode) -> set[str]:
     """Every name the code mentions (not the words of its strings and comments)."""
     names: set[str] = set()
 
@@ -629,8 +695,10 @@ def _with_import(code: str, line: str) -> str:
     return "".join([*lines[:first], line, *lines[first:]])
 
 
-def migrate_source(source: str) -> Migration:
-    """The legacy kernel `source` with every mechanical rewrite applied, and the lines left for a person."""
+def migrate_source(source: str, kernel_name: str | None = None) -> Migration:
+    """The legacy kernel `source` with every mechanical rewrite applied, and the lines left for a person: with
+    `kernel_name`, those of that kernel, the functions it calls and the module's own lines (a tutorial file holds
+    several kernels; the other kernels' lines are `elsewhere`)."""
     tree = cst.parse_module(source)
     nl, nisa = _module_names(tree)
     tree = tree.visit(_ShortNames(nl, nisa))
@@ -646,7 +714,14 @@ def migrate_source(source: str) -> Migration:
     wrapper = cst.metadata.MetadataWrapper(cst.parse_module(code))
     leftovers = _Leftovers(nl, nisa)
     wrapper.visit(leftovers)
-    return Migration(code, sorted(set(leftovers.found)))
+    found = sorted(set(leftovers.found))
+    functions = _Functions()
+    wrapper.visit(functions)
+    if kernel_name is None or kernel_name not in functions.lines:
+        return Migration(code, found)
+    others = [functions.lines[name] for name in set(functions.lines) - functions.reached(kernel_name)]
+    elsewhere = [item for item in found if any(item[0] in lines for lines in others)]
+    return Migration(code, [item for item in found if item not in elsewhere], elsewhere)
 
 
 @dataclass
@@ -708,6 +783,8 @@ def render_migration(kernel_path: str, out_path: str, migration: Migration, veri
     lines.append(f"result    {verdict}; " + ("migration complete" if migration.complete else
                                              f"{left} line{'s' * (left != 1)} left for a person:"))
     lines += [f"{out_path}:{line}: {reason}" for line, reason in migration.needs_person]
+    if migration.elsewhere:
+        lines.append(f"other     {len(migration.elsewhere)} more legacy lines in functions the kernel does not call")
     return "\n".join(lines)
 
 
@@ -716,6 +793,7 @@ def migration_dict(kernel_path: str, out_path: str, migration: Migration, verifi
     return {"kernel": kernel_path, "out": out_path, "complete": migration.complete, "agree": verified.agree,
             "needs_person": [{"file": out_path, "line": line, "reason": reason}
                              for line, reason in migration.needs_person],
+            "elsewhere": [{"file": out_path, "line": line, "reason": reason} for line, reason in migration.elsewhere],
             "original": verified.original.to_dict(), "migrated": verified.migrated.to_dict(),
             "exit_code": exit_code(migration, verified)}
 
@@ -754,7 +832,7 @@ def offer_migration(source: str, task: TaskRef, profiler: Profiler, hardware: st
                     kernel_name: str | None = None) -> MigrationOffer:
     """Migrate `source` and run both versions on the same fresh seeds: what an editor offers (in a worker, never
     on the editor's event loop: the two runs take seconds)."""
-    migration = migrate_source(source)
+    migration = migrate_source(source, kernel_name)
     verified = verify(source, migration.source, task, hardware, profiler=profiler, kernel_name=kernel_name)
     return MigrationOffer(source, migration.source, migration.complete, verified.agree,
                           tuple(migration.needs_person), verified.original.latency_ms, verified.migrated.latency_ms,

@@ -370,3 +370,71 @@ def test_an_index_grid_a_line_left_for_a_person_still_reads_stays_defined():
     assert "nisa.dma_copy(dst=t[0:128, 0:512], src=x[0:0 + 128, 0:0 + 512])" in code
     assert [reason for _, reason in left] == ["nl.arange has no mechanical nki-package form here",
                                               "nl.max has no mechanical nki-package form here"]
+
+
+def test_reductions_reciprocal_and_statistics_in_return_form_get_a_dst_shaped_as_the_legacy_result():
+    """The attention tutorial's softmax in nisa calls (v2 on), and layernorm v2's bn_stats / bn_aggr."""
+    code, left = _migrated_body("m = nisa.tensor_reduce(op=nl.max, data=a, axis=1)\n"
+                                "r = nisa.reciprocal(data=m)\n"
+                                "s = nisa.tensor_scalar(data=a, op0=nl.multiply, operand0=r, dtype=nl.bfloat16)\n"
+                                "st = nisa.bn_stats(a, dtype=nl.float32)\nmv = nisa.bn_aggr(st)\n")
+    assert not left, left
+    assert "m = nl.ndarray((a.shape[0], 1), dtype=a.dtype, buffer=nl.sbuf)" in code
+    assert "nisa.tensor_reduce(dst=m, op=nl.max, data=a, axis=1)" in code
+    assert "r = nl.ndarray(m.shape, dtype=m.dtype, buffer=nl.sbuf)\n    nisa.reciprocal(dst=r, data=m)" in code
+    assert "s = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)" in code
+    assert "nisa.tensor_scalar(dst=s, data=a, op0=nl.multiply, operand0=r)" in code
+    assert "st = nl.ndarray((a.shape[0], 6), dtype=nl.float32, buffer=nl.sbuf)" in code
+    assert "mv = nl.ndarray((st.shape[0], 2), dtype=st.dtype, buffer=nl.sbuf)" in code
+
+
+def test_a_reduction_over_an_axis_the_line_does_not_show_to_be_the_free_one_is_left_for_a_person():
+    _, left = _migrated_body("m = nisa.tensor_reduce(op=nl.max, data=a, axis=(1, 2))\n")
+    assert [reason for _, reason in left] == [
+        "nisa.tensor_reduce returns its result in the legacy API: give it a dst= tile"]
+
+
+def test_an_annotated_assignment_is_migrated_and_the_comment_above_it_kept():
+    code, left = _migrated_body("# Q @ K\nqk: nt.tensor[128, 128] = nisa.nc_matmul(stationary=a, moving=b)\n")
+    assert not left, left
+    assert ("# Q @ K\n    qk = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)\n"
+            "    nisa.nc_matmul(dst=qk, stationary=a, moving=b)") in code
+
+
+def test_a_block_dimension_left_in_place_is_a_line_for_a_person():
+    code, left = _migrated_body("t = nl.ndarray(shape=(2, nl.par_dim(128), 64), dtype=a.dtype)\n")
+    line = next(n for n, text in enumerate(code.splitlines(), 1) if "nl.par_dim" in text)
+    assert left == [(line, "a block dimension (nl.par_dim after the first axis), removed in the nki package: index "
+                           "a Python list of tiles instead")]
+
+
+def test_with_a_kernel_name_only_that_kernel_and_what_it_calls_need_a_person():
+    """A tutorial file holds several kernels: the named one's report is its own, the others' lines are elsewhere."""
+    source = textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+
+        def helper(t):
+            return nl.softmax(t, axis=1)
+
+
+        @nki.jit
+        def first(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            helper(t)
+            nl.store(out, value=t)
+            return out
+
+
+        @nki.jit
+        def second(x):
+            return nl.gelu_apprx_tanh(x)
+    ''')
+    line = {name: next(n for n, text in enumerate(migrate_source(source).source.splitlines(), 1) if name in text)
+            for name in ("nl.softmax", "nl.gelu_apprx_tanh")}
+    scoped = migrate_source(source, "first")
+    assert [n for n, _ in scoped.needs_person] == [line["nl.softmax"]]
+    assert [n for n, _ in scoped.elsewhere] == [line["nl.gelu_apprx_tanh"]]
+    assert [n for n, _ in migrate_source(source, "second").needs_person] == [line["nl.gelu_apprx_tanh"]]
