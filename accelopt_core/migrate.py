@@ -91,6 +91,13 @@ def _modern_alias(alias: cst.ImportAlias) -> cst.ImportAlias:
     return alias.with_changes(name=cst.parse_expression(modern))
 
 
+def _root(node: cst.BaseExpression) -> str | None:
+    """The name a (possibly sliced) tile expression starts from: `acc` for `acc[0:128, :]`."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
 def _unannotated(statement: cst.BaseSmallStatement) -> cst.BaseSmallStatement:
     """`qk: nt.tensor[m, n] = nisa.nc_matmul(...)` as a plain assignment: the annotation typed the tile the legacy
     call returned, and the rewrite allocates that tile itself."""
@@ -110,7 +117,8 @@ class _Rewrite(cst.CSTTransformer):
         self.dropped: set[str] = set()
         self.constants = constants  # names bound to a number: scalar operands
         self.tiles: set[str] = set()  # names known to hold an on-chip tile
-        self.blocks: set[str] = set()  # tiles whose block dimension became a Python list
+        self.psum: set[str] = set()  # tiles in PSUM, which no DMA reads: a store copies them to SBUF first
+        self.blocks: dict[str, int] = {}  # tiles whose block dimensions became nested Python lists: how many
         self.columns: set[str] = set()  # tiles a reduction along the free axis made: one value per partition
         # Beta 2 moved masks into slices: index grids (`i_p = nl.arange(n)[:, None]`), affine indices on them
         # (`row = base + i_p`) and bounds on those (`valid = row < rows`) become the slices' starts and lengths
@@ -160,6 +168,9 @@ class _Rewrite(cst.CSTTransformer):
             target = statement.targets[0].target
             if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
                 self.tiles.add(target.value)
+                keywords = {a.keyword.value: self._code(a.value) for a in statement.value.args if a.keyword}
+                if keywords.get("buffer") == f"{self.nl}.psum":
+                    self.psum.add(target.value)
                 return self._unblocked(target.value, statement.value)
             if isinstance(target, cst.Name):
                 lines = self._assigned(target.value, statement.value)
@@ -177,28 +188,34 @@ class _Rewrite(cst.CSTTransformer):
         return None
 
     def _unblocked(self, name: str, allocation: cst.Call) -> list[str] | None:
-        """`t = nl.ndarray((n, nl.par_dim(p), f), ...)` as a Python list of n tiles `(p, f)`, as the guide to
-        removing block dimensions does; `t[k]` then reads the same, and `t[k, ...]` becomes `t[k][...]`."""
+        """`t = nl.ndarray((n, m, nl.par_dim(p), f), ...)` as nested Python lists (n of m) of tiles `(p, f)`, as the
+        guide to removing block dimensions does; `t[i, j, ...]` then reads `t[i][j][...]`."""
         shape = allocation.args[0].value if allocation.args and allocation.args[0].keyword is None else None
-        if not isinstance(shape, cst.Tuple) or len(shape.elements) < 3:
+        if not isinstance(shape, cst.Tuple):
             return None
         elements = [element.value for element in shape.elements]
-        partition = elements[1]
-        if not (isinstance(partition, cst.Call) and self._function(partition) == "par_dim"
-                and not any(isinstance(e, cst.Call) and self._function(e) == "par_dim" for e in elements[:1])):
+        position = next((i for i, e in enumerate(elements) if isinstance(e, cst.Call)
+                         and self._function(e) == "par_dim"), 0)
+        if position == 0:
             return None
-        tile_shape = ", ".join(self._code(e) for e in [partition.args[0].value, *elements[2:]])
+        partition = elements[position]
+        tile_shape = ", ".join(self._code(e) for e in [partition.args[0].value, *elements[position + 1:]])  # type: ignore[attr-defined]
         rest = "".join(f", {self._code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))}" for a in allocation.args[1:])
-        self.blocks.add(name)
-        one = f"{self._code(allocation.func)}(({tile_shape}){rest})"
-        return [f"{name} = [{one} for _ in range({self._code(elements[0])})]"]
+        self.blocks[name] = position
+        nested = f"{self._code(allocation.func)}(({tile_shape}){rest})"
+        for count in reversed(elements[:position]):
+            nested = f"[{nested} for _ in range({self._code(count)})]"
+        return [f"{name} = {nested}"]
 
     def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.Subscript:  # noqa: N802
-        if not (isinstance(updated.value, cst.Name) and updated.value.value in self.blocks and len(updated.slice) > 1):
+        depth = self.blocks.get(updated.value.value, 0) if isinstance(updated.value, cst.Name) else 0
+        if depth == 0 or len(updated.slice) < 2:
             return updated
-        block, *within = updated.slice
-        outer = updated.with_changes(slice=[block.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
-        return cst.Subscript(value=outer, slice=within)
+        lists, within = updated.slice[:depth], updated.slice[depth:]
+        read = updated.value
+        for index in lists:
+            read = cst.Subscript(value=read, slice=[index.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+        return cst.Subscript(value=read, slice=within) if within else read  # type: ignore[return-value]
 
     def _dropped(self, names: list[str]) -> list[str] | None:
         """An index definition goes (its uses became slices), unless a use was left in place that still reads it."""
@@ -342,6 +359,8 @@ class _Rewrite(cst.CSTTransformer):
             return None
         allocation, instructions = made
         statements = [instructions] if isinstance(instructions, str) else instructions
+        if allocate and f"buffer={self.nl}.psum" in allocation:
+            self.psum.add(dst)
         return before + ([f"{dst} = {allocation}"] if allocate else []) + statements
 
     def _written_into(self, target: cst.Subscript, call: cst.Call) -> list[str] | None:
@@ -502,9 +521,7 @@ class _Rewrite(cst.CSTTransformer):
 
     def _is_tile(self, node: cst.BaseExpression) -> bool:
         """A name known to hold a tile, or a slice of one (or of one in a list of blocks)."""
-        while isinstance(node, cst.Subscript):
-            node = node.value
-        return isinstance(node, cst.Name) and node.value in self.tiles
+        return _root(node) in self.tiles
 
     def _stored(self, call: cst.Call) -> list[str] | None:
         """`nl.store(dst, value=tile)` as `nisa.dma_copy(dst=dst, src=tile)`; a value computed in place
@@ -527,6 +544,12 @@ class _Rewrite(cst.CSTTransformer):
             value, before = cst.Name(stored), lines
         if not self._is_tile(value):
             return None
+        if _root(value) in self.psum:  # the legacy store copied it out of PSUM (as the destination's type) itself
+            staged, destination = f"{_root(value)}_sbuf", _root(given["dst"])
+            dtype = f"{destination}.dtype" if destination else None
+            before += [f"{staged} = {self._allocation(self._code(value), dtype)}",
+                       f"{self.nisa}.tensor_copy(dst={staged}, src={self._code(value)})"]
+            value = cst.Name(staged)
         if sliced is not None:
             return [*before, f"{self.nisa}.dma_copy(dst={sliced[0]}, src={self._code(value)}[{sliced[1]}])"]
         return [*before, f"{self.nisa}.dma_copy(dst={self._code(given['dst'])}, src={self._code(value)})"]

@@ -438,3 +438,25 @@ def test_with_a_kernel_name_only_that_kernel_and_what_it_calls_need_a_person():
     assert [n for n, _ in scoped.needs_person] == [line["nl.softmax"]]
     assert [n for n, _ in scoped.elsewhere] == [line["nl.gelu_apprx_tanh"]]
     assert [n for n, _ in migrate_source(source, "second").needs_person] == [line["nl.gelu_apprx_tanh"]]
+
+
+def test_a_psum_tile_stored_is_copied_to_sbuf_first_as_the_destinations_type():
+    """No DMA reads PSUM; the legacy nl.store of a matmul's result copied it out itself (attention v2's failed
+    to run: DMA engines cannot access PSUM)."""
+    code, left = _migrated_body("p = nisa.nc_matmul(a, b)\nnl.store(out, value=p)\n")
+    assert not left, left
+    assert ("p_sbuf = nl.ndarray(p.shape, dtype=out.dtype, buffer=nl.sbuf)\n    nisa.tensor_copy(dst=p_sbuf, src=p)\n"
+            "    nisa.dma_copy(dst=out, src=p_sbuf)") in code
+
+
+def test_several_block_dimensions_become_nested_lists_of_tiles():
+    """The blocked matmul tutorials and attention v3 allocate (n, m, nl.par_dim(p), f)."""
+    code, left = _migrated_body("t = nl.ndarray((2, 3, nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)\n"
+                                "for i in nl.affine_range(2):\n"
+                                "    for j in nl.affine_range(3):\n"
+                                "        t[i, j, :, :] = nl.load(x[0:128, 0:64])\n"
+                                "        e = nl.exp(t[i, j])\n")
+    assert not left, left
+    assert "t = [[nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf) for _ in range(3)] for _ in range(2)]" in code
+    assert "nisa.dma_copy(dst=t[i][j][:, :], src=x[0:128, 0:64])" in code
+    assert "nisa.activation(dst=e, op=nl.exp, data=t[i][j])" in code
