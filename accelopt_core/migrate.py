@@ -28,6 +28,11 @@ ACTIVATIONS = ("exp", "tanh", "sigmoid", "relu", "gelu", "silu", "log", "sqrt", 
 BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")  # nl.f(a, b)
 RANGES = ("affine_range", "sequential_range", "static_range")
 REDUCTIONS = {"max": "maximum", "min": "minimum", "sum": "add", "mean": "add"}  # nl.f -> tensor_reduce's op
+# the legacy arithmetic operators on tiles (and their augmented forms), as the nl functions they called
+OPERATORS: dict[type, str] = {cst.Add: "add", cst.Subtract: "subtract", cst.Multiply: "multiply", cst.Divide: "divide",
+                              cst.AddAssign: "add", cst.SubtractAssign: "subtract", cst.MultiplyAssign: "multiply",
+                              cst.DivideAssign: "divide"}
+COMMUTATIVE = frozenset({"add", "multiply"})
 ALLOCATIONS = ("ndarray", "zeros", "ones", "full")  # what they assign is a tile the rewrites may read
 # legacy nisa instructions that return their tile: positional parameters in the legacy order, and which input the
 # result is shaped and typed after, with its shape when it is not that input's (nc_transpose and nc_matmul are shaped
@@ -164,7 +169,9 @@ class _Rewrite(cst.CSTTransformer):
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and self._mgrid(
                 statement.targets[0].target, statement.value):
             return self._dropped([e.value.value for e in statement.targets[0].target.elements])  # type: ignore[attr-defined]
-        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call):
+        value = self._as_call(statement.value) if isinstance(statement, (cst.Assign, cst.AugAssign)) else None
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(value, cst.Call):
+            statement = statement.with_changes(value=value)
             target = statement.targets[0].target
             if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
                 self.tiles.add(target.value)
@@ -183,9 +190,38 @@ class _Rewrite(cst.CSTTransformer):
                 and isinstance(statement.value, cst.Call) and self._is_tile(statement.target)
                 and (self._isa(statement.value) == "nc_matmul" or self._function(statement.value) == "matmul")):
             return self._into(self._code(statement.target), statement.value, allocate=False, accumulate=True)
+        function = OPERATORS.get(type(statement.operator)) if isinstance(statement, cst.AugAssign) else None
+        if function and self._is_tile(statement.target):  # type: ignore[union-attr]
+            combined = cst.Call(func=cst.parse_expression(f"{self.nl}.{function}"),
+                                args=[cst.Arg(statement.target), cst.Arg(value)])  # type: ignore[union-attr, arg-type]
+            return self._into(self._code(statement.target), combined, allocate=False)  # type: ignore[union-attr]
         if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
             return self._stored(statement.value)
         return None
+
+    def _tile_valued(self, node: cst.BaseExpression) -> bool:
+        """A tile, part of one, or an nl / nisa call computing one."""
+        return self._is_tile(node) or (isinstance(node, cst.Call) and (
+            self._function(node) is not None or self._isa(node) is not None))
+
+    def _as_call(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        """The legacy tile operators and methods as the nl calls they stood for: `a * g + b` over tiles as
+        `nl.add(nl.multiply(a, g), b)` (a number left of + or * moves right), `t.broadcast_to(s)` as
+        `nl.broadcast_to(t, shape=s)`; anything else as it is."""
+        method = node.func.attr.value if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) else None
+        if method == "broadcast_to" and self._is_tile(node.func.value) and len(node.args) == 1:  # type: ignore[union-attr]
+            return cst.Call(func=cst.parse_expression(f"{self.nl}.broadcast_to"),
+                            args=[cst.Arg(node.func.value), node.args[0].with_changes(keyword=cst.Name("shape"),
+                                                                                      equal=cst.AssignEqual())])
+        function = OPERATORS.get(type(node.operator)) if isinstance(node, cst.BinaryOperation) else None
+        if function is None:
+            return node
+        left, right = self._as_call(node.left), self._as_call(node.right)  # type: ignore[attr-defined]
+        if not self._tile_valued(left):
+            if function not in COMMUTATIVE or not self._tile_valued(right):
+                return node
+            left, right = right, left
+        return cst.Call(func=cst.parse_expression(f"{self.nl}.{function}"), args=[cst.Arg(left), cst.Arg(right)])
 
     def _unblocked(self, name: str, allocation: cst.Call) -> list[str] | None:
         """`t = nl.ndarray((n, m, nl.par_dim(p), f), ...)` as nested Python lists (n of m) of tiles `(p, f)`, as the
@@ -397,7 +433,9 @@ class _Rewrite(cst.CSTTransformer):
             src = self._code(args[0].value)
             dtype = self._code(keywords["dtype"]) if "dtype" in keywords else None
             return self._allocation(src, dtype), f"{nisa}.tensor_copy(dst={dst}, src={src})"
-        along_free_axis = {k: self._code(v) for k, v in keywords.items()} == {"axis": "1", "keepdims": "True"}
+        reduction = {k: self._code(v) for k, v in keywords.items()}
+        along_free_axis = reduction.pop("axis", None) in FREE_AXIS and reduction.pop("keepdims", "True") in (
+            "True", "False") and not reduction
         if function in REDUCTIONS and len(args) == 1 and self._is_tile(args[0].value) and along_free_axis:
             self.columns.add(dst)
             return self._reduced(dst, self._code(args[0].value), function)

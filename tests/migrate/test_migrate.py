@@ -365,11 +365,11 @@ def test_an_untransposed_nl_matmul_is_left_for_a_person():
 def test_an_index_grid_a_line_left_for_a_person_still_reads_stays_defined():
     """The softmax tutorial's migration failed with NameError: ix, dropped although nl.max(..., mask=...) kept it."""
     code, left = _migrated_body("ix = nl.arange(128)[:, None]\niy = nl.arange(512)[None, :]\n"
-                                "t = nl.load(x[ix, iy])\nm = nl.max(t, axis=[1], mask=(ix < 64))\n")
+                                "t = nl.load(x[ix, iy])\nm = nl.softmax(t, axis=[1], mask=(ix < 64))\n")
     assert "ix = nl.arange(128)[:, None]" in code and "iy = nl.arange" not in code
     assert "nisa.dma_copy(dst=t[0:128, 0:512], src=x[0:0 + 128, 0:0 + 512])" in code
     assert [reason for _, reason in left] == ["nl.arange has no mechanical nki-package form here",
-                                              "nl.max has no mechanical nki-package form here"]
+                                              "nl.softmax has no mechanical nki-package form here"]
 
 
 def test_reductions_reciprocal_and_statistics_in_return_form_get_a_dst_shaped_as_the_legacy_result():
@@ -460,3 +460,23 @@ def test_several_block_dimensions_become_nested_lists_of_tiles():
     assert "t = [[nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf) for _ in range(3)] for _ in range(2)]" in code
     assert "nisa.dma_copy(dst=t[i][j][:, :], src=x[0:128, 0:64])" in code
     assert "nisa.activation(dst=e, op=nl.exp, data=t[i][j])" in code
+
+
+def test_legacy_tile_operators_and_broadcast_method_become_the_instructions_they_stood_for():
+    """The softmax, rmsnorm and layernorm tutorials write `numerator / denominator`, `square_sum / n`,
+    `t * g + b`, `acc[...] += part` and `g.broadcast_to(shape)`."""
+    code, left = _migrated_body("s = nl.sum(a, axis=[1])\nq = a / s\nm = s / 64\nr = 2.0 * a + b\n"
+                                "g = nl.load(y[0:1, :])\nc = g.broadcast_to((128, 512))\nr[...] += c\n")
+    assert not left, left
+    assert "nisa.tensor_reduce(dst=s, op=nl.add, data=a, axis=1, keepdims=True)" in code
+    assert "nisa.tensor_scalar(dst=q, data=a, op0=nl.divide, operand0=s)" in code
+    assert "nisa.tensor_scalar(dst=m, data=s, op0=nl.divide, operand0=64)" in code
+    assert "nisa.tensor_scalar(dst=r_1, data=a, op0=nl.multiply, operand0=2.0)" in code
+    assert "nisa.tensor_tensor(dst=r, data1=r_1, data2=b, op=nl.add)" in code
+    assert "nisa.nc_matmul(dst=c_broadcast, stationary=c_ones, moving=g[:, c_start:c_end])" in code
+    assert "nisa.tensor_tensor(dst=r[...], data1=r[...], data2=c, op=nl.add)" in code
+
+
+def test_a_number_divided_by_a_tile_is_left_for_a_person():
+    _, left = _migrated_body("q = 1.0 / a\nnl.store(out, value=q)\n")
+    assert [reason for _, reason in left] == ["nl.store has no mechanical nki-package form here"]
