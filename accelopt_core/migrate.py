@@ -213,6 +213,8 @@ class _Rewrite(cst.CSTTransformer):
             return cst.Call(func=cst.parse_expression(f"{self.nl}.broadcast_to"),
                             args=[cst.Arg(node.func.value), node.args[0].with_changes(keyword=cst.Name("shape"),
                                                                                       equal=cst.AssignEqual())])
+        if isinstance(node, cst.Call) and self._tile_valued(node):  # nl.rsqrt(var + epsilon)
+            return node.with_changes(args=[a.with_changes(value=self._as_call(a.value)) for a in node.args])
         function = OPERATORS.get(type(node.operator)) if isinstance(node, cst.BinaryOperation) else None
         if function is None:
             return node
@@ -484,11 +486,13 @@ class _Rewrite(cst.CSTTransformer):
         return None
 
     def _is_scalar(self, node: cst.BaseExpression) -> bool:
-        """A number written in the kernel, or a name bound to one."""
+        """A number written in the kernel, a size, or a name bound to one."""
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
             return self._is_scalar(node.expression)
         if isinstance(node, cst.BinaryOperation):
             return self._is_scalar(node.left) and self._is_scalar(node.right)
+        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute):
+            return node.value.attr.value == "shape"  # x.shape[1]
         constant = isinstance(node, cst.Name) and node.value in self.constants
         return constant or isinstance(node, (cst.Integer, cst.Float))
 
@@ -677,10 +681,35 @@ def _module_names(tree: cst.Module) -> tuple[str, str]:
     return nl, nisa
 
 
+class _TensorUses(cst.CSTVisitor):
+    """Names a function reads as a tensor: indexed, an attribute read (`.shape`, `.reshape`) or handed to a call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:  # noqa: N802
+        if isinstance(node.value, cst.Name):
+            self.names.add(node.value.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:  # noqa: N802
+        if isinstance(node.value, cst.Name):
+            self.names.add(node.value.value)
+
+    def visit_Arg(self, node: cst.Arg) -> None:  # noqa: N802
+        if isinstance(node.value, cst.Name):
+            self.names.add(node.value.value)
+
+
 class _Scalars(cst.CSTVisitor):
     """Names bound to a number anywhere in the module: `EPS = 1e-6`, `rows, cols = x.shape`, `scale = 1.0 /
     math.sqrt(cols)`; an expression of numbers, sizes, arithmetic and calls outside the kernel modules (no tile can
-    come of it)."""
+    come of it); a function's parameter it only computes with, never reads as a tensor (layernorm's `epsilon`)."""
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:  # noqa: N802
+        uses = _TensorUses()
+        node.body.visit(uses)
+        self.names |= {p.name.value for p in node.params.params if p.name.value not in uses.names}
 
     def __init__(self, nl: str, nisa: str):
         super().__init__()

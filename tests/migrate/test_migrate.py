@@ -480,3 +480,26 @@ def test_legacy_tile_operators_and_broadcast_method_become_the_instructions_they
 def test_a_number_divided_by_a_tile_is_left_for_a_person():
     _, left = _migrated_body("q = 1.0 / a\nnl.store(out, value=q)\n")
     assert [reason for _, reason in left] == ["nl.store has no mechanical nki-package form here"]
+
+
+def test_a_parameter_the_kernel_never_reads_as_a_tensor_and_a_size_are_scalar_operands():
+    """Layernorm's `nl.rsqrt(var + epsilon)` (epsilon a kernel argument) and rmsnorm's `square_sum / x.shape[1]`."""
+    source = textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+
+        @nki.jit
+        def kernel(x, epsilon):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            a = nl.load(x)
+            s = nl.sum(a, axis=1)
+            m = s / x.shape[1]
+            r = nl.rsqrt(m + epsilon)
+            nl.store(out, value=nl.multiply(a, r))
+            return out
+    ''')
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    assert "nisa.tensor_scalar(dst=m, data=s, op0=nl.divide, operand0=x.shape[1])" in migration.source
+    assert "nisa.tensor_scalar(dst=r_1, data=m, op0=nl.add, operand0=epsilon)" in migration.source
