@@ -255,6 +255,13 @@ class _Rewrite(cst.CSTTransformer):
             read = cst.Subscript(value=read, slice=[index.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
         return cst.Subscript(value=read, slice=within) if within else read  # type: ignore[return-value]
 
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:  # noqa: N802
+        """`t.dtype` of a block tensor that became nested lists reads one of its tiles' (they share it)."""
+        depth = self.blocks.get(updated.value.value, 0) if isinstance(updated.value, cst.Name) else 0
+        if depth == 0 or updated.attr.value != "dtype":
+            return updated
+        return cst.parse_expression(f"{updated.value.value}{'[0]' * depth}.dtype")  # type: ignore[attr-defined]
+
     def _dropped(self, names: list[str]) -> list[str] | None:
         """An index definition goes (its uses became slices), unless a use was left in place that still reads it."""
         self.dropped.update(names)

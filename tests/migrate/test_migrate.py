@@ -462,6 +462,14 @@ def test_several_block_dimensions_become_nested_lists_of_tiles():
     assert "nisa.activation(dst=e, op=nl.exp, data=t[i][j])" in code
 
 
+def test_the_dtype_of_a_block_tensor_is_its_tiles_dtype():
+    """matmul_fully_optimized allocates its packed result with dtype=result_tiles.dtype (AttributeError: 'list')."""
+    code, left = _migrated_body("t = nl.ndarray((2, 3, nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)\n"
+                                "u = nl.ndarray((128, 64), dtype=t.dtype, buffer=nl.sbuf)\n")
+    assert not left, left
+    assert "u = nl.ndarray((128, 64), dtype=t[0][0].dtype, buffer=nl.sbuf)" in code
+
+
 def test_legacy_tile_operators_and_broadcast_method_become_the_instructions_they_stood_for():
     """The softmax, rmsnorm and layernorm tutorials write `numerator / denominator`, `square_sum / n`,
     `t * g + b`, `acc[...] += part` and `g.broadcast_to(shape)`."""
