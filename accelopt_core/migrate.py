@@ -125,11 +125,22 @@ class _Rewrite(cst.CSTTransformer):
         self.psum: set[str] = set()  # tiles in PSUM, which no DMA reads: a store copies them to SBUF first
         self.blocks: dict[str, int] = {}  # tiles whose block dimensions became nested Python lists: how many
         self.columns: set[str] = set()  # tiles a reduction along the free axis made: one value per partition
+        self.scopes: list[tuple[set[str], set[str], dict[str, int], set[str]]] = []  # the enclosing functions'
         # Beta 2 moved masks into slices: index grids (`i_p = nl.arange(n)[:, None]`), affine indices on them
         # (`row = base + i_p`) and bounds on those (`valid = row < rows`) become the slices' starts and lengths
         self.grids: dict[str, tuple[int, str]] = {}  # name -> (axis, size)
         self.spans: dict[str, tuple[int, str, str]] = {}  # name -> (axis, start, size)
         self.limits: dict[str, tuple[int, str]] = {}  # mask name -> (axis, how many of the span are valid)
+
+    # --- scopes -------------------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:  # noqa: N802
+        """What a function learns about its names stays in it: a tutorial file's kernels reuse names (mamba v3's
+        block tensor scanC_accum is a plain tile in v2)."""
+        self.scopes.append((set(self.tiles), set(self.psum), dict(self.blocks), set(self.columns)))
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:  # noqa: N802
+        self.tiles, self.psum, self.blocks, self.columns = self.scopes.pop()
+        return updated
 
     # --- imports ------------------------------------------------------------------------------------------
     def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:  # noqa: N802

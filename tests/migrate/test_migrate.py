@@ -511,3 +511,27 @@ def test_a_parameter_the_kernel_never_reads_as_a_tensor_and_a_size_are_scalar_op
     assert migration.complete, migration.needs_person
     assert "nisa.tensor_scalar(dst=m, data=s, op0=nl.divide, operand0=x.shape[1])" in migration.source
     assert "nisa.tensor_scalar(dst=r_1, data=m, op0=nl.add, operand0=epsilon)" in migration.source
+
+
+def test_what_one_kernel_learns_about_a_name_stays_in_that_kernel():
+    """mamba v3's block tensor scanC_accum is a plain tile in v2: v2's scanC_accum[0:p, 0:n] became [0:p][0:n]."""
+    source = textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+
+        @nki.jit
+        def blocked(x):
+            acc = nl.zeros((2, nl.par_dim(128), 64), dtype=x.dtype)
+            return x
+
+
+        @nki.jit
+        def plain(x, y):
+            acc = nl.zeros((nl.par_dim(128), 64), dtype=x.dtype)
+            t = nl.load(y)
+            acc[0:128, 0:64] += t
+            return x
+    ''')
+    migration = migrate_source(source, "plain")
+    assert "nisa.tensor_tensor(dst=acc[0:128, 0:64], data1=acc[0:128, 0:64], data2=t, op=nl.add)" in migration.source
