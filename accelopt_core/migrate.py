@@ -470,13 +470,11 @@ class _Rewrite(cst.CSTTransformer):
         if function == "load" and len(args) == 1 and not keywords:
             src = self._code(args[0].value)
             return self._allocation(src), f"{nisa}.dma_copy(dst={dst}, src={src})"
-        if function == "matmul" and len(args) == 2 and {k: self._code(v) for k, v in keywords.items()} == {
-                "transpose_x": "True"} and all(self._is_tile(a.value) for a in args):
-            stationary, moving = (self._code(a.value) for a in args)  # x is given as its transpose: the stationary
-            return (self._allocation(stationary, dtype=f"{nl}.float32", buffer="psum",
-                                     shape=f"({stationary}.shape[1], {moving}.shape[1])"),
-                    f"{nisa}.nc_matmul(dst={dst}, stationary={stationary}, moving={moving}"
-                    f"{', accumulate=True' if accumulate else ''})")
+        if function == "matmul":
+            return self._matmul(dst, call, accumulate)
+        if function == "transpose" and len(args) == 1 and not keywords and self._is_tile(args[0].value):
+            data = self._code(args[0].value)
+            return self._allocation(data, shape=f"({data}.shape[1], {data}.shape[0])"), self._transposed(dst, data)
         if function == "broadcast_to" and len(args) == 1 and set(keywords) == {"shape"} and self._is_tile(
                 args[0].value):
             return self._broadcast(dst, self._code(args[0].value), keywords["shape"])
@@ -502,6 +500,36 @@ class _Rewrite(cst.CSTTransformer):
                 return (allocation,
                         f"{nisa}.tensor_tensor(dst={dst}, data1={data}, data2={self._code(other)}, op={nl}.{function})")
         return None
+
+    def _transposed(self, dst: str, data: str) -> list[str]:
+        """`data` transposed into the SBUF tile `dst` as the legacy API lowers nl.transpose: the Tensor engine's
+        transpose into PSUM, copied out."""
+        staged = f"{dst.split('[')[0]}_psum"
+        shape = f"({data}.shape[1], {data}.shape[0])"
+        return [f"{staged} = {self._allocation(data, shape=shape, buffer='psum')}",
+                f"{self.nisa}.nc_transpose(dst={staged}, data={data})",
+                f"{self.nisa}.tensor_copy(dst={dst}, src={staged})"]
+
+    def _matmul(self, dst: str, call: cst.Call, accumulate: bool) -> tuple[str, list[str]] | None:
+        """`nl.matmul(x, y, transpose_x=...)` as nc_matmul into a float32 PSUM tile: x given transposed is the
+        stationary operand as it is; otherwise it is transposed first, as the legacy API did."""
+        given = {("x", "y")[i]: a.value for i, a in enumerate(call.args) if a.keyword is None and i < 2}
+        given |= {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        transpose_x = self._code(given.pop("transpose_x", cst.Name("False")))
+        if set(given) != {"x", "y"} or transpose_x not in ("True", "False") or not all(
+                self._is_tile(v) for v in given.values()):
+            return None
+        x, moving = self._code(given["x"]), self._code(given["y"])
+        before: list[str] = []
+        stationary = x
+        if transpose_x == "False":
+            stationary = f"{dst.split('[')[0]}_x"
+            before = [f"{stationary} = {self._allocation(x, shape=f'({x}.shape[1], {x}.shape[0])')}",
+                      *self._transposed(stationary, x)]
+        rows = f"{x}.shape[{1 if transpose_x == 'True' else 0}]"
+        return (self._allocation(x, dtype=f"{self.nl}.float32", buffer="psum", shape=f"({rows}, {moving}.shape[1])"),
+                [*before, f"{self.nisa}.nc_matmul(dst={dst}, stationary={stationary}, moving={moving}"
+                          f"{', accumulate=True' if accumulate else ''})"])
 
     def _is_scalar(self, node: cst.BaseExpression) -> bool:
         """A number written in the kernel, a size, or a name bound to one."""

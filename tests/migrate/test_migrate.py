@@ -357,8 +357,22 @@ def test_mgrid_indices_and_a_transposed_nl_matmul_as_the_matmul_tutorial_writes_
     assert "nisa.nc_matmul(dst=acc, stationary=a, moving=t, accumulate=True)" in code
 
 
-def test_an_untransposed_nl_matmul_is_left_for_a_person():
-    _, left = _migrated_body("p = nl.matmul(a, b)\n")
+def test_an_untransposed_nl_matmul_and_nl_transpose_go_through_the_tensor_engines_transpose():
+    """Attention v1: nl.matmul(x=q, y=k, transpose_x=True), nl.transpose(v) and nl.matmul(scores, v_t)."""
+    code, left = _migrated_body("q = nl.matmul(x=a, y=b, transpose_x=True)\nt = nl.transpose(a)\n"
+                                "p = nl.matmul(a, t, transpose_x=False)\nnl.store(out, value=p)\n")
+    assert not left, left
+    assert "nisa.nc_matmul(dst=q, stationary=a, moving=b)" in code
+    assert ("t = nl.ndarray((a.shape[1], a.shape[0]), dtype=a.dtype, buffer=nl.sbuf)\n"
+            "    t_psum = nl.ndarray((a.shape[1], a.shape[0]), dtype=a.dtype, buffer=nl.psum)\n"
+            "    nisa.nc_transpose(dst=t_psum, data=a)\n    nisa.tensor_copy(dst=t, src=t_psum)") in code
+    assert "p = nl.ndarray((a.shape[0], t.shape[1]), dtype=nl.float32, buffer=nl.psum)" in code
+    assert "nisa.nc_transpose(dst=p_x_psum, data=a)" in code and "nisa.tensor_copy(dst=p_x, src=p_x_psum)" in code
+    assert "nisa.nc_matmul(dst=p, stationary=p_x, moving=t)" in code
+
+
+def test_a_matmul_with_other_keywords_is_left_for_a_person():
+    _, left = _migrated_body("p = nl.matmul(a, b, transpose_x=flag)\n")
     assert [reason for _, reason in left] == ["nl.matmul has no mechanical nki-package form here"]
 
 
