@@ -190,6 +190,8 @@ class _Rewrite(cst.CSTTransformer):
                 if keywords.get("buffer") == f"{self.nl}.psum":
                     self.psum.add(target.value)
                 return self._unblocked(target.value, statement.value)
+            if isinstance(target, cst.Name) and self._function(statement.value) == "shared_constant":
+                return self._identity(target.value, statement.value)
             if isinstance(target, cst.Name):
                 lines = self._assigned(target.value, statement.value)
                 if lines is not None:
@@ -500,6 +502,17 @@ class _Rewrite(cst.CSTTransformer):
                 return (allocation,
                         f"{nisa}.tensor_tensor(dst={dst}, data1={data}, data2={self._code(other)}, op={nl}.{function})")
         return None
+
+    def _identity(self, name: str, call: cst.Call) -> list[str] | None:
+        """`nl.shared_constant(np.identity(n), dtype=d)` as `nl.shared_identity_matrix(n=n, dtype=d)`, which the docs
+        prefer for an identity (and NKI 0.8 keeps); any other constant is left for a person."""
+        constant = call.args[0].value if call.args and call.args[0].keyword is None else None
+        dtypes = [self._code(a.value) for a in call.args[1:] if a.keyword is not None and a.keyword.value == "dtype"]
+        if not (isinstance(constant, cst.Call) and (_dotted(constant.func) or "").split(".")[-1] in ("identity", "eye")
+                and len(constant.args) >= 1 and constant.args[0].keyword is None and len(call.args) == 1 + len(dtypes)):
+            return None
+        dtype = f", dtype={dtypes[0]}" if dtypes else ""
+        return [f"{name} = {self.nl}.shared_identity_matrix(n={self._code(constant.args[0].value)}{dtype})"]
 
     def _transposed(self, dst: str, data: str) -> list[str]:
         """`data` transposed into the SBUF tile `dst` as the legacy API lowers nl.transpose: the Tensor engine's

@@ -549,3 +549,11 @@ def test_what_one_kernel_learns_about_a_name_stays_in_that_kernel():
     ''')
     migration = migrate_source(source, "plain")
     assert "nisa.tensor_tensor(dst=acc[0:128, 0:64], data1=acc[0:128, 0:64], data2=t, op=nl.add)" in migration.source
+
+
+def test_a_shared_identity_constant_is_the_shared_identity_matrix():
+    """Attention v8-v11 load nl.shared_constant(np.identity(128, dtype=np.int8), dtype=v.dtype)."""
+    code, left = _migrated_body("i = nl.shared_constant(np.identity(128, dtype=np.int8), dtype=a.dtype)\n"
+                                "j = nl.shared_constant(np.ones((128, 128)), dtype=a.dtype)\n")
+    assert "i = nl.shared_identity_matrix(n=128, dtype=a.dtype)" in code
+    assert [reason for _, reason in left] == ["nl.shared_constant has no mechanical nki-package form here"]
