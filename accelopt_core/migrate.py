@@ -43,7 +43,8 @@ LEGACY_ISA_PARAMETERS = {"nc_transpose": ("data",), "nc_matmul": ("stationary", 
                          "tensor_scalar": ("data", "op0", "operand0"), "tensor_copy": ("src",),
                          "tensor_tensor_scan": ("data0", "data1", "initial", "op0", "op1"),
                          "tensor_reduce": ("op", "data", "axis"), "reciprocal": ("data",),
-                         "tensor_scalar_reduce": (), "bn_stats": ("data",), "bn_aggr": ("data",)}
+                         "tensor_scalar_reduce": (), "bn_stats": ("data",), "bn_aggr": ("data",),
+                         "memset": ("shape", "value", "dtype")}
 LEGACY_ISA_SHAPED_BY: dict[str, tuple[str, str | None]] = {
     "activation": ("data", None), "tensor_tensor": ("data1", None), "tensor_scalar": ("data", None),
     "tensor_copy": ("src", None), "tensor_tensor_scan": ("data0", None), "reciprocal": ("data", None),
@@ -604,9 +605,14 @@ class _Rewrite(cst.CSTTransformer):
         if instruction == "tensor_reduce" and self._code(given.get("axis", cst.Name("None"))) not in FREE_AXIS:
             return None  # one value per partition is the only result shape read off the line
         dtype = self._code(given.pop("dtype")) if "dtype" in given else None  # Beta 2: the dst's dtype
+        filled = self._code(given.pop("shape")) if instruction == "memset" and "shape" in given else None
         text = {name: self._code(value) for name, value in given.items()}
         arguments = ", ".join(f"{name}={value}" for name, value in text.items())
         line = f"{self.nisa}.{instruction}(dst={dst}, {arguments}{', accumulate=True' if accumulate else ''})"
+        if instruction == "memset":  # NKI 0.8: memset(dst, value), the tile's shape and type are the dst's
+            if filled is None or dtype is None:
+                return None
+            return f"{self.nl}.ndarray({filled}, dtype={dtype}, buffer={self.nl}.sbuf)", line
         if instruction == "nc_transpose":
             data = text["data"]
             return self._allocation(data, dtype, f"({data}.shape[1], {data}.shape[0])", "psum"), line

@@ -557,3 +557,13 @@ def test_a_shared_identity_constant_is_the_shared_identity_matrix():
                                 "j = nl.shared_constant(np.ones((128, 128)), dtype=a.dtype)\n")
     assert "i = nl.shared_identity_matrix(n=128, dtype=a.dtype)" in code
     assert [reason for _, reason in left] == ["nl.shared_constant has no mechanical nki-package form here"]
+
+
+def test_a_memset_in_its_legacy_signature_fills_a_dst_of_that_shape_and_type():
+    """Legacy memset(shape, value, dtype) returns its tile; NKI 0.8's memset(dst, value) fills the dst."""
+    code, left = _migrated_body("z = nisa.memset((128, 1), 0.0, nl.float32)\n"
+                                "w = nisa.memset(shape=(128, 4), value=1.0, dtype=a.dtype, "
+                                "engine=nisa.vector_engine)\n")
+    assert not left, left
+    assert "z = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)\n    nisa.memset(dst=z, value=0.0)" in code
+    assert "nisa.memset(dst=w, value=1.0, engine=nisa.vector_engine)" in code
