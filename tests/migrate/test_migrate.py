@@ -567,3 +567,14 @@ def test_a_memset_in_its_legacy_signature_fills_a_dst_of_that_shape_and_type():
     assert not left, left
     assert "z = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)\n    nisa.memset(dst=z, value=0.0)" in code
     assert "nisa.memset(dst=w, value=1.0, engine=nisa.vector_engine)" in code
+
+
+def test_a_migrated_memset_runs_and_agrees(tmp_path: Path):
+    source = LEGACY.replace("import neuronxcc.nki.language as nl\n",
+                            "import neuronxcc.nki.language as nl\nimport neuronxcc.nki.isa as nisa\n").replace(
+        "b = nl.load(y[i * 128:(i + 1) * 128, :])", "b = nisa.memset((128, 512), 0.0, nl.float32)")
+    (tmp_path / "ref.py").write_text(REFERENCE.replace("(np.exp(x) + y) * 2.0", "np.exp(x) * 2.0"))
+    migration = migrate_source(source)
+    assert migration.complete, migration.needs_person
+    verified = verify(source, migration.source, TaskRef(reference=str(tmp_path / "ref.py")), seeds=[1])
+    assert verified.agree, (verified.original.check_message, verified.migrated.check_message)
