@@ -33,6 +33,10 @@ OPERATORS: dict[type, str] = {cst.Add: "add", cst.Subtract: "subtract", cst.Mult
                               cst.AddAssign: "add", cst.SubtractAssign: "subtract", cst.MultiplyAssign: "multiply",
                               cst.DivideAssign: "divide"}
 COMMUTATIVE = frozenset({"add", "multiply"})
+# a legacy affine_select predicate's comparison, as the cmp_op NKI 0.8 applies to (left - right, 0)
+COMPARISONS: dict[type, str] = {cst.GreaterThanEqual: "greater_equal", cst.GreaterThan: "greater",
+                                cst.LessThanEqual: "less_equal", cst.LessThan: "less", cst.Equal: "equal",
+                                cst.NotEqual: "not_equal"}
 ALLOCATIONS = ("ndarray", "zeros", "ones", "full")  # what they assign is a tile the rewrites may read
 # legacy nisa instructions that return their tile: positional parameters in the legacy order, and which input the
 # result is shaped and typed after, with its shape when it is not that input's (nc_transpose and nc_matmul are shaped
@@ -504,6 +508,70 @@ class _Rewrite(cst.CSTTransformer):
                         f"{nisa}.tensor_tensor(dst={dst}, data1={data}, data2={self._code(other)}, op={nl}.{function})")
         return None
 
+    def _affine(self, node: cst.BaseExpression) -> tuple[dict[int, tuple[str, str]], str] | None:
+        """An index expression over the grids as ({axis: (coefficient, grid size)}, constant): `i_p * 512 + i_f`
+        is ({0: ("512", "128"), 1: ("1", "512")}, "0"); None when it is not affine in them."""
+        if isinstance(node, cst.Name) and node.value in self.grids:
+            axis, size = self.grids[node.value]
+            return {axis: ("1", size)}, "0"
+        if self._is_scalar(node):
+            return {}, self._code(node)
+        if not isinstance(node, cst.BinaryOperation):
+            return None
+        if isinstance(node.operator, cst.Multiply):
+            for grid, factor in ((node.left, node.right), (node.right, node.left)):
+                term = self._affine(grid)
+                if term is not None and self._is_scalar(factor) and term[1] == "0" and len(term[0]) == 1:
+                    (axis, (_, size)), = term[0].items()
+                    return {axis: (self._code(factor), size)}, "0"
+            return None
+        if not isinstance(node.operator, (cst.Add, cst.Subtract)):
+            return None
+        left, right = self._affine(node.left), self._affine(node.right)
+        if left is None or right is None or set(left[0]) & set(right[0]):
+            return None
+        sign = "-" if isinstance(node.operator, cst.Subtract) else ""
+        terms = left[0] | {axis: (f"{sign}({c})" if sign else c, n) for axis, (c, n) in right[0].items()}
+        if right[1] == "0":
+            return terms, left[1]
+        if left[1] == "0":
+            return terms, f"-({right[1]})" if sign else right[1]
+        return terms, f"({left[1]}) {sign or '+'} ({right[1]})"
+
+    def _patterned(self, dst: str, instruction: str, call: cst.Call) -> tuple[str, str] | None:
+        """Legacy `iota(expr, dtype)` / `affine_select(pred, on_true_tile, on_false_value)` over index grids in NKI
+        0.8's form: the expression's free-axis step and count as `pattern=[[step, num]]`, its partition coefficient
+        as `channel_multiplier`, its constant as `offset`; affine_select compares `left - right` with 0."""
+        positional = [a.value for a in call.args if a.keyword is None]
+        given = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        names = ("expr", "dtype") if instruction == "iota" else ("pred", "on_true_tile", "on_false_value")
+        given |= dict(zip(names, positional, strict=False))
+        if set(given) != set(names):
+            return None
+        compare = "equal"
+        expression = given[names[0]]
+        if instruction == "affine_select":
+            if not (isinstance(expression, cst.Comparison) and len(expression.comparisons) == 1):
+                return None
+            compare = COMPARISONS.get(type(expression.comparisons[0].operator), "")
+            expression = cst.BinaryOperation(left=expression.left, operator=cst.Subtract(),
+                                             right=expression.comparisons[0].comparator)
+        affine = self._affine(expression)
+        if affine is None or not compare or not set(affine[0]) <= {0, 1}:
+            return None
+        terms, offset = affine
+        step, count = terms.get(1, ("0", "1"))
+        arguments = (f"pattern=[[{step}, {count}]], offset={offset}, "
+                     f"channel_multiplier={terms.get(0, ('0', '1'))[0]}")
+        if instruction == "iota":
+            rows = terms.get(0, ("0", "1"))[1]
+            return (f"{self.nl}.ndarray(({rows}, {count}), dtype={self._code(given['dtype'])}, buffer={self.nl}.sbuf)",
+                    f"{self.nisa}.iota(dst={dst}, {arguments})")
+        on_true, on_false = self._code(given["on_true_tile"]), self._code(given["on_false_value"])
+        return (self._allocation(on_true),
+                f"{self.nisa}.affine_select(dst={dst}, {arguments}, on_true_tile={on_true}, "
+                f"on_false_value={on_false}, cmp_op={self.nl}.{compare})")
+
     def _identity(self, name: str, call: cst.Call) -> list[str] | None:
         """`nl.shared_constant(np.identity(n), dtype=d)` as `nl.shared_identity_matrix(n=n, dtype=d)`, which the docs
         prefer for an identity (and NKI 0.8 keeps); any other constant is left for a person."""
@@ -592,6 +660,8 @@ class _Rewrite(cst.CSTTransformer):
         transpose or matmul in PSUM, as float32 for a matmul; anything else in SBUF, shaped as LEGACY_ISA_SHAPED_BY
         says); a dtype= becomes the dst's, as Beta 2 moved it."""
         instruction = self._isa(call)
+        if instruction in ("iota", "affine_select"):
+            return self._patterned(dst, instruction, call)
         parameters = LEGACY_ISA_PARAMETERS.get(instruction or "")
         positional = [a for a in call.args if a.keyword is None]
         if parameters is None or len(positional) > len(parameters):

@@ -578,3 +578,48 @@ def test_a_migrated_memset_runs_and_agrees(tmp_path: Path):
     assert migration.complete, migration.needs_person
     verified = verify(source, migration.source, TaskRef(reference=str(tmp_path / "ref.py")), seeds=[1])
     assert verified.agree, (verified.original.check_message, verified.migrated.check_message)
+
+
+IOTA_SELECT = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.isa as nisa
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(128)[None, :]
+        a = nl.load(x)
+        ramp = nisa.iota(i_p * 128 + i_f + 3, dtype=nl.float32)
+        causal = nisa.affine_select(i_p - i_f >= 0, a, -9984.0)
+        nl.store(out, value=nl.add(causal, ramp))
+        return out
+''')
+
+
+def test_iota_and_affine_select_over_index_grids_take_nki_08s_pattern_signature(tmp_path: Path):
+    """Legacy iota(expr, dtype) and affine_select(pred, on_true_tile, on_false_value) over nl.arange grids as
+    iota(dst, pattern, offset, channel_multiplier) and affine_select(dst, pattern, offset, channel_multiplier,
+    on_true_tile, on_false_value, cmp_op), checked on fresh inputs against the legacy kernel."""
+    migration = migrate_source(IOTA_SELECT)
+    assert migration.complete, migration.needs_person
+    assert "ramp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)" in migration.source
+    assert "nisa.iota(dst=ramp, pattern=[[1, 128]], offset=3, channel_multiplier=128)" in migration.source
+    assert ("nisa.affine_select(dst=causal, pattern=[[-(1), 128]], offset=0, channel_multiplier=1, on_true_tile=a, "
+            "on_false_value=-9984.0, cmp_op=nl.greater_equal)") in migration.source
+    (tmp_path / "ref.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+
+        def make_inputs(rng):
+            return [rng.standard_normal((128, 128), dtype=np.float32)]
+
+
+        def reference(x):
+            rows, cols = np.indices(x.shape)
+            return np.where(rows >= cols, x, -9984.0) + (rows * 128 + cols + 3)
+    '''))
+    verified = verify(IOTA_SELECT, migration.source, TaskRef(reference=str(tmp_path / "ref.py")), seeds=[1])
+    assert verified.agree, (verified.original.check_message, verified.migrated.check_message)
