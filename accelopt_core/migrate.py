@@ -120,11 +120,12 @@ class _Rewrite(cst.CSTTransformer):
     """The mechanical rewrites; `nl` and `nisa` are the names the kernel gave the two modules."""
 
     def __init__(self, nl: str, nisa: str, constants: frozenset[str] = frozenset(),
-                 kept: frozenset[str] = frozenset()):
+                 kept: frozenset[tuple[str, str]] = frozenset()):
         super().__init__()
         self.nl, self.nisa = nl, nisa
-        self.kept = kept  # index definitions a line left for a person still reads
-        self.dropped: set[str] = set()
+        self.kept = kept  # index definitions a line left for a person still reads: (top-level function, name)
+        self.function = ""  # the top-level function being rewritten
+        self.dropped: set[tuple[str, str]] = set()
         self.constants = constants  # names bound to a number: scalar operands
         self.tiles: set[str] = set()  # names known to hold an on-chip tile
         self.psum: set[str] = set()  # tiles in PSUM, which no DMA reads: a store copies them to SBUF first
@@ -141,10 +142,14 @@ class _Rewrite(cst.CSTTransformer):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:  # noqa: N802
         """What a function learns about its names stays in it: a tutorial file's kernels reuse names (mamba v3's
         block tensor scanC_accum is a plain tile in v2)."""
+        if not self.scopes:
+            self.function = node.name.value
         self.scopes.append((set(self.tiles), set(self.psum), dict(self.blocks), set(self.columns)))
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:  # noqa: N802
         self.tiles, self.psum, self.blocks, self.columns = self.scopes.pop()
+        if not self.scopes:
+            self.function = ""
         return updated
 
     # --- imports ------------------------------------------------------------------------------------------
@@ -282,8 +287,9 @@ class _Rewrite(cst.CSTTransformer):
 
     def _dropped(self, names: list[str]) -> list[str] | None:
         """An index definition goes (its uses became slices), unless a use was left in place that still reads it."""
-        self.dropped.update(names)
-        return None if self.kept.intersection(names) else []
+        scoped = {(self.function, name) for name in names}
+        self.dropped.update(scoped)
+        return None if self.kept & scoped else []
 
     def _index_definition(self, name: str, value: cst.BaseExpression) -> bool:
         """Record `name` when it is an index grid, an affine index on one, or a bound on such an index."""
@@ -913,6 +919,14 @@ def _names_read(tree: cst.CSTNode) -> set[str]:
     return names
 
 
+def _names_read_in_functions(tree: cst.Module) -> set[tuple[str, str]]:
+    """(top-level function, name) for every name each function mentions ("" for the module's own lines)."""
+    read = {("", name) for statement in tree.body if not isinstance(statement, cst.FunctionDef)
+            for name in _names_read(statement)}
+    return read | {(statement.name.value, name) for statement in tree.body if isinstance(statement, cst.FunctionDef)
+                   for name in _names_read(statement)}
+
+
 def _with_import(code: str, line: str) -> str:
     """`code` with the import `line` added before its first import of the nki package."""
     lines = code.splitlines(keepends=True)
@@ -930,7 +944,7 @@ def migrate_source(source: str, kernel_name: str | None = None) -> Migration:
     scalars = _scalars(tree, nl, nisa)
     first = _Rewrite(nl, nisa, scalars)
     code = tree.visit(first).code
-    still_read = frozenset(first.dropped & _names_read(cst.parse_module(code)))
+    still_read = frozenset(first.dropped & _names_read_in_functions(cst.parse_module(code)))
     if still_read:
         code = tree.visit(_Rewrite(nl, nisa, scalars, still_read)).code
     for module, local in (("language", nl), ("isa", nisa)):
