@@ -208,7 +208,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     check_source(source, args.kernel, args.kernel_name)
     if not detect_version(source).legacy:
         raise CliError(f"{args.kernel} imports nothing from neuronxcc.nki: there is no legacy kernel to migrate")
-    migration = migrate_source(source)
+    migration = migrate_source(source, args.kernel_name)
     out = args.out or f"{os.path.splitext(args.kernel)[0]}.migrated.py"
     with open(out, "w", encoding="utf-8") as handle:
         handle.write(migration.source)

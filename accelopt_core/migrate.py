@@ -28,15 +28,33 @@ ACTIVATIONS = ("exp", "tanh", "sigmoid", "relu", "gelu", "silu", "log", "sqrt", 
 BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")  # nl.f(a, b)
 RANGES = ("affine_range", "sequential_range", "static_range")
 REDUCTIONS = {"max": "maximum", "min": "minimum", "sum": "add", "mean": "add"}  # nl.f -> tensor_reduce's op
+# the legacy arithmetic operators on tiles (and their augmented forms), as the nl functions they called
+OPERATORS: dict[type, str] = {cst.Add: "add", cst.Subtract: "subtract", cst.Multiply: "multiply", cst.Divide: "divide",
+                              cst.AddAssign: "add", cst.SubtractAssign: "subtract", cst.MultiplyAssign: "multiply",
+                              cst.DivideAssign: "divide"}
+COMMUTATIVE = frozenset({"add", "multiply"})
+# a legacy affine_select predicate's comparison, as the cmp_op NKI 0.8 applies to (left - right, 0)
+COMPARISONS: dict[type, str] = {cst.GreaterThanEqual: "greater_equal", cst.GreaterThan: "greater",
+                                cst.LessThanEqual: "less_equal", cst.LessThan: "less", cst.Equal: "equal",
+                                cst.NotEqual: "not_equal"}
 ALLOCATIONS = ("ndarray", "zeros", "ones", "full")  # what they assign is a tile the rewrites may read
-# legacy nisa instructions that return their tile: positional parameters in the legacy order, and which of them
-# the result is shaped as (nc_transpose and nc_matmul are shaped by their own rule)
+# legacy nisa instructions that return their tile: positional parameters in the legacy order, and which input the
+# result is shaped and typed after, with its shape when it is not that input's (nc_transpose and nc_matmul are shaped
+# by their own rule): a row reduction leaves one value per partition, bn_stats six statistics, bn_aggr a mean and a
+# variance
 LEGACY_ISA_PARAMETERS = {"nc_transpose": ("data",), "nc_matmul": ("stationary", "moving"),
                          "activation": ("op", "data"), "tensor_tensor": ("data1", "data2", "op"),
                          "tensor_scalar": ("data", "op0", "operand0"), "tensor_copy": ("src",),
-                         "tensor_tensor_scan": ("data0", "data1", "initial", "op0", "op1")}
-LEGACY_ISA_SHAPED_BY = {"activation": 1, "tensor_tensor": 0, "tensor_scalar": 0, "tensor_copy": 0,
-                        "tensor_tensor_scan": 0}
+                         "tensor_tensor_scan": ("data0", "data1", "initial", "op0", "op1"),
+                         "tensor_reduce": ("op", "data", "axis"), "reciprocal": ("data",),
+                         "tensor_scalar_reduce": (), "bn_stats": ("data",), "bn_aggr": ("data",),
+                         "memset": ("shape", "value", "dtype")}
+LEGACY_ISA_SHAPED_BY: dict[str, tuple[str, str | None]] = {
+    "activation": ("data", None), "tensor_tensor": ("data1", None), "tensor_scalar": ("data", None),
+    "tensor_copy": ("src", None), "tensor_tensor_scan": ("data0", None), "reciprocal": ("data", None),
+    "tensor_scalar_reduce": ("data", None), "tensor_reduce": ("data", "({}.shape[0], 1)"),
+    "bn_stats": ("data", "({}.shape[0], 6)"), "bn_aggr": ("data", "({}.shape[0], 2)")}
+FREE_AXIS = frozenset({"1", "-1", "(1,)", "[1]", "(-1,)", "[-1]"})  # a 2-D tile's free axis, as an axis= argument
 # nl.* calls the nki package keeps as they are (allocation, sizes, loops); an element-wise nl.f(...) call computing a
 # tile is legacy: in the nki package nl.f is only the operator name an instruction takes
 MODERN_LANGUAGE = frozenset({"ndarray", "zeros", "ones", "full", "shared_hbm", "hbm", "sbuf", "psum", "private_hbm",
@@ -50,6 +68,7 @@ class Migration:
 
     source: str
     needs_person: list[tuple[int, str]] = field(default_factory=list)
+    elsewhere: list[tuple[int, str]] = field(default_factory=list)  # lines of functions the kernel never calls
 
     @property
     def complete(self) -> bool:
@@ -82,24 +101,56 @@ def _modern_alias(alias: cst.ImportAlias) -> cst.ImportAlias:
     return alias.with_changes(name=cst.parse_expression(modern))
 
 
+def _root(node: cst.BaseExpression) -> str | None:
+    """The name a (possibly sliced) tile expression starts from: `acc` for `acc[0:128, :]`."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def _unannotated(statement: cst.BaseSmallStatement) -> cst.BaseSmallStatement:
+    """`qk: nt.tensor[m, n] = nisa.nc_matmul(...)` as a plain assignment: the annotation typed the tile the legacy
+    call returned, and the rewrite allocates that tile itself."""
+    if isinstance(statement, cst.AnnAssign) and statement.value is not None:
+        return cst.Assign(targets=[cst.AssignTarget(statement.target)], value=statement.value)
+    return statement
+
+
 class _Rewrite(cst.CSTTransformer):
     """The mechanical rewrites; `nl` and `nisa` are the names the kernel gave the two modules."""
 
     def __init__(self, nl: str, nisa: str, constants: frozenset[str] = frozenset(),
-                 kept: frozenset[str] = frozenset()):
+                 kept: frozenset[tuple[str, str]] = frozenset()):
         super().__init__()
         self.nl, self.nisa = nl, nisa
-        self.kept = kept  # index definitions a line left for a person still reads
-        self.dropped: set[str] = set()
+        self.kept = kept  # index definitions a line left for a person still reads: (top-level function, name)
+        self.function = ""  # the top-level function being rewritten
+        self.dropped: set[tuple[str, str]] = set()
         self.constants = constants  # names bound to a number: scalar operands
         self.tiles: set[str] = set()  # names known to hold an on-chip tile
-        self.blocks: set[str] = set()  # tiles whose block dimension became a Python list
+        self.psum: set[str] = set()  # tiles in PSUM, which no DMA reads: a store copies them to SBUF first
+        self.blocks: dict[str, int] = {}  # tiles whose block dimensions became nested Python lists: how many
         self.columns: set[str] = set()  # tiles a reduction along the free axis made: one value per partition
+        self.scopes: list[tuple[set[str], set[str], dict[str, int], set[str]]] = []  # the enclosing functions'
         # Beta 2 moved masks into slices: index grids (`i_p = nl.arange(n)[:, None]`), affine indices on them
         # (`row = base + i_p`) and bounds on those (`valid = row < rows`) become the slices' starts and lengths
         self.grids: dict[str, tuple[int, str]] = {}  # name -> (axis, size)
         self.spans: dict[str, tuple[int, str, str]] = {}  # name -> (axis, start, size)
         self.limits: dict[str, tuple[int, str]] = {}  # mask name -> (axis, how many of the span are valid)
+
+    # --- scopes -------------------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:  # noqa: N802
+        """What a function learns about its names stays in it: a tutorial file's kernels reuse names (mamba v3's
+        block tensor scanC_accum is a plain tile in v2)."""
+        if not self.scopes:
+            self.function = node.name.value
+        self.scopes.append((set(self.tiles), set(self.psum), dict(self.blocks), set(self.columns)))
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:  # noqa: N802
+        self.tiles, self.psum, self.blocks, self.columns = self.scopes.pop()
+        if not self.scopes:
+            self.function = ""
+        return updated
 
     # --- imports ------------------------------------------------------------------------------------------
     def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:  # noqa: N802
@@ -122,10 +173,13 @@ class _Rewrite(cst.CSTTransformer):
                                   ) -> cst.SimpleStatementLine | cst.FlattenSentinel[cst.SimpleStatementLine]:
         if len(updated.body) != 1:
             return updated
-        lines = self._statement(updated.body[0])
+        lines = self._statement(_unannotated(updated.body[0]))
         if lines is None:
             return updated
-        return cst.FlattenSentinel([cst.parse_statement(line) for line in lines])  # type: ignore[misc]
+        statements = [cst.parse_statement(line) for line in lines]
+        if statements:  # the comments above the line stay above its rewrite
+            statements[0] = statements[0].with_changes(leading_lines=updated.leading_lines)
+        return cst.FlattenSentinel(statements)  # type: ignore[arg-type]
 
     def _statement(self, statement: cst.BaseSmallStatement) -> list[str] | None:
         """The statement's rewrite as lines, or None to leave it as it is."""
@@ -136,11 +190,18 @@ class _Rewrite(cst.CSTTransformer):
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and self._mgrid(
                 statement.targets[0].target, statement.value):
             return self._dropped([e.value.value for e in statement.targets[0].target.elements])  # type: ignore[attr-defined]
-        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(statement.value, cst.Call):
+        value = self._as_call(statement.value) if isinstance(statement, (cst.Assign, cst.AugAssign)) else None
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and isinstance(value, cst.Call):
+            statement = statement.with_changes(value=value)
             target = statement.targets[0].target
             if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
                 self.tiles.add(target.value)
+                keywords = {a.keyword.value: self._code(a.value) for a in statement.value.args if a.keyword}
+                if keywords.get("buffer") == f"{self.nl}.psum":
+                    self.psum.add(target.value)
                 return self._unblocked(target.value, statement.value)
+            if isinstance(target, cst.Name) and self._function(statement.value) == "shared_constant":
+                return self._identity(target.value, statement.value)
             if isinstance(target, cst.Name):
                 lines = self._assigned(target.value, statement.value)
                 if lines is not None:
@@ -152,38 +213,83 @@ class _Rewrite(cst.CSTTransformer):
                 and isinstance(statement.value, cst.Call) and self._is_tile(statement.target)
                 and (self._isa(statement.value) == "nc_matmul" or self._function(statement.value) == "matmul")):
             return self._into(self._code(statement.target), statement.value, allocate=False, accumulate=True)
+        function = OPERATORS.get(type(statement.operator)) if isinstance(statement, cst.AugAssign) else None
+        if function and self._is_tile(statement.target):  # type: ignore[union-attr]
+            combined = cst.Call(func=cst.parse_expression(f"{self.nl}.{function}"),
+                                args=[cst.Arg(statement.target), cst.Arg(value)])  # type: ignore[union-attr, arg-type]
+            return self._into(self._code(statement.target), combined, allocate=False)  # type: ignore[union-attr]
         if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
             return self._stored(statement.value)
         return None
 
+    def _tile_valued(self, node: cst.BaseExpression) -> bool:
+        """A tile, part of one, or an nl / nisa call computing one."""
+        return self._is_tile(node) or (isinstance(node, cst.Call) and (
+            self._function(node) is not None or self._isa(node) is not None))
+
+    def _as_call(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        """The legacy tile operators and methods as the nl calls they stood for: `a * g + b` over tiles as
+        `nl.add(nl.multiply(a, g), b)` (a number left of + or * moves right), `t.broadcast_to(s)` as
+        `nl.broadcast_to(t, shape=s)`; anything else as it is."""
+        method = node.func.attr.value if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) else None
+        if method == "broadcast_to" and self._is_tile(node.func.value) and len(node.args) == 1:  # type: ignore[union-attr]
+            return cst.Call(func=cst.parse_expression(f"{self.nl}.broadcast_to"),
+                            args=[cst.Arg(node.func.value), node.args[0].with_changes(keyword=cst.Name("shape"),
+                                                                                      equal=cst.AssignEqual())])
+        if isinstance(node, cst.Call) and self._tile_valued(node):  # nl.rsqrt(var + epsilon)
+            return node.with_changes(args=[a.with_changes(value=self._as_call(a.value)) for a in node.args])
+        function = OPERATORS.get(type(node.operator)) if isinstance(node, cst.BinaryOperation) else None
+        if function is None:
+            return node
+        left, right = self._as_call(node.left), self._as_call(node.right)  # type: ignore[attr-defined]
+        if not self._tile_valued(left):
+            if function not in COMMUTATIVE or not self._tile_valued(right):
+                return node
+            left, right = right, left
+        return cst.Call(func=cst.parse_expression(f"{self.nl}.{function}"), args=[cst.Arg(left), cst.Arg(right)])
+
     def _unblocked(self, name: str, allocation: cst.Call) -> list[str] | None:
-        """`t = nl.ndarray((n, nl.par_dim(p), f), ...)` as a Python list of n tiles `(p, f)`, as the guide to
-        removing block dimensions does; `t[k]` then reads the same, and `t[k, ...]` becomes `t[k][...]`."""
+        """`t = nl.ndarray((n, m, nl.par_dim(p), f), ...)` as nested Python lists (n of m) of tiles `(p, f)`, as the
+        guide to removing block dimensions does; `t[i, j, ...]` then reads `t[i][j][...]`."""
         shape = allocation.args[0].value if allocation.args and allocation.args[0].keyword is None else None
-        if not isinstance(shape, cst.Tuple) or len(shape.elements) < 3:
+        if not isinstance(shape, cst.Tuple):
             return None
         elements = [element.value for element in shape.elements]
-        partition = elements[1]
-        if not (isinstance(partition, cst.Call) and self._function(partition) == "par_dim"
-                and not any(isinstance(e, cst.Call) and self._function(e) == "par_dim" for e in elements[:1])):
+        position = next((i for i, e in enumerate(elements) if isinstance(e, cst.Call)
+                         and self._function(e) == "par_dim"), 0)
+        if position == 0:
             return None
-        tile_shape = ", ".join(self._code(e) for e in [partition.args[0].value, *elements[2:]])
+        partition = elements[position]
+        tile_shape = ", ".join(self._code(e) for e in [partition.args[0].value, *elements[position + 1:]])  # type: ignore[attr-defined]
         rest = "".join(f", {self._code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))}" for a in allocation.args[1:])
-        self.blocks.add(name)
-        one = f"{self._code(allocation.func)}(({tile_shape}){rest})"
-        return [f"{name} = [{one} for _ in range({self._code(elements[0])})]"]
+        self.blocks[name] = position
+        nested = f"{self._code(allocation.func)}(({tile_shape}){rest})"
+        for count in reversed(elements[:position]):
+            nested = f"[{nested} for _ in range({self._code(count)})]"
+        return [f"{name} = {nested}"]
 
     def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.Subscript:  # noqa: N802
-        if not (isinstance(updated.value, cst.Name) and updated.value.value in self.blocks and len(updated.slice) > 1):
+        depth = self.blocks.get(updated.value.value, 0) if isinstance(updated.value, cst.Name) else 0
+        if depth == 0 or len(updated.slice) < 2:
             return updated
-        block, *within = updated.slice
-        outer = updated.with_changes(slice=[block.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
-        return cst.Subscript(value=outer, slice=within)
+        lists, within = updated.slice[:depth], updated.slice[depth:]
+        read = updated.value
+        for index in lists:
+            read = cst.Subscript(value=read, slice=[index.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+        return cst.Subscript(value=read, slice=within) if within else read  # type: ignore[return-value]
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:  # noqa: N802
+        """`t.dtype` of a block tensor that became nested lists reads one of its tiles' (they share it)."""
+        depth = self.blocks.get(updated.value.value, 0) if isinstance(updated.value, cst.Name) else 0
+        if depth == 0 or updated.attr.value != "dtype":
+            return updated
+        return cst.parse_expression(f"{updated.value.value}{'[0]' * depth}.dtype")  # type: ignore[attr-defined]
 
     def _dropped(self, names: list[str]) -> list[str] | None:
         """An index definition goes (its uses became slices), unless a use was left in place that still reads it."""
-        self.dropped.update(names)
-        return None if self.kept.intersection(names) else []
+        scoped = {(self.function, name) for name in names}
+        self.dropped.update(scoped)
+        return None if self.kept & scoped else []
 
     def _index_definition(self, name: str, value: cst.BaseExpression) -> bool:
         """Record `name` when it is an index grid, an affine index on one, or a bound on such an index."""
@@ -322,6 +428,8 @@ class _Rewrite(cst.CSTTransformer):
             return None
         allocation, instructions = made
         statements = [instructions] if isinstance(instructions, str) else instructions
+        if allocate and f"buffer={self.nl}.psum" in allocation:
+            self.psum.add(dst)
         return before + ([f"{dst} = {allocation}"] if allocate else []) + statements
 
     def _written_into(self, target: cst.Subscript, call: cst.Call) -> list[str] | None:
@@ -358,7 +466,9 @@ class _Rewrite(cst.CSTTransformer):
             src = self._code(args[0].value)
             dtype = self._code(keywords["dtype"]) if "dtype" in keywords else None
             return self._allocation(src, dtype), f"{nisa}.tensor_copy(dst={dst}, src={src})"
-        along_free_axis = {k: self._code(v) for k, v in keywords.items()} == {"axis": "1", "keepdims": "True"}
+        reduction = {k: self._code(v) for k, v in keywords.items()}
+        along_free_axis = reduction.pop("axis", None) in FREE_AXIS and reduction.pop("keepdims", "True") in (
+            "True", "False") and not reduction
         if function in REDUCTIONS and len(args) == 1 and self._is_tile(args[0].value) and along_free_axis:
             self.columns.add(dst)
             return self._reduced(dst, self._code(args[0].value), function)
@@ -373,13 +483,11 @@ class _Rewrite(cst.CSTTransformer):
         if function == "load" and len(args) == 1 and not keywords:
             src = self._code(args[0].value)
             return self._allocation(src), f"{nisa}.dma_copy(dst={dst}, src={src})"
-        if function == "matmul" and len(args) == 2 and {k: self._code(v) for k, v in keywords.items()} == {
-                "transpose_x": "True"} and all(self._is_tile(a.value) for a in args):
-            stationary, moving = (self._code(a.value) for a in args)  # x is given as its transpose: the stationary
-            return (self._allocation(stationary, dtype=f"{nl}.float32", buffer="psum",
-                                     shape=f"({stationary}.shape[1], {moving}.shape[1])"),
-                    f"{nisa}.nc_matmul(dst={dst}, stationary={stationary}, moving={moving}"
-                    f"{', accumulate=True' if accumulate else ''})")
+        if function == "matmul":
+            return self._matmul(dst, call, accumulate)
+        if function == "transpose" and len(args) == 1 and not keywords and self._is_tile(args[0].value):
+            data = self._code(args[0].value)
+            return self._allocation(data, shape=f"({data}.shape[1], {data}.shape[0])"), self._transposed(dst, data)
         if function == "broadcast_to" and len(args) == 1 and set(keywords) == {"shape"} and self._is_tile(
                 args[0].value):
             return self._broadcast(dst, self._code(args[0].value), keywords["shape"])
@@ -406,12 +514,119 @@ class _Rewrite(cst.CSTTransformer):
                         f"{nisa}.tensor_tensor(dst={dst}, data1={data}, data2={self._code(other)}, op={nl}.{function})")
         return None
 
+    def _affine(self, node: cst.BaseExpression) -> tuple[dict[int, tuple[str, str]], str] | None:
+        """An index expression over the grids as ({axis: (coefficient, grid size)}, constant): `i_p * 512 + i_f`
+        is ({0: ("512", "128"), 1: ("1", "512")}, "0"); None when it is not affine in them."""
+        if isinstance(node, cst.Name) and node.value in self.grids:
+            axis, size = self.grids[node.value]
+            return {axis: ("1", size)}, "0"
+        if self._is_scalar(node):
+            return {}, self._code(node)
+        if not isinstance(node, cst.BinaryOperation):
+            return None
+        if isinstance(node.operator, cst.Multiply):
+            for grid, factor in ((node.left, node.right), (node.right, node.left)):
+                term = self._affine(grid)
+                if term is not None and self._is_scalar(factor) and term[1] == "0" and len(term[0]) == 1:
+                    (axis, (_, size)), = term[0].items()
+                    return {axis: (self._code(factor), size)}, "0"
+            return None
+        if not isinstance(node.operator, (cst.Add, cst.Subtract)):
+            return None
+        left, right = self._affine(node.left), self._affine(node.right)
+        if left is None or right is None or set(left[0]) & set(right[0]):
+            return None
+        sign = "-" if isinstance(node.operator, cst.Subtract) else ""
+        terms = left[0] | {axis: (f"{sign}({c})" if sign else c, n) for axis, (c, n) in right[0].items()}
+        if right[1] == "0":
+            return terms, left[1]
+        if left[1] == "0":
+            return terms, f"-({right[1]})" if sign else right[1]
+        return terms, f"({left[1]}) {sign or '+'} ({right[1]})"
+
+    def _patterned(self, dst: str, instruction: str, call: cst.Call) -> tuple[str, str] | None:
+        """Legacy `iota(expr, dtype)` / `affine_select(pred, on_true_tile, on_false_value)` over index grids in NKI
+        0.8's form: the expression's free-axis step and count as `pattern=[[step, num]]`, its partition coefficient
+        as `channel_multiplier`, its constant as `offset`; affine_select compares `left - right` with 0."""
+        positional = [a.value for a in call.args if a.keyword is None]
+        given = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        names = ("expr", "dtype") if instruction == "iota" else ("pred", "on_true_tile", "on_false_value")
+        given |= dict(zip(names, positional, strict=False))
+        if set(given) != set(names):
+            return None
+        compare = "equal"
+        expression = given[names[0]]
+        if instruction == "affine_select":
+            if not (isinstance(expression, cst.Comparison) and len(expression.comparisons) == 1):
+                return None
+            compare = COMPARISONS.get(type(expression.comparisons[0].operator), "")
+            expression = cst.BinaryOperation(left=expression.left, operator=cst.Subtract(),
+                                             right=expression.comparisons[0].comparator)
+        affine = self._affine(expression)
+        if affine is None or not compare or not set(affine[0]) <= {0, 1}:
+            return None
+        terms, offset = affine
+        step, count = terms.get(1, ("0", "1"))
+        arguments = (f"pattern=[[{step}, {count}]], offset={offset}, "
+                     f"channel_multiplier={terms.get(0, ('0', '1'))[0]}")
+        if instruction == "iota":
+            rows = terms.get(0, ("0", "1"))[1]
+            return (f"{self.nl}.ndarray(({rows}, {count}), dtype={self._code(given['dtype'])}, buffer={self.nl}.sbuf)",
+                    f"{self.nisa}.iota(dst={dst}, {arguments})")
+        on_true, on_false = self._code(given["on_true_tile"]), self._code(given["on_false_value"])
+        return (self._allocation(on_true),
+                f"{self.nisa}.affine_select(dst={dst}, {arguments}, on_true_tile={on_true}, "
+                f"on_false_value={on_false}, cmp_op={self.nl}.{compare})")
+
+    def _identity(self, name: str, call: cst.Call) -> list[str] | None:
+        """`nl.shared_constant(np.identity(n), dtype=d)` as `nl.shared_identity_matrix(n=n, dtype=d)`, which the docs
+        prefer for an identity (and NKI 0.8 keeps); any other constant is left for a person."""
+        constant = call.args[0].value if call.args and call.args[0].keyword is None else None
+        dtypes = [self._code(a.value) for a in call.args[1:] if a.keyword is not None and a.keyword.value == "dtype"]
+        if not (isinstance(constant, cst.Call) and (_dotted(constant.func) or "").split(".")[-1] in ("identity", "eye")
+                and len(constant.args) >= 1 and constant.args[0].keyword is None and len(call.args) == 1 + len(dtypes)):
+            return None
+        dtype = f", dtype={dtypes[0]}" if dtypes else ""
+        return [f"{name} = {self.nl}.shared_identity_matrix(n={self._code(constant.args[0].value)}{dtype})"]
+
+    def _transposed(self, dst: str, data: str) -> list[str]:
+        """`data` transposed into the SBUF tile `dst` as the legacy API lowers nl.transpose: the Tensor engine's
+        transpose into PSUM, copied out."""
+        staged = f"{dst.split('[')[0]}_psum"
+        shape = f"({data}.shape[1], {data}.shape[0])"
+        return [f"{staged} = {self._allocation(data, shape=shape, buffer='psum')}",
+                f"{self.nisa}.nc_transpose(dst={staged}, data={data})",
+                f"{self.nisa}.tensor_copy(dst={dst}, src={staged})"]
+
+    def _matmul(self, dst: str, call: cst.Call, accumulate: bool) -> tuple[str, list[str]] | None:
+        """`nl.matmul(x, y, transpose_x=...)` as nc_matmul into a float32 PSUM tile: x given transposed is the
+        stationary operand as it is; otherwise it is transposed first, as the legacy API did."""
+        given = {("x", "y")[i]: a.value for i, a in enumerate(call.args) if a.keyword is None and i < 2}
+        given |= {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        transpose_x = self._code(given.pop("transpose_x", cst.Name("False")))
+        if set(given) != {"x", "y"} or transpose_x not in ("True", "False") or not all(
+                self._is_tile(v) for v in given.values()):
+            return None
+        x, moving = self._code(given["x"]), self._code(given["y"])
+        before: list[str] = []
+        stationary = x
+        if transpose_x == "False":
+            stationary = f"{dst.split('[')[0]}_x"
+            before = [f"{stationary} = {self._allocation(x, shape=f'({x}.shape[1], {x}.shape[0])')}",
+                      *self._transposed(stationary, x)]
+        rows = f"{x}.shape[{1 if transpose_x == 'True' else 0}]"
+        return (self._allocation(x, dtype=f"{self.nl}.float32", buffer="psum", shape=f"({rows}, {moving}.shape[1])"),
+                [*before, f"{self.nisa}.nc_matmul(dst={dst}, stationary={stationary}, moving={moving}"
+                          f"{', accumulate=True' if accumulate else ''})"])
+
     def _is_scalar(self, node: cst.BaseExpression) -> bool:
-        """A number written in the kernel, or a name bound to one."""
+        """A number written in the kernel, a size, or a name bound to one."""
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
             return self._is_scalar(node.expression)
         if isinstance(node, cst.BinaryOperation):
             return self._is_scalar(node.left) and self._is_scalar(node.right)
+        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute):
+            return node.value.attr.value == "shape"  # x.shape[1]
         constant = isinstance(node, cst.Name) and node.value in self.constants
         return constant or isinstance(node, (cst.Integer, cst.Float))
 
@@ -448,8 +663,11 @@ class _Rewrite(cst.CSTTransformer):
     def _isa_instruction(self, dst: str, call: cst.Call, accumulate: bool) -> tuple[str, str] | None:
         """A legacy `nisa.*` call that returns its tile, as the same instruction writing `dst`: positional
         arguments named as the legacy signature names them; the result lives where the legacy one did (a
-        transpose or matmul in PSUM, as float32 for a matmul; anything else in SBUF, shaped as its input)."""
+        transpose or matmul in PSUM, as float32 for a matmul; anything else in SBUF, shaped as LEGACY_ISA_SHAPED_BY
+        says); a dtype= becomes the dst's, as Beta 2 moved it."""
         instruction = self._isa(call)
+        if instruction in ("iota", "affine_select"):
+            return self._patterned(dst, instruction, call)
         parameters = LEGACY_ISA_PARAMETERS.get(instruction or "")
         positional = [a for a in call.args if a.keyword is None]
         if parameters is None or len(positional) > len(parameters):
@@ -460,23 +678,33 @@ class _Rewrite(cst.CSTTransformer):
             del given["mask"]
         if "mask" in given or (accumulate and instruction != "nc_matmul"):
             return None  # a mask moves into the operands' slices: a person decides how
+        if instruction == "tensor_reduce" and self._code(given.get("axis", cst.Name("None"))) not in FREE_AXIS:
+            return None  # one value per partition is the only result shape read off the line
+        dtype = self._code(given.pop("dtype")) if "dtype" in given else None  # Beta 2: the dst's dtype
+        filled = self._code(given.pop("shape")) if instruction == "memset" and "shape" in given else None
         text = {name: self._code(value) for name, value in given.items()}
         arguments = ", ".join(f"{name}={value}" for name, value in text.items())
         line = f"{self.nisa}.{instruction}(dst={dst}, {arguments}{', accumulate=True' if accumulate else ''})"
+        if instruction == "memset":  # NKI 0.8: memset(dst, value), the tile's shape and type are the dst's
+            if filled is None or dtype is None:
+                return None
+            return f"{self.nl}.ndarray({filled}, dtype={dtype}, buffer={self.nl}.sbuf)", line
         if instruction == "nc_transpose":
             data = text["data"]
-            return self._allocation(data, shape=f"({data}.shape[1], {data}.shape[0])", buffer="psum"), line
+            return self._allocation(data, dtype, f"({data}.shape[1], {data}.shape[0])", "psum"), line
         if instruction == "nc_matmul":
             stationary, moving = text["stationary"], text["moving"]
             return self._allocation(stationary, dtype=f"{self.nl}.float32", buffer="psum",
                                     shape=f"({stationary}.shape[1], {moving}.shape[1])"), line
-        return self._allocation(text[parameters[LEGACY_ISA_SHAPED_BY[instruction]]]), line
+        input_name, shape = LEGACY_ISA_SHAPED_BY[instruction]
+        like = text.get(input_name)
+        if like is None:
+            return None
+        return self._allocation(like, dtype, shape.format(like) if shape else None), line
 
     def _is_tile(self, node: cst.BaseExpression) -> bool:
         """A name known to hold a tile, or a slice of one (or of one in a list of blocks)."""
-        while isinstance(node, cst.Subscript):
-            node = node.value
-        return isinstance(node, cst.Name) and node.value in self.tiles
+        return _root(node) in self.tiles
 
     def _stored(self, call: cst.Call) -> list[str] | None:
         """`nl.store(dst, value=tile)` as `nisa.dma_copy(dst=dst, src=tile)`; a value computed in place
@@ -499,6 +727,12 @@ class _Rewrite(cst.CSTTransformer):
             value, before = cst.Name(stored), lines
         if not self._is_tile(value):
             return None
+        if _root(value) in self.psum:  # the legacy store copied it out of PSUM (as the destination's type) itself
+            staged, destination = f"{_root(value)}_sbuf", _root(given["dst"])
+            dtype = f"{destination}.dtype" if destination else None
+            before += [f"{staged} = {self._allocation(self._code(value), dtype)}",
+                       f"{self.nisa}.tensor_copy(dst={staged}, src={self._code(value)})"]
+            value = cst.Name(staged)
         if sliced is not None:
             return [*before, f"{self.nisa}.dma_copy(dst={sliced[0]}, src={self._code(value)}[{sliced[1]}])"]
         return [*before, f"{self.nisa}.dma_copy(dst={self._code(given['dst'])}, src={self._code(value)})"]
@@ -531,6 +765,44 @@ class _Leftovers(cst.CSTVisitor):
         if dotted and dotted.startswith(f"{self.nl}.") and dotted[len(self.nl) + 1:] not in MODERN_LANGUAGE:
             line = self.get_metadata(PositionProvider, node).start.line
             self.found.append((line, f"{dotted} has no mechanical nki-package form here"))
+        if dotted and dotted[len(self.nl) + 1:] in ALLOCATIONS and node.args and _block_dimension(node.args[0].value):
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.found.append((line, "a block dimension (nl.par_dim after the first axis), removed in the nki "
+                                     "package: index a Python list of tiles instead"))
+
+
+def _block_dimension(shape: cst.BaseExpression) -> bool:
+    """Whether an allocation's shape puts `nl.par_dim(...)` after its first axis."""
+    return isinstance(shape, cst.Tuple) and any(
+        isinstance(e.value, cst.Call) and (_dotted(e.value.func) or "").endswith("par_dim") for e in shape.elements[1:])
+
+
+class _Functions(cst.CSTVisitor):
+    """Each module-level function's lines and the names its body calls."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: dict[str, range] = {}
+        self.calls: dict[str, set[str]] = {}
+
+    def visit_Module(self, node: cst.Module) -> None:  # noqa: N802
+        for statement in node.body:
+            if isinstance(statement, cst.FunctionDef):
+                position = self.get_metadata(PositionProvider, statement)
+                self.lines[statement.name.value] = range(position.start.line, position.end.line + 1)
+                self.calls[statement.name.value] = _names_read(statement)
+
+    def reached(self, kernel: str) -> set[str]:
+        """The kernel and every module function it calls, directly or through another."""
+        seen, todo = set(), [kernel]
+        while todo:
+            name = todo.pop()
+            if name in self.lines and name not in seen:
+                seen.add(name)
+                todo += self.calls[name]
+        return seen
 
 
 def _module_names(tree: cst.Module) -> tuple[str, str]:
@@ -550,10 +822,35 @@ def _module_names(tree: cst.Module) -> tuple[str, str]:
     return nl, nisa
 
 
+class _TensorUses(cst.CSTVisitor):
+    """Names a function reads as a tensor: indexed, an attribute read (`.shape`, `.reshape`) or handed to a call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:  # noqa: N802
+        if isinstance(node.value, cst.Name):
+            self.names.add(node.value.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:  # noqa: N802
+        if isinstance(node.value, cst.Name):
+            self.names.add(node.value.value)
+
+    def visit_Arg(self, node: cst.Arg) -> None:  # noqa: N802
+        if isinstance(node.value, cst.Name):
+            self.names.add(node.value.value)
+
+
 class _Scalars(cst.CSTVisitor):
     """Names bound to a number anywhere in the module: `EPS = 1e-6`, `rows, cols = x.shape`, `scale = 1.0 /
     math.sqrt(cols)`; an expression of numbers, sizes, arithmetic and calls outside the kernel modules (no tile can
-    come of it)."""
+    come of it); a function's parameter it only computes with, never reads as a tensor (layernorm's `epsilon`)."""
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:  # noqa: N802
+        uses = _TensorUses()
+        node.body.visit(uses)
+        self.names |= {p.name.value for p in node.params.params if p.name.value not in uses.names}
 
     def __init__(self, nl: str, nisa: str):
         super().__init__()
@@ -610,7 +907,7 @@ class _ShortNames(cst.CSTTransformer):
         return original
 
 
-def _names_read(tree: cst.Module) -> set[str]:
+def _names_read(tree: cst.CSTNode) -> set[str]:
     """Every name the code mentions (not the words of its strings and comments)."""
     names: set[str] = set()
 
@@ -622,6 +919,14 @@ def _names_read(tree: cst.Module) -> set[str]:
     return names
 
 
+def _names_read_in_functions(tree: cst.Module) -> set[tuple[str, str]]:
+    """(top-level function, name) for every name each function mentions ("" for the module's own lines)."""
+    read = {("", name) for statement in tree.body if not isinstance(statement, cst.FunctionDef)
+            for name in _names_read(statement)}
+    return read | {(statement.name.value, name) for statement in tree.body if isinstance(statement, cst.FunctionDef)
+                   for name in _names_read(statement)}
+
+
 def _with_import(code: str, line: str) -> str:
     """`code` with the import `line` added before its first import of the nki package."""
     lines = code.splitlines(keepends=True)
@@ -629,15 +934,17 @@ def _with_import(code: str, line: str) -> str:
     return "".join([*lines[:first], line, *lines[first:]])
 
 
-def migrate_source(source: str) -> Migration:
-    """The legacy kernel `source` with every mechanical rewrite applied, and the lines left for a person."""
+def migrate_source(source: str, kernel_name: str | None = None) -> Migration:
+    """The legacy kernel `source` with every mechanical rewrite applied, and the lines left for a person: with
+    `kernel_name`, those of that kernel, the functions it calls and the module's own lines (a tutorial file holds
+    several kernels; the other kernels' lines are `elsewhere`)."""
     tree = cst.parse_module(source)
     nl, nisa = _module_names(tree)
     tree = tree.visit(_ShortNames(nl, nisa))
     scalars = _scalars(tree, nl, nisa)
     first = _Rewrite(nl, nisa, scalars)
     code = tree.visit(first).code
-    still_read = frozenset(first.dropped & _names_read(cst.parse_module(code)))
+    still_read = frozenset(first.dropped & _names_read_in_functions(cst.parse_module(code)))
     if still_read:
         code = tree.visit(_Rewrite(nl, nisa, scalars, still_read)).code
     for module, local in (("language", nl), ("isa", nisa)):
@@ -646,7 +953,14 @@ def migrate_source(source: str) -> Migration:
     wrapper = cst.metadata.MetadataWrapper(cst.parse_module(code))
     leftovers = _Leftovers(nl, nisa)
     wrapper.visit(leftovers)
-    return Migration(code, sorted(set(leftovers.found)))
+    found = sorted(set(leftovers.found))
+    functions = _Functions()
+    wrapper.visit(functions)
+    if kernel_name is None or kernel_name not in functions.lines:
+        return Migration(code, found)
+    others = [functions.lines[name] for name in set(functions.lines) - functions.reached(kernel_name)]
+    elsewhere = [item for item in found if any(item[0] in lines for lines in others)]
+    return Migration(code, [item for item in found if item not in elsewhere], elsewhere)
 
 
 @dataclass
@@ -708,6 +1022,8 @@ def render_migration(kernel_path: str, out_path: str, migration: Migration, veri
     lines.append(f"result    {verdict}; " + ("migration complete" if migration.complete else
                                              f"{left} line{'s' * (left != 1)} left for a person:"))
     lines += [f"{out_path}:{line}: {reason}" for line, reason in migration.needs_person]
+    if migration.elsewhere:
+        lines.append(f"other     {len(migration.elsewhere)} more legacy lines in functions the kernel does not call")
     return "\n".join(lines)
 
 
@@ -716,6 +1032,7 @@ def migration_dict(kernel_path: str, out_path: str, migration: Migration, verifi
     return {"kernel": kernel_path, "out": out_path, "complete": migration.complete, "agree": verified.agree,
             "needs_person": [{"file": out_path, "line": line, "reason": reason}
                              for line, reason in migration.needs_person],
+            "elsewhere": [{"file": out_path, "line": line, "reason": reason} for line, reason in migration.elsewhere],
             "original": verified.original.to_dict(), "migrated": verified.migrated.to_dict(),
             "exit_code": exit_code(migration, verified)}
 
@@ -754,7 +1071,7 @@ def offer_migration(source: str, task: TaskRef, profiler: Profiler, hardware: st
                     kernel_name: str | None = None) -> MigrationOffer:
     """Migrate `source` and run both versions on the same fresh seeds: what an editor offers (in a worker, never
     on the editor's event loop: the two runs take seconds)."""
-    migration = migrate_source(source)
+    migration = migrate_source(source, kernel_name)
     verified = verify(source, migration.source, task, hardware, profiler=profiler, kernel_name=kernel_name)
     return MigrationOffer(source, migration.source, migration.complete, verified.agree,
                           tuple(migration.needs_person), verified.original.latency_ms, verified.migrated.latency_ms,
