@@ -77,8 +77,9 @@ def test_matmul_v3_blocked_k() -> None:
 
 def test_matmul_chain_is_ranked_like_the_hardware() -> None:
     """Each tutorial optimisation made the kernel faster: v0 > v1 > v2 > v3 in latency. v0 is left out:
-    with the 2025 compiler keeping its repeated loads it is v1 (SUPERSEDED says why)."""
-    latencies = [predicted_ms(p) for p in MATMUL_POINTS if p.name not in SUPERSEDED]
+    with the 2025 compiler keeping its repeated loads it is v1 (SUPERSEDED says why); v1 and v2 are ranked
+    though their 2024 times are superseded too (BF16 DMA then ran at half rate)."""
+    latencies = [predicted_ms(p) for p in MATMUL_POINTS if p.name != "matmul v0 naive"]
     assert len(latencies) == 3 and latencies == sorted(latencies, reverse=True), latencies
 
 
