@@ -4,12 +4,16 @@
    trn1 with the 2025 compiler): per case the predicted and measured latency and every counter, then
    the summary (median |error|, worst ratio and Spearman of latency; median error per counter). Skipped
    with the reason where the set is absent.
-2. The NKI tutorial points (fact sheet D.2, 2024 compiler): our own kernels of the published shapes,
+2. The two trn1 optimization chains of ../shared/calibration/autocomp (the tutorial BF16 matmul and single-head
+   attention, each version a rewrite of its parent, 2025 compiler): per version the predicted and measured
+   latency and the model's engine breakdown, per chain and over both the median |error|, and for every
+   rewrite trn1 measured faster, whether the model predicts it faster. Skipped where the set is absent.
+3. The NKI tutorial points (fact sheet D.2, 2024 compiler): our own kernels of the published shapes,
    trace-only, with Spearman and the median |error|.
-3. The same points on the tutorials' own kernels, as their authors published them (read from a copy of
+4. The same points on the tutorials' own kernels, as their authors published them (read from a copy of
    aws-neuron/nki-samples: pass its git directory, or set ACCELOPT_NKI_SAMPLES; skipped without one),
    and every step of their optimization chains: is the version measured faster predicted faster?
-4. The physical floor check: for every kernel above, how far the prediction sits above the floor of the
+5. The physical floor check: for every kernel above, how far the prediction sits above the floor of the
    work it executed (perfmodel/floor.py), and whether the model flagged itself below it.
 
 Usage: python3 benchmarks/calibration.py [NKI_SAMPLES_GIT_DIR]
@@ -30,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "calibration"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import autocomp_chains  # noqa: E402
 from calibration_points import (  # noqa: E402
     ALL_POINTS,
     SUPERSEDED,
@@ -97,6 +102,33 @@ def calibration_set() -> list[Timed]:
         print(f"  {counter:20} {scale * statistics.median(errors):+8.1f}{unit}   "
               f"median |error| {scale * statistics.median(abs(e) for e in errors):.1f}{unit}   ({len(errors)} cases)")
     return [(f"calibration set {task}", predicted(task), measured(task)["latency"]) for task in tasks]
+
+
+def autocomp_set() -> list[Timed]:
+    """The autocomp chains: each version against trn1, the medians, and the measured improvements."""
+    chain = autocomp_chains.versions()
+    if not chain:
+        print(f"\nautocomp chains: skipped ({autocomp_chains.ABSENT})")
+        return []
+    print("\nautocomp chains (trn1, 2025 compiler; predictions simulated trn1): predicted | measured | error, "
+          "then the model's busy time per engine (ms)")
+    for version in chain:
+        report = autocomp_chains.predicted(version)
+        busy = "  ".join(f"{engine} {1e3 * seconds:.3f}" for engine, seconds in report.engine_busy_time.items()
+                         if seconds > 0)
+        print(f"{version.name:16} {report.latency_ms:9.3f} | {version.measured_ms:8.3f} ms | "
+              f"{100 * autocomp_chains.error(version):+7.1f}%   {report.bottleneck:7} {busy}")
+    for name in [*sorted({v.trace for v in chain}), "both chains"]:
+        versions = [v for v in chain if name in (v.trace, "both chains")]
+        result = autocomp_chains.summary(versions)
+        print(f"{name:16} median |error| {100 * result['median_abs_error']:.1f}%   measured improvements "
+              f"(> {100 * autocomp_chains.STEP_MARGIN:.0f}%) predicted faster: {result['predicted_faster']}/"
+              f"{result['improvements']}")
+    for parent, child in autocomp_chains.improvements(chain):
+        before, after = (autocomp_chains.predicted(v).latency_ms for v in (parent, child))
+        print(f"  {parent.name} -> {child.name}: measured {parent.measured_ms:.3f} -> {child.measured_ms:.3f} ms, "
+              f"predicted {before:.3f} -> {after:.3f} ms  {'yes' if after < before else 'NO'}")
+    return [(f"autocomp {v.name}", autocomp_chains.predicted(v), v.measured_ms) for v in chain]
 
 
 def tutorial_points() -> list[Timed]:
@@ -212,6 +244,7 @@ def floor_check(reports: list[Timed]) -> None:
 def main() -> None:
     began = time.perf_counter()
     reports = calibration_set()
+    reports += autocomp_set()
     reports += tutorial_points()
     reports += published_chains(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ACCELOPT_NKI_SAMPLES"))
     floor_check(reports)

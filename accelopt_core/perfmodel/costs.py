@@ -95,6 +95,20 @@ class CostModel:
             return inst.free_elements / spec.clock_hz
         return (cycles + self._overhead[engine]) / spec.clock_hz
 
+    def setup(self, inst: Instruction, engine: str | None = None) -> float:
+        """Seconds of the occupancy that are the instruction's static overhead, which the engine spends on it
+        while still streaming the instruction before when this one is already waiting in its queue.
+
+        The ISA cost table gives initiation intervals (max(MIN_II, N)); the arch guide adds ~100 cycles of
+        static overhead "when N is much smaller than 128 or each instruction depends on the previous one"
+        (fact sheet B.8): back-to-back ready instructions hide it behind the one before (the scheduler's
+        lanes overlap it so), while one that waited for its data pays it in full, as the calibration set's
+        active time shows (silu, adamw: 512 + ~130 cycles per op on engines that wait for their loads)."""
+        engine = engine or inst.engine
+        if engine == Engine.TENSOR or (inst.attrs and inst.attrs.get("loop_reduce") and inst.op == Op.TENSOR_TENSOR):
+            return 0.0
+        return self._overhead[engine] / self._clock[engine]
+
     def _matmul_seconds(self, inst: Instruction) -> float:
         attrs = inst.attrs or {}
         stationary = attrs.get("stationary_free")

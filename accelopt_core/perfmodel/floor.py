@@ -20,7 +20,6 @@ Elements addressed by indices read at run time are left out: the floor stays a l
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,10 +92,11 @@ def _engine_floor(inst: Instruction, hardware: HardwareProfile, engine: str) -> 
 
 
 def distinct_hbm_bytes(trace: Trace) -> tuple[int, int]:
-    """Bytes of HBM the executed DMAs read and wrote, each byte once per side: accesses are marked on one
-    byte map per allocation, through whichever view (reshape, dtype view) they name it."""
+    """Bytes of HBM the executed DMAs read and wrote, each byte once per side: every access becomes the byte
+    intervals it touches in its allocation, through whichever view (reshape, dtype view) it names it, and
+    each side's intervals are merged into a union (exact, and small where a kernel sweeps a big tensor)."""
     tensors = trace.tensors
-    by_memory: dict[int, list[tuple[int, Access]]] = {}  # HBM allocation -> (side, access) of every view
+    unions: dict[tuple[int, int], ByteUnion] = {}  # (side, HBM allocation) -> the bytes touched so far
     seen: set[tuple[int, int, tuple[tuple[int, int], ...], Any]] = set()  # a tile loaded again marks nothing new
     for inst in trace.instructions:
         for side, accesses in enumerate((inst.reads, inst.writes)):
@@ -108,17 +108,56 @@ def distinct_hbm_bytes(trace: Trace) -> tuple[int, int]:
                     if key in seen:
                         continue
                     seen.add(key)
-                by_memory.setdefault(_memory(tensors, acc.tensor), []).append((side, acc))
+                root = _memory(tensors, acc.tensor)
+                info = tensors[acc.tensor]
+                if info.nbytes != tensors[root].nbytes:
+                    continue  # a view that does not cover its allocation byte for byte: not placed (a lower bound)
+                runs = _byte_runs(info, acc)
+                if runs is not None:
+                    unions.setdefault((side, root), ByteUnion()).add(*runs)
     totals = [0, 0]
-    for root, accesses in by_memory.items():
-        unit = math.gcd(*(DTYPE_SIZES.get(tensors[acc.tensor].dtype, 4) for _, acc in accesses))
-        size = tensors[root].nbytes // unit
-        marks = [np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)]  # read, written; one mark per `unit` bytes
-        for side, acc in accesses:
-            _mark(marks[side], unit, tensors[acc.tensor], acc)
-        totals[0] += unit * int(np.count_nonzero(marks[0]))
-        totals[1] += unit * int(np.count_nonzero(marks[1]))
+    for (side, _), union in unions.items():
+        totals[side] += union.size()
     return totals[0], totals[1]
+
+
+class ByteUnion:
+    """A union of half-open byte intervals: intervals are collected and merged (sorted, overlaps joined) once
+    enough are pending, so memory follows the merged union rather than every access."""
+
+    MERGE_AT = 1 << 20  # pending intervals that trigger a merge
+
+    def __init__(self) -> None:
+        self.starts: list[np.ndarray] = []
+        self.ends: list[np.ndarray] = []
+        self.pending = 0
+
+    def add(self, starts: np.ndarray, length: int) -> None:
+        """Add the intervals [start, start + length) for every start."""
+        self.starts.append(starts)
+        self.ends.append(starts + length)
+        self.pending += starts.size
+        if self.pending >= self.MERGE_AT:
+            self._merge()
+
+    def _merge(self) -> None:
+        starts, ends = np.concatenate(self.starts), np.concatenate(self.ends)
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        reach = np.maximum.accumulate(ends)
+        opens = np.ones(starts.size, dtype=bool)
+        opens[1:] = starts[1:] > reach[:-1]  # an interval opens a new piece unless an earlier one reaches it
+        first = np.flatnonzero(opens)
+        last = np.append(first[1:] - 1, starts.size - 1)
+        self.starts, self.ends = [starts[first]], [reach[last]]
+        self.pending = first.size
+
+    def size(self) -> int:
+        """Bytes in the union."""
+        if not self.starts:
+            return 0
+        self._merge()
+        return int((self.ends[0] - self.starts[0]).sum())
 
 
 def _memory(tensors: dict[int, TensorInfo], tensor: int) -> int:
@@ -130,22 +169,48 @@ def _memory(tensors: dict[int, TensorInfo], tensor: int) -> int:
     return tensor
 
 
-def _mark(marks: np.ndarray, unit: int, info: TensorInfo, acc: Access) -> None:
-    """Set the marks (one per `unit` bytes of the allocation) of what `acc`, an access to view `info`, touches."""
-    item = DTYPE_SIZES.get(info.dtype, 4) // unit
-    if info.nbytes != marks.size * unit:
-        return  # a view that does not cover its allocation byte for byte: not placed (the floor stays a lower bound)
-    grid = marks.reshape(*info.shape, item)
+def _byte_runs(info: TensorInfo, acc: Access) -> tuple[np.ndarray, int] | None:
+    """The bytes `acc`, an access to view `info`, touches in the view's allocation: the starts of equal runs
+    and their length; None for indices read at run time (left out: the floor stays a lower bound)."""
+    item = DTYPE_SIZES.get(info.dtype, 4)
     kind = acc.elements
+    if acc.gathered is not None:
+        return np.asarray(acc.gathered, dtype=np.int64).ravel() * item, item
     if kind is None:
-        grid[tuple(slice(lo, hi) for lo, hi in acc.region)] = True
-    elif acc.gathered is not None:
-        grid.reshape(-1, item)[acc.gathered] = True
+        index: tuple[Any, ...] = tuple((lo, hi, 1) for lo, hi in acc.region)
     elif kind[0] == "box":
-        grid[tuple(_index(k) for k in kind[1:])] = True
-    elif kind[0] != "run time":
-        grid[tuple(_index(k) for k in kind)] = True
+        index = kind[1:]
+    elif kind[0] == "run time":
+        return None
+    else:
+        index = kind
+    starts, length = box_runs(info.shape, index)
+    return starts * item, length * item
 
 
-def _index(item: int | tuple[int, int, int]) -> int | slice:
-    return item if isinstance(item, int) else slice(*item)
+def box_runs(shape: tuple[int, ...], index: tuple[Any, ...]) -> tuple[np.ndarray, int]:
+    """The contiguous runs a box selects in a C-ordered array of `shape`: their flat starts and common length
+    (in elements). Each index is a number or a (start, stop, step) slice; dimensions past the index are whole.
+    The innermost dimensions a run covers completely join into one run, so a box of whole rows is one run."""
+    dims: list[tuple[int, int, int]] = []  # (first, count, step) per dimension
+    for axis, size in enumerate(shape):
+        k = index[axis] if axis < len(index) else (0, size, 1)
+        if isinstance(k, (int, np.integer)):
+            dims.append((int(k), 1, 1))
+        else:
+            first, stop, step = slice(*k).indices(size)
+            dims.append((first, len(range(first, stop, step)), step))
+    strides = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    if any(count == 0 for _, count, _ in dims):
+        return np.zeros(0, dtype=np.int64), 0
+    length, axis = 1, len(shape) - 1
+    while axis >= 0 and length == strides[axis] and (dims[axis][2] == 1 or dims[axis][1] == 1):
+        length *= dims[axis][1]
+        axis -= 1
+    starts = np.zeros(1, dtype=np.int64)
+    for a in range(axis + 1):
+        first, count, step = dims[a]
+        starts = (starts[:, None] + (first + step * np.arange(count, dtype=np.int64)) * strides[a]).ravel()
+    return starts + sum(dims[a][0] * strides[a] for a in range(axis + 1, len(shape))), length

@@ -102,6 +102,10 @@ SUPERSEDED: dict[str, str] = {
     "matmul v0 naive": ("2024 compiler: v0 reloads the same operand tiles in every iteration; the calibration "
                         "set's add_rmsnorm_matmul (2025) shows the compiler loads such repeats once "
                         "(perfmodel/allocator.py)"),
+    **{name: ("2024 compiler: BF16 DMA at half the byte rate; the 2025 compiler moved the same tutorial's BF16 "
+                    "tiles at >= 208 GB/s (shared/calibration/autocomp 2_gemm/00: 20.99 ms for the code the 2024 "
+                    "table gives 51.80 ms; trn1.toml engine_element_rate)")
+       for name in ("matmul v1 hoisted", "matmul v2 blocked free dims")},
     "mamba v1 ch256": ("2024 compiler: two channel tiles of tensor_tensor-bound work, 2N in the 2024 ISA table, "
                        "N in the calibration set (silu, adamw; trn1.toml)"),
     **{name: _TWO_SBUF_OPERANDS for name in (

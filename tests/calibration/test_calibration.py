@@ -77,8 +77,9 @@ def test_matmul_v3_blocked_k() -> None:
 
 def test_matmul_chain_is_ranked_like_the_hardware() -> None:
     """Each tutorial optimisation made the kernel faster: v0 > v1 > v2 > v3 in latency. v0 is left out:
-    with the 2025 compiler keeping its repeated loads it is v1 (SUPERSEDED says why)."""
-    latencies = [predicted_ms(p) for p in MATMUL_POINTS if p.name not in SUPERSEDED]
+    with the 2025 compiler keeping its repeated loads it is v1 (SUPERSEDED says why); v1 and v2 are ranked
+    though their 2024 times are superseded too (BF16 DMA then ran at half rate)."""
+    latencies = [predicted_ms(p) for p in MATMUL_POINTS if p.name != "matmul v0 naive"]
     assert len(latencies) == 3 and latencies == sorted(latencies, reverse=True), latencies
 
 
@@ -207,12 +208,12 @@ def test_dma_small_transfers_are_overhead_bound() -> None:
     assert 0.8 * large <= medium < large
 
 
-def test_dma_bf16_moves_at_half_the_byte_rate() -> None:
-    """Calibrated on the matmul tutorial: its DMA-bound BF16 kernels moved ~100 GB/s whatever the
-    chunk size (256 B to 2 KiB per partition), about half what the FP32 model gives the same bytes."""
+def test_dma_bf16_moves_at_the_fp32_byte_rate() -> None:
+    """The 2025 compiler moved the tutorial matmul's BF16 tiles at >= 208 GB/s (autocomp 2_gemm/00 on trn1),
+    where the 2024 tutorial runs moved ~100 GB/s: BF16 streams as fast as FP32 of the same bytes."""
     fp32 = _stream_rate("trn1", 128, 1024)
     bf16 = _stream_rate("trn1", 128, 2048, dtype="bfloat16")  # same 4 KiB per partition
-    assert bf16 == pytest.approx(fp32 / 2, rel=0.02)
+    assert bf16 == pytest.approx(fp32, rel=0.02)
 
 
 def test_dma_trn2_32_kib_per_engine_in_1416_ns() -> None:

@@ -126,8 +126,10 @@ def test_standalone_time_adds_the_dependency_tail() -> None:
     assert costs.standalone(inst) == pytest.approx(costs.occupancy(inst) + tail)
 
 
-def test_two_byte_dma_moves_at_half_the_byte_rate() -> None:
-    # calibrated element-rate limit (trn1.toml engine_element_rate, matmul tutorial BF16 runs)
+def test_two_byte_dma_moves_at_the_full_byte_rate() -> None:
+    # trn1.toml engine_element_rate: the 2025 compiler moved the tutorial matmul's BF16 tiles at >= 208 GB/s
+    # (shared/calibration/autocomp 2_gemm/00), not the half rate of the 2024 tutorial runs; 1-byte data
+    # stays element-bound (UNCERTAIN)
     b = TraceBuilder()
     src32 = b.tensor("a", "hbm", (128, 1024))
     src16 = b.tensor("b", "hbm", (128, 2048), dtype="bfloat16")
@@ -135,10 +137,10 @@ def test_two_byte_dma_moves_at_half_the_byte_rate() -> None:
     bf16 = b.dma(src16, b.tensor("y", "sbuf", (128, 2048), dtype="bfloat16"))  # the same bytes
     costs = CostModel(TRN1)
     assert costs.dma(fp32).payload == costs.dma(bf16).payload
-    assert costs.dma(bf16).work_bytes == pytest.approx(2 * costs.dma(fp32).work_bytes)
+    assert costs.dma(bf16).work_bytes == pytest.approx(costs.dma(fp32).work_bytes)
     assert TRN1.dma.width_penalty(4) == 1.0
-    assert TRN1.dma.width_penalty(2) == pytest.approx(2.0)
-    assert TRN1.dma.width_penalty(1) == pytest.approx(4.0)
+    assert TRN1.dma.width_penalty(2) == 1.0
+    assert TRN1.dma.width_penalty(1) == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("ops, dtype, expected", [

@@ -16,7 +16,7 @@ from accelopt_core.hardware import HardwareProfile, load_hardware
 from accelopt_core.nki import load_kernel, run_kernel
 from accelopt_core.nki.trace import Trace
 from accelopt_core.perfmodel import estimate, peak_percent
-from accelopt_core.perfmodel.floor import distinct_hbm_bytes, physical_floor
+from accelopt_core.perfmodel.floor import ByteUnion, box_runs, distinct_hbm_bytes, physical_floor
 
 HEADER = """
 import numpy as np
@@ -230,3 +230,24 @@ def test_an_access_is_keyed_by_its_set_of_elements(tmp_path) -> None:
     assert loads[0].elements is None  # a gather that covers its box is the box
     assert loads[1].elements[0] == "gather" and len(loads[1].gathered) == 128 * 512
     assert loads[2].elements == ((0, 128, 1), (0, 1024, 2))
+
+
+def test_a_box_is_the_contiguous_runs_it_selects() -> None:
+    starts, length = box_runs((4, 8), ((1, 3, 1), (2, 6, 1)))  # rows 1-2, columns 2-5
+    assert starts.tolist() == [10, 18] and length == 4
+    starts, length = box_runs((4, 8), ((1, 3, 1),))  # whole rows join into one run
+    assert starts.tolist() == [8] and length == 16
+    starts, length = box_runs((4, 8), (2, (0, 8, 2)))  # every other column of row 2
+    assert starts.tolist() == [16, 18, 20, 22] and length == 1
+    starts, length = box_runs((4, 8), ((3, None, -2), 5))  # rows 3 and 1 of column 5, a negative step
+    assert starts.tolist() == [29, 13] and length == 1
+
+
+def test_the_union_counts_overlapping_intervals_once_across_merges(monkeypatch) -> None:
+    monkeypatch.setattr(ByteUnion, "MERGE_AT", 2)  # merge after every other batch
+    union = ByteUnion()
+    union.add(np.array([0, 100]), 10)
+    union.add(np.array([5]), 10)  # overlaps [0, 10): [0, 15)
+    union.add(np.array([15, 200]), 5)  # touches [0, 15): [0, 20)
+    union.add(np.array([105]), 1)  # inside [100, 110)
+    assert union.size() == 20 + 10 + 5
