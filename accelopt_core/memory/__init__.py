@@ -6,7 +6,7 @@ from .paths import default_path
 from .profile_cache import ProfileCache, check_mode
 from .schema import SCHEMA_VERSION, SchemaError
 from .search_memory import SearchMemory
-from .searches import Candidate, SearchInfo, SearchState
+from .searches import CandidateRecord, SearchInfo, SearchState
 from .store import Memory, source_hash
 from .transfer import ImportFormatError
 
@@ -14,7 +14,7 @@ __all__ = [
     "NEGATIVE_SLOWDOWN",
     "POSITIVE_SPEEDUP",
     "SCHEMA_VERSION",
-    "Candidate",
+    "CandidateRecord",
     "Experience",
     "ImportFormatError",
     "Memory",

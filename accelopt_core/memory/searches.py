@@ -36,7 +36,7 @@ class SearchInfo:
 
 
 @dataclass
-class Candidate:
+class CandidateRecord:
     """One evaluated kernel: where it came from (parent, plan, origin) and what the profiler said."""
 
     iteration: int
@@ -48,8 +48,8 @@ class Candidate:
     status: str
 
     @staticmethod
-    def from_row(row: dict[str, Any]) -> Candidate:
-        return Candidate(row["iteration"], row["kernel_hash"], row["parent_hash"], row["plan"], row["origin"],
+    def from_row(row: dict[str, Any]) -> CandidateRecord:
+        return CandidateRecord(row["iteration"], row["kernel_hash"], row["parent_hash"], row["plan"], row["origin"],
                          load_json(row["result"]), row["status"])
 
 
@@ -61,9 +61,9 @@ class SearchState:
     config: dict[str, Any]
     iteration: int = -1
     beam: list[str] = field(default_factory=list)
-    candidates: list[Candidate] = field(default_factory=list)
+    candidates: list[CandidateRecord] = field(default_factory=list)
 
-    def recorded(self, kernel_hash: str) -> Candidate | None:
+    def recorded(self, kernel_hash: str) -> CandidateRecord | None:
         """The latest record of this kernel: the same source gives the same result, so never re-run it."""
         for candidate in reversed(self.candidates):
             if candidate.kernel_hash == kernel_hash:

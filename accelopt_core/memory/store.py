@@ -28,7 +28,7 @@ from .experiences import (
 )
 from .paths import default_path
 from .schema import ensure_schema
-from .searches import Candidate, SearchInfo, SearchState
+from .searches import CandidateRecord, SearchInfo, SearchState
 
 BUSY_TIMEOUT_S = 30.0
 
@@ -196,7 +196,7 @@ class Memory:
         if last:
             state.iteration, state.beam = last[0]["iteration"], json.loads(last[0]["beam"])
         rows = self._rows("select * from candidates where search_id = ? order by rowid", [search_id])
-        state.candidates = [Candidate.from_row(row) for row in rows]
+        state.candidates = [CandidateRecord.from_row(row) for row in rows]
         return state
 
     def list_searches(self, task: str | None = None, hardware: str | None = None) -> list[SearchInfo]:

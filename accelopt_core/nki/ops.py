@@ -425,16 +425,18 @@ def _check_lanes(srcs: tuple[Tile, ...], dst: Tile, size: int) -> None:
 def _record(engine: str, op: Op, srcs: tuple[Tile, ...], dst: Tile, *, mask: Mask | None = None,
             flops: int = 0, attrs: dict[str, Any] | None = None, dtype: str | None = None,
             fresh: bool = False, work_shape: tuple[int, ...] | None = None,
-            source_mask: Mask | None = None) -> Instruction:
+            source_mask: Mask | None = None, sized_as: Op | None = None) -> Instruction:
     """Append one instruction reading `srcs` and writing `dst` to the trace. `source_mask` is the mask
-    over the sources where their elements are not the work's (a DMA transpose)."""
+    over the sources where their elements are not the work's (a DMA transpose); `sized_as`, the instruction
+    whose size limits the work was made under (a matmul in transpose mode records a transpose of a
+    matmul's sizes)."""
     sim = current()
     if mask is not None:
         mask = as_mask(mask)
     shape = work_shape or dst.shape
     _check_memories(op, engine, srcs, written=False)
     _check_memories(op, engine, (dst,), written=True)
-    _check_work(op, engine, shape[0] if shape else 1, math.prod(shape[1:]), sim.limits)
+    _check_work(sized_as or op, engine, shape[0] if shape else 1, math.prod(shape[1:]), sim.limits)
     # the mask selects elements of the work; it selects the output's too when they have its shape
     # (a reduction's or bn_stats' output is written whole)
     out_mask = mask if dst.shape == shape else None
@@ -1542,7 +1544,7 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
     # the wider operand sets the pace (an FP32 moving tile streams at the FP32 rate under a BF16 stationary)
     wider = max((stationary.storage, moving.storage), key=lambda s: s.itemsize)
     _record(Engine.TENSOR, op, srcs, out, mask=mask, fresh=fresh, flops=2 * k * rows * m_run * n_run,
-            attrs=attrs, dtype=wider.dtype_name)
+            attrs=attrs, dtype=wider.dtype_name, sized_as=Op.NC_MATMUL)
     if current().numeric:
         a = _f32(stationary).reshape(k * rows, m)  # [K, 2, M] -> rows (k, r) of the contraction
         b = _f32(moving).reshape(k * rows, n)

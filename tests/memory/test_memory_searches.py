@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_core.memory import Candidate, Memory
+from accelopt_core.memory import CandidateRecord, Memory
 
 CONFIG = {"beam_width": 2, "plans": 3, "samples": 1, "iterations": 4}
 
@@ -36,7 +36,7 @@ def test_record_candidate_is_in_state(memory: Memory) -> None:
     sid = start(memory)
     memory.record_candidate(sid, 0, "k1", "base", "hoist load", "rule:hoist", {"latency_ms": 1.0}, "correct")
     assert memory.search_state(sid).candidates == [
-        Candidate(0, "k1", "base", "hoist load", "rule:hoist", {"latency_ms": 1.0}, "correct")]
+        CandidateRecord(0, "k1", "base", "hoist load", "rule:hoist", {"latency_ms": 1.0}, "correct")]
 
 
 def test_candidate_without_result(memory: Memory) -> None:

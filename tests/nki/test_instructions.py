@@ -375,3 +375,28 @@ def test_each_declared_rule_is_enforced(tmp_path: Path, op: str, api: str) -> No
 def test_an_instruction_of_later_neuron_cores_stops_on_trn1(tmp_path: Path, op: str, api: str) -> None:
     with pytest.raises(HardwareRuleError, match=re.escape("NeuronCore-v3 and later, not v2 (trn1)")):
         _run(tmp_path, api, CASES[op, api][0], hardware="trn1")
+
+
+TRANSPOSING_MATMUL = """
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def kernel(a, identity):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    result = nisa.nc_matmul(nl.load(a), nl.load(identity), is_transpose=True)
+    nl.store(out, value=nl.copy(result))
+    return out
+"""
+
+
+def test_a_matmul_in_transpose_mode_has_a_matmuls_sizes(tmp_path: Path) -> None:
+    """nc_matmul(is_transpose=True) records a transpose, but within the matmul's limits (a moving free size of
+    512), not nc_transpose's 128x128: autocomp's attention version 02, timed on trn1, stopped on that rule."""
+    path = tmp_path / "kernel.py"
+    path.write_text(TRANSPOSING_MATMUL)
+    a = np.random.default_rng(0).random((128, 128), dtype=np.float32)
+    result = run_kernel(load_kernel(str(path)), [a, np.eye(128, 512, dtype=np.float32)], {}, numeric=True)
+    np.testing.assert_allclose(result.outputs[0][:, :128], a.T @ np.eye(128, dtype=np.float32), rtol=1e-6)

@@ -40,8 +40,9 @@ class Note:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A planner's plan, carried in Proposal.payload to the executor."""
+class LLMPlan:
+    """The LLM planner's plan, its title and text (a rule's is rules.base.Plan), carried in Proposal.payload to
+    the executor."""
 
     title: str
     text: str
@@ -138,7 +139,7 @@ class LLMAgent:
             return []
         self._task = context.task
 
-        def plan_call(i: int) -> Plan | None:
+        def plan_call(i: int) -> LLMPlan | None:
             reply = self._call("planner", prompts.planner_prompt(parent, context, i, count), f"plan {i + 1}")
             if reply is None:
                 return None
@@ -146,7 +147,7 @@ class LLMAgent:
             if parsed is None:
                 self._note("planner", f"plan {i + 1}", "the reply holds no plan")
                 return None
-            return Plan(parsed.title, parsed.text)
+            return LLMPlan(parsed.title, parsed.text)
 
         plans = self._parallel([lambda i=i: plan_call(i) for i in range(count)])
         proposals: list[Proposal] = []
@@ -169,7 +170,7 @@ class LLMAgent:
     def realize(self, parent: Candidate, proposal: Proposal, samples: int) -> list[Draft]:
         """K executor samples for one plan; samples that fail the cheap checks go to the fixer."""
         plan = proposal.payload
-        if not isinstance(plan, Plan):
+        if not isinstance(plan, LLMPlan):
             return [Draft(None, "not a plan of this agent")]
         self._samples_hint = max(1, samples)
         with self._lock:
@@ -205,7 +206,7 @@ class LLMAgent:
             for future in futures:
                 future.cancel()
 
-    def _sample(self, parent: Candidate, plan: Plan) -> Draft:
+    def _sample(self, parent: Candidate, plan: LLMPlan) -> Draft:
         """One executor call, checked; the fixer gets what fails the checks. Never raises."""
         try:
             return self._sample_unsafe(parent, plan)
@@ -214,7 +215,7 @@ class LLMAgent:
             self._note("executor", plan.title, f"internal error: {type(exc).__name__}: {exc}")
             return Draft(None, f"internal error: {type(exc).__name__}: {exc}")
 
-    def _sample_unsafe(self, parent: Candidate, plan: Plan) -> Draft:
+    def _sample_unsafe(self, parent: Candidate, plan: LLMPlan) -> Draft:
         task = self._task or parent.result.task or ""
         reply = self._call("executor", prompts.executor_prompt(parent, plan.text, task), plan.title)
         if reply is None:
@@ -226,7 +227,7 @@ class LLMAgent:
             return Draft(None, reason)
         return self._checked(found.code, parent, plan, task)
 
-    def _checked(self, source: str, parent: Candidate, plan: Plan, task: str) -> Draft:
+    def _checked(self, source: str, parent: Candidate, plan: LLMPlan, task: str) -> Draft:
         if same_program(source, parent.source):
             self._note("executor", plan.title, "the kernel came back unchanged")
             return Draft(None, "executor: the kernel came back unchanged")

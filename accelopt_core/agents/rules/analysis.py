@@ -94,13 +94,15 @@ Element = Affine | Span | None  # None: an index the analysis does not understan
 
 
 @dataclass(eq=False)
-class Loop:
+class ForLoop:
+    """One `for` statement of the kernel (a source loop, not the trace's recorded nki.trace.Loop)."""
+
     node: cst.For = field(repr=False)
     var: str | None
     kind: str | None  # affine / sequential / static / range, None for other iterables
     trips: int | None  # static trip count
     line: int
-    parent: Loop | None = field(repr=False)
+    parent: ForLoop | None = field(repr=False)
     depth: int
     # the variable's value in iteration k is start + step * k (None: not evident from the header)
     start: int | None = 0
@@ -113,10 +115,10 @@ class Loop:
         return self.kind is not None and len(args) == 1 and args[0].keyword is None
 
     @property
-    def chain(self) -> tuple[Loop, ...]:
+    def chain(self) -> tuple[ForLoop, ...]:
         """This loop and the loops around it, outermost first."""
-        out: list[Loop] = []
-        loop: Loop | None = self
+        out: list[ForLoop] = []
+        loop: ForLoop | None = self
         while loop is not None:
             out.append(loop)
             loop = loop.parent
@@ -137,13 +139,13 @@ class Ref:
 
 
 @dataclass(eq=False)
-class Op:
+class Statement:
     """One simple statement of the kernel."""
 
     order: int
     stmt: cst.SimpleStatementLine = field(repr=False)
     line: int
-    loops: tuple[Loop, ...] = field(repr=False)
+    loops: tuple[ForLoop, ...] = field(repr=False)
     call: str | None  # canonical callee: `nl.load`, `nisa.tensor_scalar`, `range`, ...
     engine: str | None  # dma, tensor, vector, scalar, gpsimd, or None (no instruction)
     refs: tuple[Ref, ...]
@@ -157,7 +159,7 @@ class Op:
         return [r for r in self.refs if r.kind in ("write", "accumulate", "bind")]
 
     @property
-    def loop(self) -> Loop | None:
+    def loop(self) -> ForLoop | None:
         return self.loops[-1] if self.loops else None
 
     @property
@@ -172,7 +174,7 @@ class Locality:
     """A block tensor used only within single iterations of `loop`: `dims` are the block
     dimensions that select the iteration's blocks (`key` their affine forms); the others stay."""
 
-    loop: Loop
+    loop: ForLoop
     dims: tuple[int, ...]
     key: tuple[Affine, ...]
 
@@ -186,7 +188,7 @@ class Tensor:
     buffer: str  # hbm, sbuf, psum
     shape: tuple[int | None, ...]
     par_axis: int
-    decl: Op | None = field(repr=False)  # the allocating statement (None: a kernel parameter)
+    decl: Statement | None = field(repr=False)  # the allocating statement (None: a kernel parameter)
 
     @property
     def block_shape(self) -> tuple[int | None, ...]:
@@ -224,15 +226,15 @@ class KernelModel:
         self.constants = _module_constants(module)  # module-level `NAME = value`
         self.env = {**self.constants, **u.single_assignments(fn)}
         self.grids = self._grid_names(fn)
-        self.loops: list[Loop] = []
-        self.ops: list[Op] = []
-        self.loop_of: dict[int, Loop] = {}
+        self.loops: list[ForLoop] = []
+        self.ops: list[Statement] = []
+        self.loop_of: dict[int, ForLoop] = {}
         self.tensors: dict[str, Tensor] = {p.name.value: Tensor(p.name.value, "hbm", (), 0, None)
                                            for p in fn.params.params}
         self._loop_vars: dict[str, Affine | None] = {}  # each loop variable's value as a form of itself
         self.helpers: dict[str, cst.FunctionDef] = {}  # functions defined inside the kernel, by name
         self._walk(fn, None)
-        self._refs: dict[str, list[tuple[Op, Ref]]] = {}
+        self._refs: dict[str, list[tuple[Statement, Ref]]] = {}
         for op in self.ops:
             for ref in op.refs:
                 self._refs.setdefault(ref.name, []).append((op, ref))
@@ -250,7 +252,7 @@ class KernelModel:
         """`nl.load` for a call of `nl.load`, `nki.language.load` or `language.load` under any alias."""
         return canonical_name(u.dotted(call.func), self.aliases)
 
-    def _walk(self, owner: cst.CSTNode, loop: Loop | None) -> None:
+    def _walk(self, owner: cst.CSTNode, loop: ForLoop | None) -> None:
         for stmt in u.block_statements(owner):
             if isinstance(stmt, cst.For):
                 self._loop(stmt, loop)
@@ -265,12 +267,12 @@ class KernelModel:
             elif isinstance(stmt, cst.SimpleStatementLine):
                 self._op(stmt, loop)
 
-    def _loop(self, node: cst.For, parent: Loop | None) -> None:
+    def _loop(self, node: cst.For, parent: ForLoop | None) -> None:
         start, stop, step = self._bounds(node)
         trips = None
         if start is not None and stop is not None and step:
             trips = max(0, -((start - stop) // step))  # the length of range(start, stop, step)
-        loop = Loop(node, u.loop_var(node), u.loop_kind(node), trips, u.line_of(node, self.pos), parent,
+        loop = ForLoop(node, u.loop_var(node), u.loop_kind(node), trips, u.line_of(node, self.pos), parent,
                     parent.depth + 1 if parent else 0, start, step)
         self.loops.append(loop)
         self.loop_of[id(node)] = loop
@@ -292,7 +294,7 @@ class KernelModel:
             return 0, ints[0], 1
         return ints[0], ints[1], ints[2] if len(ints) == 3 else 1
 
-    def _op(self, stmt: cst.SimpleStatementLine, loop: Loop | None) -> None:
+    def _op(self, stmt: cst.SimpleStatementLine, loop: ForLoop | None) -> None:
         chain = loop.chain if loop else ()
         node = stmt.body[0] if len(stmt.body) == 1 else None
         value = node.value if isinstance(node, cst.Assign | cst.AugAssign | cst.Expr) else None
@@ -302,7 +304,7 @@ class KernelModel:
                       for name in sorted(self.closure(helper)))
         if call == "nl.loop_reduce":  # `dst[...] = nl.loop_reduce(x, ...)` is dst = op(dst, x)
             refs = tuple(Ref(r.name, "accumulate", r.index, r.node, r.text) if r.kind == "write" else r for r in refs)
-        op = Op(len(self.ops), stmt, u.line_of(stmt, self.pos), chain, call,
+        op = Statement(len(self.ops), stmt, u.line_of(stmt, self.pos), chain, call,
                 self._engine(value) if isinstance(value, cst.Call) else None, refs)
         self.ops.append(op)
         if call in ALLOCATORS and isinstance(node, cst.Assign) and isinstance(value, cst.Call):
@@ -330,7 +332,7 @@ class KernelModel:
             index = tuple(self.element(e.slice) for e in access.node.slice)
         return Ref(access.name, access.kind, index, access.node, access.index)
 
-    def _tensor(self, name: str, call: cst.Call, op: Op) -> Tensor:
+    def _tensor(self, name: str, call: cst.Call, op: Statement) -> Tensor:
         fn = self.canonical(call) or ""
         shape_arg = next((a for a in call.args if a.keyword is None or a.keyword.value == "shape"), None)
         buffer_arg = u.keyword(call, "buffer")
@@ -484,23 +486,23 @@ class KernelModel:
         return Affine.of(ranges=((1, int(size)),)) if size is not None and size == int(size) else None
 
     # ------------------------------------------------------------ looking things up
-    def refs(self, name: str) -> list[tuple[Op, Ref]]:
+    def refs(self, name: str) -> list[tuple[Statement, Ref]]:
         """Every access of `name`, in program order."""
         return self._refs.get(name, [])
 
-    def loop(self, node: cst.For) -> Loop:
+    def loop(self, node: cst.For) -> ForLoop:
         return self.loop_of[id(node)]
 
-    def ops_in(self, loop: Loop) -> list[Op]:
+    def ops_in(self, loop: ForLoop) -> list[Statement]:
         return [op for op in self.ops if loop in op.loops]
 
-    def trip(self, loop: Loop) -> float:
+    def trip(self, loop: ForLoop) -> float:
         """Iterations per execution of `loop`: the profile's, else the static count, else 1."""
         if loop.line in self.profile_trips:
             return self.profile_trips[loop.line]
         return float(loop.trips) if loop.trips is not None else 1.0
 
-    def cost(self, op: Op) -> dict[str, float]:
+    def cost(self, op: Statement) -> dict[str, float]:
         """Time (ms) the profile charges the statement's line, per engine."""
         return dict(self.line_engines.get(op.line, {}))
 
@@ -511,7 +513,7 @@ class KernelModel:
         return name in self.tensors
 
     # ------------------------------------------------------------ questions rules ask
-    def varying(self, loop: Loop) -> set[str]:
+    def varying(self, loop: ForLoop) -> set[str]:
         """Names whose value may differ between two iterations of `loop` (at the same point of the
         loops inside it): its variable, every name the body computes from it (a conservative
         fixpoint over the assignments) and every tensor the body writes."""
@@ -523,7 +525,7 @@ class KernelModel:
             found |= {r.name for r in op.writes if r.kind != "bind" or self.is_tensor(r.name)}
         return found
 
-    def invariant(self, op: Op, loop: Loop) -> str | None:
+    def invariant(self, op: Statement, loop: ForLoop) -> str | None:
         """Why `op` computes something different in different iterations of `loop`, or None when
         every value it reads is the same in all of them (its destination may still differ)."""
         if loop not in op.loops:
@@ -543,7 +545,7 @@ class KernelModel:
             return f"its arguments depend on `{sorted(extra)[0]}`"
         return None
 
-    def reorder_problem(self, loop: Loop) -> str | None:
+    def reorder_problem(self, loop: ForLoop) -> str | None:
         """Why the iterations of `loop` may not run in another order (or together), or None: an
         `affine_range` promises they are independent, a `static_range` or Python `range` loop must
         be shown to carry nothing (`carried`), a `sequential_range` says it does."""
@@ -551,7 +553,7 @@ class KernelModel:
             return "not an affine_range, static_range or range loop"
         return self.carried(loop) if loop.kind != "affine" else None
 
-    def carried(self, loop: Loop) -> str | None:
+    def carried(self, loop: ForLoop) -> str | None:
         """How an iteration of `loop` may use a value an earlier one made, or None when none is found: a
         name read (or accumulated) before the body binds it afresh, something written at a place that
         does not follow the loop variable, or a tensor read or written at more than the one place an
@@ -588,7 +590,7 @@ class KernelModel:
                     return f"`{ref.name}` is used at another place than an iteration writes it"
         return None
 
-    def repeated_loads(self) -> list[tuple[Op, Loop]]:
+    def repeated_loads(self) -> list[tuple[Statement, ForLoop]]:
         """Loads from HBM that read the same bytes in every iteration of an enclosing loop, with the
         outermost such loop: hoisting out of it saves the most DMA."""
         found = []
@@ -604,13 +606,13 @@ class KernelModel:
                     break
         return found
 
-    def load_source(self, op: Op) -> Ref | None:
+    def load_source(self, op: Statement) -> Ref | None:
         """The tensor a DMA reads (the HBM side of a load)."""
         reads = [r for r in op.reads if self.is_tensor(r.name)]
         hbm = [r for r in reads if self.tensors[r.name].buffer == "hbm"]
         return (hbm or reads or [None])[0]
 
-    def _written_in(self, name: str, loop: Loop) -> bool:
+    def _written_in(self, name: str, loop: ForLoop) -> bool:
         return any(r.name == name for op in self.ops_in(loop) for r in op.writes)
 
     def block_key(self, ref: Ref) -> tuple[Affine, ...] | None:
@@ -728,7 +730,7 @@ def _described(stmt: cst.CSTNode) -> set[int]:
     return found
 
 
-def _keyword_names(op: Op) -> set[str]:
+def _keyword_names(op: Statement) -> set[str]:
     """Names passed whole to a statement's call as inputs (a scale, a bias tile), not its outputs
     (`dst=`) or its mask."""
     value = op.value
@@ -743,8 +745,8 @@ def _keyword_names(op: Op) -> set[str]:
     return names
 
 
-def _common_prefix(chains: Sequence[tuple[Loop, ...]]) -> tuple[Loop, ...]:
-    out: list[Loop] = []
+def _common_prefix(chains: Sequence[tuple[ForLoop, ...]]) -> tuple[ForLoop, ...]:
+    out: list[ForLoop] = []
     for items in zip(*chains, strict=False):
         if all(item is items[0] for item in items):
             out.append(items[0])
@@ -756,7 +758,7 @@ def _common_prefix(chains: Sequence[tuple[Loop, ...]]) -> tuple[Loop, ...]:
 _DOMAIN_LIMIT = 1 << 20
 
 
-def _injective(key: Sequence[Affine], loops: Sequence[Loop], bounds: Sequence[int | None]) -> bool:
+def _injective(key: Sequence[Affine], loops: Sequence[ForLoop], bounds: Sequence[int | None]) -> bool:
     """Whether distinct iterations of `loops` select distinct blocks (checked exhaustively over the
     iteration space when it is small enough, else by a sufficient condition)."""
     vars_ = [lp.var for lp in loops if lp.var]

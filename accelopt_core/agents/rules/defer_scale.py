@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import Affine, KernelModel, ModelRule, Op, Ref, model_of
+from .analysis import Affine, KernelModel, ModelRule, Ref, Statement, model_of
 from .base import Plan, RuleError
 
 _SCALE_OPS = frozenset({"nl.multiply", "nl.divide", "np.multiply", "np.divide"})
@@ -38,14 +38,14 @@ _COPIES = frozenset({"nl.copy", "nisa.tensor_copy"})
 
 @dataclass(frozen=True)
 class _Deferral:
-    scale: Op  # P = E (op) R
+    scale: Statement  # P = E (op) R
     product: str  # P
     source: Ref  # E, as the scale reads it
     operand: cst.BaseExpression  # R, as the scale reads it
     operation: str  # the scale's op, as written (`nl.multiply`)
-    readers: tuple[tuple[Op, Ref], ...]  # P's reads: the first step of each path
+    readers: tuple[tuple[Statement, Ref], ...]  # P's reads: the first step of each path
     result: str  # O, the matmul's output
-    copies: tuple[tuple[Op, Ref], ...]  # the copies that take O out
+    copies: tuple[tuple[Statement, Ref], ...]  # the copies that take O out
 
 
 def _arg(call: cst.Call, position: int, keyword: str) -> cst.BaseExpression | None:
@@ -62,7 +62,7 @@ def _true(call: cst.Call, keyword: str) -> bool:
     return u.is_true(arg.value if arg is not None else None)
 
 
-def _ref_at(op: Op, expr: cst.BaseExpression | None) -> Ref | None:
+def _ref_at(op: Statement, expr: cst.BaseExpression | None) -> Ref | None:
     """The read of a tile that is exactly `expr` (a name or a subscript of one)."""
     return next((r for r in op.reads if r.node is expr), None) if expr is not None else None
 
@@ -128,7 +128,7 @@ def _isa_path(module: cst.Module) -> str:
     return "nki.isa" if language.startswith("nki.") else "neuronxcc.nki.isa"
 
 
-def _deferral(model: KernelModel, op: Op) -> _Deferral | str:
+def _deferral(model: KernelModel, op: Statement) -> _Deferral | str:
     """The deferral the scale statement `op` allows, or why not."""
     scale = _row_scale(model, op)
     if isinstance(scale, str):
@@ -140,7 +140,7 @@ def _deferral(model: KernelModel, op: Op) -> _Deferral | str:
     readers = [(o, r) for o, r in model.refs(product.name) if r.kind == "read" and o is not op]
     if not readers:
         return f"`{product.name}` is not read"
-    chain: list[Op] = []
+    chain: list[Statement] = []
     results: set[str] = set()
     for reader, ref in readers:
         if reader.order < op.order or not set(op.loops) <= set(reader.loops):
@@ -171,19 +171,19 @@ def _deferral(model: KernelModel, op: Op) -> _Deferral | str:
     return _Deferral(op, product.name, source, operand, operation, tuple(readers), result, tuple(copies))
 
 
-def _call(op: Op) -> cst.Call:
+def _call(op: Statement) -> cst.Call:
     value = op.value
     if not isinstance(value, cst.Call):
         raise RuleError(f"line {op.line} is not a call")
     return value
 
 
-def _is_declaration(model: KernelModel, op: Op, name: str) -> bool:
+def _is_declaration(model: KernelModel, op: Statement, name: str) -> bool:
     tensor = model.tensors.get(name)
     return tensor is not None and tensor.decl is op
 
 
-def _row_scale(model: KernelModel, op: Op) -> tuple[Ref, Ref, cst.BaseExpression, str] | str:
+def _row_scale(model: KernelModel, op: Statement) -> tuple[Ref, Ref, cst.BaseExpression, str] | str:
     """(P's write, E's read, R, the op as written) for `P = E * R` or `E / R` with R a [P, 1] column."""
     value = op.value
     writes = [r for r in op.writes if not _is_declaration(model, op, r.name)]
@@ -214,7 +214,7 @@ def _row_scale(model: KernelModel, op: Op) -> tuple[Ref, Ref, cst.BaseExpression
     return product, source, column, written
 
 
-def _is_column(model: KernelModel, expr: cst.BaseExpression | None, op: Op, depth: int = 0) -> bool:
+def _is_column(model: KernelModel, expr: cst.BaseExpression | None, op: Statement, depth: int = 0) -> bool:
     """Whether `expr` is one value per partition: an index whose last element is one element, or a name
     bound to a reduction along the free axis, or to an element-wise function of such columns."""
     if isinstance(expr, cst.Subscript):
@@ -238,7 +238,7 @@ def _is_column(model: KernelModel, expr: cst.BaseExpression | None, op: Op, dept
     return False
 
 
-def _written_between(model: KernelModel, name: str, first: Op, last: Op) -> bool:
+def _written_between(model: KernelModel, name: str, first: Statement, last: Statement) -> bool:
     return any(first.order < o.order < last.order for o, r in model.refs(name) if r.kind != "read")
 
 
@@ -246,7 +246,8 @@ class _RowsLostError(Exception):
     """Why the rows do not stay rows on the way to a matmul's output."""
 
 
-def _rows_kept(model: KernelModel, op: Op, ref: Ref, transposed: bool, chain: list[Op], depth: int = 0) -> str:
+def _rows_kept(model: KernelModel, op: Statement, ref: Ref, transposed: bool, chain: list[Statement],
+               depth: int = 0) -> str:
     """Follow a tile of rows from its read `ref` in `op` to the matmul output whose partitions are those rows
     and name that output (_RowsLostError when the rows do not stay rows). `transposed`: the tile holds the rows
     on its free dimension. The statements on the way go to `chain`."""
@@ -273,7 +274,7 @@ def _rows_kept(model: KernelModel, op: Op, ref: Ref, transposed: bool, chain: li
     raise _RowsLostError(f"line {op.line} does not keep the rows as rows")
 
 
-def _follow(model: KernelModel, op: Op, name: str, transposed: bool, chain: list[Op], depth: int) -> str:
+def _follow(model: KernelModel, op: Statement, name: str, transposed: bool, chain: list[Statement], depth: int) -> str:
     """Every reader of the tile `name` that `op` wrote must keep the rows, to one result."""
     if any(r.kind != "read" and o is not op and not _is_declaration(model, o, name) and o.call not in _COPIES
            and o.call != "nisa.nc_matmul" and o.call not in _TRANSPOSES for o, r in model.refs(name)):
@@ -285,7 +286,7 @@ def _follow(model: KernelModel, op: Op, name: str, transposed: bool, chain: list
     return results.pop()
 
 
-def _operand_reaches(model: KernelModel, operand: cst.BaseExpression, scale: Op, copy: Op) -> str | None:
+def _operand_reaches(model: KernelModel, operand: cst.BaseExpression, scale: Statement, copy: Statement) -> str | None:
     """Why the factor R, as the scale reads it, cannot be read at the copy (None: it can): its indices must
     use only loops around the copy, and nothing may write R after the scale or inside a loop the copy
     is not in."""

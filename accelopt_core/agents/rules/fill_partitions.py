@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import ALLOCATORS, Affine, KernelModel, Loop, ModelRule, Op, Ref, Span, Tensor, model_of
+from .analysis import ALLOCATORS, Affine, ForLoop, KernelModel, ModelRule, Ref, Span, Statement, Tensor, model_of
 from .base import Plan, RuleError
 
 _LOADS_STORES = frozenset({"nl.load", "nl.store", "nisa.dma_copy"})
@@ -44,7 +44,7 @@ class _Fold:
     """Stack `factor` iterations of `loop` on the partitions of its `rows`-row tiles; `blocks` maps
     each block tensor the loop variable indexes to that block dimension."""
 
-    loop: Loop
+    loop: ForLoop
     sizes: tuple[int, ...]  # its trip counts at the sizes the kernel runs (timed first)
     factor: int
     rows: int
@@ -74,7 +74,7 @@ def _full_rows(element: object) -> int | None:
 class _Reader:
     """Decides whether one loop can be folded, and why not."""
 
-    def __init__(self, model: KernelModel, loop: Loop, known: Sequence[int] = ()):
+    def __init__(self, model: KernelModel, loop: ForLoop, known: Sequence[int] = ()):
         self.model = model
         self.loop = loop
         self.known = list(known)
@@ -110,7 +110,7 @@ class _Reader:
         return _Fold(loop, tuple(trips), factor, rows, tuple(sorted(self.tensors)),
                      tuple(sorted(self.blocks.items())), tuple(sorted(self.bound.items())))
 
-    def _op(self, op: Op, bound_outside: set[str]) -> str | None:
+    def _op(self, op: Statement, bound_outside: set[str]) -> str | None:
         value = op.value
         if op.call in ALLOCATORS:
             return self._declared(op)
@@ -150,7 +150,7 @@ class _Reader:
             return f"`{var}` reaches the computation outside a block index"
         return None
 
-    def _bound_tile(self, op: Op, ref: Ref, bound_outside: set[str]) -> str | None:
+    def _bound_tile(self, op: Statement, ref: Ref, bound_outside: set[str]) -> str | None:
         """A name that is not a declared tensor: a tile the body binds (by a load: its rows and
         dimensions from the HBM index; by a computation: those of the tiles it reads), a tile from
         outside the loop (not stackable), or something else (a module, a constant)."""
@@ -175,7 +175,7 @@ class _Reader:
             return f"`{ref.name}` is a tile from outside the loop"
         return None
 
-    def _declared(self, op: Op) -> str | None:
+    def _declared(self, op: Statement) -> str | None:
         name = u.assigned_name(op.stmt)
         tensor = self.model.tensors.get(name or "")
         if tensor is None or tensor.buffer == "hbm":
@@ -228,7 +228,7 @@ class _Reader:
         return found.pop() if len(found) == 1 else f"`{tensor.name}` is indexed by `{var}` in several ways"
 
 
-def _trip_counts(model: KernelModel, loop: Loop) -> list[int]:
+def _trip_counts(model: KernelModel, loop: ForLoop) -> list[int]:
     """The loop's trip count: the static one, else one per input size the profile ran (timed first,
     then checked), evaluated from the kernel's shapes; [] when unknown."""
     if loop.trips is not None:
@@ -265,7 +265,7 @@ def _with_shapes(expr: cst.BaseExpression, params: dict[str, Sequence[int]]) -> 
     return expr.visit(_Shapes())  # type: ignore[return-value]
 
 
-def _loaded_shape(model: KernelModel, op: Op) -> list[int | cst.BaseExpression] | None:
+def _loaded_shape(model: KernelModel, op: Statement) -> list[int | cst.BaseExpression] | None:
     """The shape of the tile `op` loads, from its HBM index (an integer index drops a dimension; an
     open `:` spans the source's whole dimension); None when a size is not evident or the partition
     size is not a number."""
@@ -413,7 +413,7 @@ def _resized(ref: Ref, tensor: Tensor, rows: int, offset: int) -> cst.Subscript:
     return node.with_changes(slice=elements)
 
 
-def _declaration(op: Op, tensor: Tensor, fold: _Fold) -> cst.SimpleStatementLine:
+def _declaration(op: Statement, tensor: Tensor, fold: _Fold) -> cst.SimpleStatementLine:
     """The allocation with the partition dimension grown (and the loop's block dimension shrunk)."""
     block = dict(fold.blocks).get(tensor.name)
 
@@ -430,7 +430,7 @@ def _declaration(op: Op, tensor: Tensor, fold: _Fold) -> cst.SimpleStatementLine
     return u.with_allocated_shape(op.stmt, tensor.name, stacked)
 
 
-def _stacked(model: KernelModel, op: Op, fold: _Fold, k: int) -> cst.SimpleStatementLine:
+def _stacked(model: KernelModel, op: Statement, fold: _Fold, k: int) -> cst.SimpleStatementLine:
     """Copy `k` of a load or store: the HBM side at iteration `factor*i + k`, the on-chip side in
     partitions `k*rows ..` (a tile the load binds is written there instead)."""
     var = fold.loop.var
@@ -455,7 +455,7 @@ def _stacked(model: KernelModel, op: Op, fold: _Fold, k: int) -> cst.SimpleState
     return u.replace_nodes(op.stmt, swaps)
 
 
-def _loaded_tile(model: KernelModel, op: Op, fold: _Fold) -> list[cst.BaseStatement]:
+def _loaded_tile(model: KernelModel, op: Statement, fold: _Fold) -> list[cst.BaseStatement]:
     """`t = nl.load(src[...])` as a declaration of the stacked tile and one load per stacked iteration."""
     name = u.assigned_name(op.stmt)
     shape = _loaded_shape(model, op)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import Affine, KernelModel, Loop, ModelRule, Op, Ref, Span, model_of
+from .analysis import Affine, ForLoop, KernelModel, ModelRule, Ref, Span, Statement, model_of
 from .base import Plan, RuleError
 
 _MAX_NESTED = 16  # inner pairs fused after the outer one, at most
@@ -51,7 +51,8 @@ def _locals(items: Sequence[u.Access]) -> set[str]:
     return {name for name, kind in first.items() if kind == "bind"}
 
 
-def _stripe(ref: Ref, op: Op, loop: Loop, dim: int) -> tuple[int, frozenset[tuple[str, int]], int, int] | None:
+def _stripe(ref: Ref, op: Statement, loop: ForLoop,
+            dim: int) -> tuple[int, frozenset[tuple[str, int]], int, int] | None:
     """(coefficient of the loop variable, terms of the loops around, lowest and highest offset of
     the rest) of index element `dim` of `ref`, or None when it is not such a stripe."""
     if ref.index is None or dim >= len(ref.index):
@@ -81,7 +82,7 @@ def _stripe(ref: Ref, op: Op, loop: Loop, dim: int) -> tuple[int, frozenset[tupl
     return element.coeff(loop.var), frozenset(outer.items()), lo + low, hi + high
 
 
-def striped(model: KernelModel, name: str, loops: Sequence[Loop]) -> bool:
+def striped(model: KernelModel, name: str, loops: Sequence[ForLoop]) -> bool:
     """Whether every access of `name` inside `loops` stays in the stripe its loop's variable selects
     in one common dimension: then iteration i of one loop and iteration j != i of another never
     touch the same element."""
@@ -411,7 +412,7 @@ class FuseLoops(ModelRule):
         return module.code
 
 
-def _live_bytes(model: KernelModel, name: str, loop: Loop) -> float | None:
+def _live_bytes(model: KernelModel, name: str, loop: ForLoop) -> float | None:
     """Bytes per partition of `name` alive through one iteration of the loops around `loop`: the
     block dimensions those loops select count once, the others (and the tile) in full."""
     tensor = model.tensors[name]

@@ -23,7 +23,7 @@ from typing import Any
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import KernelModel, ModelRule, Op, model_of
+from .analysis import KernelModel, ModelRule, Statement, model_of
 from .base import Plan, RuleError
 
 
@@ -157,7 +157,7 @@ def nest_params(nest: Nest) -> dict[str, Any]:
 _LOADS = frozenset({"nl.load", "nisa.dma_copy", "nl.load_transpose2d", "nisa.dma_transpose"})
 
 
-def invariant_loads(model: KernelModel, nest: Nest) -> list[Op]:
+def invariant_loads(model: KernelModel, nest: Nest) -> list[Statement]:
     """Loads in the inner loop that read the same data in every iteration of the outer one (the
     shared analysis' question): after the swap they are invariant of the new inner loop."""
     outer, inner = model.loop(nest.outer), model.loop(nest.inner)

@@ -25,20 +25,20 @@ from typing import Any
 import libcst as cst
 
 from . import cst_util as u
-from .analysis import KernelModel, Loop, ModelRule, model_of
+from .analysis import ForLoop, KernelModel, ModelRule, model_of
 from .base import Plan
 
 _FACTOR = 2
 _MIN_CHAIN = 3  # statements on one engine that depend on each other, for the wait to matter
 
 
-def _trips(model: KernelModel, loop: Loop, known: int | None = None) -> int | None:
+def _trips(model: KernelModel, loop: ForLoop, known: int | None = None) -> int | None:
     """The loop's trip count: static, else the profile's, else `known` (the plan's)."""
     found = next((t for t in (loop.trips, model.profile_trips.get(loop.line), known) if t is not None), None)
     return int(found) if found is not None and found == int(found) else None
 
 
-def _candidates(model: KernelModel, known: int | None = None) -> list[tuple[Loop, str | None]]:
+def _candidates(model: KernelModel, known: int | None = None) -> list[tuple[ForLoop, str | None]]:
     """Innermost loops and why they cannot be interleaved (None: they can)."""
     out = []
     for loop in model.loops:
@@ -48,7 +48,7 @@ def _candidates(model: KernelModel, known: int | None = None) -> list[tuple[Loop
     return out
 
 
-def _problem(model: KernelModel, loop: Loop, trips: int | None) -> str | None:
+def _problem(model: KernelModel, loop: ForLoop, trips: int | None) -> str | None:
     # a value handed to the next iteration would tie the copies together (and the renamed copies would
     # read names nothing binds), whatever the loop form promises
     reordered = model.reorder_problem(loop) or model.carried(loop)
@@ -87,7 +87,7 @@ def _longest_chain(ops: list[Any]) -> int:
     return best
 
 
-def interleaved(loop: Loop, body: list[cst.BaseStatement], bound: list[str], trips: int
+def interleaved(loop: ForLoop, body: list[cst.BaseStatement], bound: list[str], trips: int
                 ) -> cst.For | list[cst.BaseStatement]:
     """The loop unrolled by two, the copies' statements alternating (names the body binds renamed
     per copy); fully unrolled when it had two iterations."""
@@ -110,7 +110,7 @@ def interleaved(loop: Loop, body: list[cst.BaseStatement], bound: list[str], tri
     return loop.node.with_changes(iter=_halved(loop), body=loop.node.body.with_changes(body=mixed))
 
 
-def _copy_value(loop: Loop, r: int, full: bool) -> cst.BaseExpression:
+def _copy_value(loop: ForLoop, r: int, full: bool) -> cst.BaseExpression:
     """What the loop variable is in copy `r` of the unrolled body: the value itself when the loop is
     unrolled fully, else an expression of the new loop's variable (parenthesized: it replaces the
     variable inside larger expressions such as `r * 128`)."""
@@ -125,7 +125,7 @@ def _copy_value(loop: Loop, r: int, full: bool) -> cst.BaseExpression:
     return cst.parse_expression(f"({var} + {r * step})" if r else var)
 
 
-def _halved(loop: Loop) -> cst.Call:
+def _halved(loop: ForLoop) -> cst.Call:
     """The loop header with half the iterations: `range(n // 2)`, or `range(a, b, 2 * s)` for a header
     with a start and a step (the variable keeps its values in the first copy)."""
     call = loop.node.iter
