@@ -69,11 +69,11 @@ def load_module(source: str, filename: str, name: str | None = None, folder: str
     module = types.ModuleType(module_name)
     module.__file__ = filename
     module.__package__ = package
-    generation = "modern" if _uses_modern_api(tree) else "legacy"
-    kind = LoopKind.STATIC if generation == "modern" else LoopKind.SEQUENTIAL
+    api = "modern" if _uses_modern_api(tree) else "legacy"
+    kind = LoopKind.STATIC if api == "modern" else LoopKind.SEQUENTIAL
     # Python's range inside a kernel is a recorded loop (legacy: sequential_range; new API: unrolled).
     module.range = lambda *args: legacy_language.KernelRange(kind, *args)  # type: ignore[attr-defined]
-    module.__accelopt_generation__ = generation  # type: ignore[attr-defined]
+    module.__accelopt_api__ = api  # type: ignore[attr-defined]
     with nki_imports(), host_package_placeholders(filename), _importable(module, roots, registered=not package):
         if package:
             _import_in_package(module, code)
@@ -203,7 +203,7 @@ def _uses_modern_api(tree: ast.Module) -> bool:
 
 def find_kernel(module: types.ModuleType, name: str | None = None) -> Kernel:
     """The kernel: the named function, else `kernel` / `optimized_kernel`, else the only jit kernel."""
-    generation = getattr(module, "__accelopt_generation__", "legacy")
+    api = getattr(module, "__accelopt_api__", "legacy")
     candidates: list[tuple[str, Any]] = []
     if name:
         if not hasattr(module, name):
@@ -226,7 +226,7 @@ def find_kernel(module: types.ModuleType, name: str | None = None) -> Kernel:
         return obj
     if not callable(obj):
         raise KernelLoadError(f"{module.__file__}: {candidates[0][0]} is not a function")
-    return Kernel(obj, generation)
+    return Kernel(obj, api)
 
 
 def read_source(path: str) -> str:

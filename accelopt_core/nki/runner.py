@@ -78,9 +78,9 @@ class RunResult:
 class Kernel:
     """A function decorated with `nki.jit` (or baremetal, benchmark, ...), runnable on NumPy inputs."""
 
-    def __init__(self, func: Callable[..., Any], generation: str, options: dict[str, Any] | None = None):
+    def __init__(self, func: Callable[..., Any], api: str, options: dict[str, Any] | None = None):
         self.func = func
-        self.generation = generation
+        self.api = api
         self.options = options or {}
         self.grid: tuple[int, ...] | None = None  # set by `kernel[grid]`
         self.__name__ = getattr(func, "__name__", "kernel")
@@ -88,7 +88,7 @@ class Kernel:
         self.__wrapped__ = func
 
     def __getitem__(self, grid: Any) -> Kernel:
-        launched = Kernel(self.func, self.generation, self.options)
+        launched = Kernel(self.func, self.api, self.options)
         sizes = grid if isinstance(grid, tuple) else (grid,)
         try:
             launched.grid = tuple(operator.index(g) for g in sizes)
@@ -110,13 +110,13 @@ class Kernel:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def jit_decorator(generation: str) -> Callable[..., Any]:
+def jit_decorator(api: str) -> Callable[..., Any]:
     """Build `nki.jit`-style decorators usable bare (`@nki.jit`) or with options (`@nki.jit(mode=...)`)."""
 
     def decorator(func: Callable[..., Any] | None = None, **options: Any) -> Any:
         if func is None:
-            return lambda f: Kernel(_unwrap(f), generation, options)
-        return Kernel(_unwrap(func), generation, options)
+            return lambda f: Kernel(_unwrap(f), api, options)
+        return Kernel(_unwrap(func), api, options)
 
     return decorator
 
@@ -146,7 +146,7 @@ def _as_input(sim: Simulation, name: str, value: Any) -> Any:
 
 
 def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any] | None = None,
-               numeric: bool = True, hardware: str | None = None, generation: str | None = None,
+               numeric: bool = True, hardware: str | None = None, api: str | None = None,
                grid: tuple[int, ...] | None = None, record: bool = False,
                on_call: Callable[[Trace], None] | None = None) -> RunResult:
     """Run a kernel on the simulator. Array arguments become HBM tensors; others pass through.
@@ -162,10 +162,10 @@ def run_kernel(kernel: Kernel | Callable[..., Any], args: Sequence[Any], kwargs:
         target = kernel.options.get("platform_target") if isinstance(kernel, Kernel) else None
         hardware = target if target in available_hardware() else "trn1"
     func = kernel.func if isinstance(kernel, Kernel) else kernel
-    gen = generation or (kernel.generation if isinstance(kernel, Kernel) else "legacy")
+    api = api or (kernel.api if isinstance(kernel, Kernel) else "legacy")
     if grid is None and isinstance(kernel, Kernel):
         grid = kernel.grid
-    sim = Simulation(numeric=numeric, hardware=hardware, generation=gen, record=record)
+    sim = Simulation(numeric=numeric, hardware=hardware, api=api, record=record)
     sim.on_call = on_call
     sim.force_auto_alloc = bool(kernel.options.get("force_auto_alloc")) if isinstance(kernel, Kernel) else False
     sim.trace.kernel_name = getattr(func, "__name__", "kernel")

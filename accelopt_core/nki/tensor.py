@@ -96,11 +96,11 @@ class Limits:
 class Simulation:
     """One kernel run: mode, limits, loop nest and the trace being recorded."""
 
-    def __init__(self, numeric: bool = True, hardware: str = "trn1", generation: str = "legacy",
+    def __init__(self, numeric: bool = True, hardware: str = "trn1", api: str = "legacy",
                  record: bool = False):
         self.numeric = numeric
         self.limits = Limits.for_hardware(hardware)
-        self.generation = generation
+        self.api = api
         self.trace = Trace()
         self.nest: LoopNest = ()
         self.program_id: tuple[int, ...] = ()  # of the running SPMD program; () outside a grid launch
@@ -323,7 +323,7 @@ class Storage:
         self.shape = shape
         self.dtype = dtype
         self.dtype_name, self.itemsize = dtypes.facts_of(dtype)
-        self.from_the_end = sim.generation == "modern"  # NkiTensor.__getitem__ takes negative slice bounds
+        self.from_the_end = sim.api == "modern"  # NkiTensor.__getitem__ takes negative slice bounds
         self.partition_axis = partition_axis
         self.data = data
         self.producer: Instruction | None = None
@@ -824,7 +824,7 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
     if not all(type(s) is int for s in dims):
         partition_axis = next((i for i, s in enumerate(dims) if isinstance(s, ParDim)), 0)
         dims = tuple(int(s) for s in dims)
-    if partition_axis and sim.generation == "modern":
+    if partition_axis and sim.api == "modern":
         raise KernelUsageError(f"shape {dims} puts nl.par_dim at position {partition_axis}: the nki package (NKI 0.2 "
                                "and later) has no block dimensions, the partition dimension comes first; keep the "
                                "blocks in a Python list of tiles (the 'Removing block dimensions' migration guide)")

@@ -63,7 +63,7 @@ def kernel(a: nt.tensor):
     return out
 """, np.ones((128, 4), np.float32))
     np.testing.assert_array_equal(both.out, np.ones((128, 4)))
-    assert both.kernel.generation == "modern"
+    assert both.kernel.api == "modern"
 
 
 def test_imports_inside_the_kernel_body(run):

@@ -132,7 +132,7 @@ def plain(a):
     np.testing.assert_allclose(module.nki.simulate(kernel)(a), a + 1)
     np.testing.assert_allclose(module.nki.simulate(module.plain)(a), a + 1)
     np.testing.assert_allclose(kernel(a), a + 1)  # a jit kernel called with NumPy arrays runs
-    assert kernel.generation == "modern"
+    assert kernel.api == "modern"
 
 
 def test_legacy_functions_are_reachable_from_the_new_package(run, rng):

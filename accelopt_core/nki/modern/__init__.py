@@ -22,7 +22,7 @@ def simulate(kernel: Any) -> Any:
     kernel = kernel if isinstance(kernel, Kernel) else Kernel(kernel, "modern")
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        outputs = run_kernel(kernel, args, kwargs, numeric=True, generation="modern").outputs
+        outputs = run_kernel(kernel, args, kwargs, numeric=True, api="modern").outputs
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     return run
