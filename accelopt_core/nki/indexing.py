@@ -639,8 +639,9 @@ def normalize(key: Any, dims: tuple[int, ...], name: str, from_the_end: bool = F
     known = _SLICED.get(memo)
     if known is None:
         known = _normalize(key, dims, name, from_the_end)
-        if len(_SLICED) < _SLICED_LIMIT:
-            _SLICED[memo] = known
+        if len(_SLICED) >= _SLICED_LIMIT:  # a long-lived worker starts afresh rather than stop remembering
+            _SLICED.clear()
+        _SLICED[memo] = known
     return known
 
 

@@ -43,16 +43,16 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> TaskRef:
 
 def test_the_language_server_workers_payload_secrets_never_reach_the_kernel(
         task: TaskRef, monkeypatch: pytest.MonkeyPatch) -> None:
-    from server.worker import profile_job
+    from accelopt_core.editor_api import ProfileRequest
+    from server.worker import answer
 
     monkeypatch.setenv("ACCELOPT_SERVICE_TOKEN", "svc-env-secret-3")
     monkeypatch.setenv("ACCELOPT_LLM_API_KEY", "llm-env-secret-4")
     profiler = ProfilerSettings(token="svc-payload-secret-1", seeds=1, limits=SandboxLimits(30.0, 2048))
-    payload = {"source": attack_kernel(HUNT), "task": task, "hardware": "trn1", "check": True, "profiler": profiler,
-               "memory_db": None, "label": "kernel.py", "kernel_name": None,
-               "llm": {"endpoint": "https://llm.example", "api_key": "llm-payload-secret-2"}}
-    outcome = profile_job(payload, threading.Event(), lambda event: None)
-    error = outcome["result"].error
+    request = ProfileRequest(source=attack_kernel(HUNT), task=task, hardware="trn1", profiler=profiler, check=True)
+    reply = answer(request, threading.Event(), lambda event: None)
+    assert reply.result is not None
+    error = reply.result.error
     assert error is not None and "GOT" in error
     for secret in SECRETS:
         assert secret not in error
