@@ -42,7 +42,7 @@ from .profiling.sandbox import importable_environment
 from .tasks import TaskError
 
 if TYPE_CHECKING:
-    from .migrate import MigrationOffer
+    from .migration_offer import MigrationOffer
     from .search import SearchResult
 
 __all__ = ["INSTALL_HINT", "REMOTE", "SIMULATOR", "AnalyzeReply", "AnalyzeRequest", "EditorEngine", "FixesReply",

@@ -19,6 +19,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import PositionProvider
 
+from .migration_offer import MigrationOffer
 from .profiling import Profiler, ProfileResult, SimulatorProfiler, TaskRef, measured_on
 from .tasks.check import fresh_seeds
 
@@ -1035,36 +1036,6 @@ def migration_dict(kernel_path: str, out_path: str, migration: Migration, verifi
             "elsewhere": [{"file": out_path, "line": line, "reason": reason} for line, reason in migration.elsewhere],
             "original": verified.original.to_dict(), "migrated": verified.migrated.to_dict(),
             "exit_code": exit_code(migration, verified)}
-
-
-@dataclass(frozen=True)
-class MigrationOffer:
-    """A migration the editor offers as one code action: the text it replaces, the migrated text, and what the
-    run of both versions on the same fresh seeds showed (for the action's title)."""
-
-    base_source: str
-    source: str
-    complete: bool
-    agree: bool
-    needs_person: tuple[tuple[int, str], ...]
-    original_ms: float | None
-    migrated_ms: float | None
-    measured_on: str
-
-    @property
-    def title(self) -> str:
-        """"Migrate to NKI 0.8 — both correct on the same seeds, 0.0137 -> 0.0137 ms (simulated trn2)", or what
-        is still wrong with it."""
-        if not self.agree:
-            verdict = "the migrated kernel does not pass its check"
-        elif self.complete:
-            verdict = "both correct on the same seeds"
-        else:
-            left = len(self.needs_person)
-            verdict = f"both correct, {left} line{'s' * (left != 1)} left for a person"
-        times = (f", {self.original_ms:.4g} -> {self.migrated_ms:.4g} ms ({self.measured_on})"
-                 if self.original_ms is not None and self.migrated_ms is not None else "")
-        return f"Migrate to NKI 0.8 — {verdict}{times}"
 
 
 def offer_migration(source: str, task: TaskRef, profiler: Profiler, hardware: str = "trn2",

@@ -17,7 +17,7 @@ from .format import ms
 from .kernels import KernelFile, TaskLink, analyze, link_task
 
 if TYPE_CHECKING:  # the migration is made in the worker: libcst never loads into the server
-    from accelopt_core.migrate import MigrationOffer
+    from accelopt_core.migration_offer import MigrationOffer
 
 
 @dataclass(frozen=True)
