@@ -592,7 +592,10 @@ class _Port:
             if blocker < 0:
                 break
             waited = blocker
-            start = lane.earliest(clear - setup, occupancy, setup)
+            later = lane.earliest(clear - setup, occupancy, setup)
+            if later <= start:  # `clear - setup + setup` rounded a hair below `clear`: the port is clear
+                break
+            start = later
         if waited < 0 and start > ready and start + occupancy > lane.free:
             waited = lane.last  # after its engine's work, as `_Lane.place` says
         placed, _ = lane.place(start, occupancy, index, setup)
