@@ -6,7 +6,12 @@ block index to a physical tile: `(start_partition, byte_addr)` in SBUF, `(bank, 
 byte_addr)` in PSUM. Blocks that map to the same location share one physical tile: that is how a kernel
 declares double buffering or rotation. The simulator holds the physical tiles as placed: a write to one
 block is a write to every block sharing its tile, so a kernel whose rotation overwrites a tile still in use
-reads the later block's values, as the hardware would, and fails its check. Everything it records works on
+reads the later block's values, as the hardware would, and fails its check. What stays logical is whether a
+block was written before: a legacy `acc[i] += nisa.nc_matmul(...)` onto a block nothing wrote starts a new
+accumulation group, as the compiler, which sets a matmul's start-of-group flag from the kernel's logical tensors,
+compiles it, even when the tile it shares holds another block's sums (the public attention tutorial's allocated
+versions, v9 and v10, accumulate every query tile's output in one PSUM bank, and its test checks them against
+NumPy). Everything it records works on
 the physical tiles too: the tensor's footprint is its distinct physical tiles, and every access is recorded
 against the physical tile slots it touches, so the performance model orders the instructions that reuse a
 tile (the rotation the kernel declared) and sees no more capacity than was allocated. Simulation and price

@@ -32,6 +32,9 @@ INTRODUCED: dict[tuple[str, str], Version] = {
     ("nki.lnc", "sendrecv_compute"): (0, 8),
     ("nki.lnc", "core_barrier"): (0, 8),
 }
+# (module, name, keyword) -> the release that gave a call that keyword: nisa.topk's sorted= is NKI 0.7's (its ISA
+# page of Neuron 2.32 has no such parameter, that of 2.33 has)
+KEYWORDS_INTRODUCED: dict[tuple[str, str, str], Version] = {("nki.isa", "topk", "sorted"): (0, 7)}
 # NkiTensor view methods (Neuron 2.30, NKI 0.4): names no other tensor API uses
 VIEW_METHODS: dict[str, Version] = {name: (0, 4) for name in (
     "rearrange", "reshape_dim", "flatten_dims", "expand_dim", "squeeze_dim", "vector_select", "reinterpret_cast",
@@ -157,6 +160,11 @@ def detect_version(source: str) -> ApiVersion:
             needed = VIEW_METHODS.get(node.func.attr)
             if needed is not None and needed > best:
                 best, evidence = needed, f".{node.func.attr}(...), line {node.lineno}"
+            module, _, name = (_dotted(node.func, aliases) or "").rpartition(".")
+            for keyword in node.keywords:
+                needed = KEYWORDS_INTRODUCED.get((module, name, keyword.arg or ""))
+                if needed is not None and needed > best:
+                    best, evidence = needed, f"{ast.unparse(node.func)}({keyword.arg}=...), line {node.lineno}"
     return ApiVersion(False, best, evidence)
 
 

@@ -69,6 +69,7 @@ class Cost(enum.StrEnum):
     SELECT = "select"  # Vector: N with a side in PSUM, 2N SBUF to SBUF (tensor_copy_predicated)
     ONE_PASS = "one_pass"  # max(MIN_II, N) on Vector and Scalar; startup + N on GpSimd
     TWO_PASS = "two_pass"  # GpSimd: startup + 2N (two inputs, or across partitions)
+    TOPK = "topk"  # GpSimd: 4n + K, n the elements of one 16-partition snake and K the results (nisa.topk)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +205,12 @@ DECLARED: Mapping[str, Declaration] = _declare(
                 versions=(3, 4),
                 operands={"src": Operand(dtypes=_NOT_32_BIT_INT), "dst": Operand(dtypes=_NOT_32_BIT_INT)},
                 source="nki.isa.tensor_scalar_cumulative (priced as tensor_tensor_scan: the ISA gives no cost)"),
+    Declaration("topk", (_G,), {_G: Cost.TOPK}, modern=("topk",), versions=(3, 4), reads=(SBUF,), writes=(SBUF,),
+                across_partitions=True,
+                operands={"src": Operand((SBUF,), ("bfloat16",)), "val_dst": Operand((SBUF,), ("bfloat16",)),
+                          "idx_dst": Operand((SBUF,), ("uint32",))},
+                source="nki.isa.topk (NKI 0.7, Neuron 2.33: 16-partition groups, snake layout, sorted=; its cost "
+                       "4n + K and limits as NKI 0.6 documents them)"),
 )
 
 

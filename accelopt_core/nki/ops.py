@@ -1671,6 +1671,65 @@ def nc_match_replace8(data: Tile, vals: Tile, imm: Any, *, dst: Tile | None = No
     return out
 
 
+TOPK_GROUP = 16  # partitions that hold one nisa.topk problem (its snake)
+_TOPK_UNSPECIFIED_INDEX = np.iinfo(np.uint32).max  # what the simulator writes where the ISA leaves a slot unspecified
+
+
+@instruction
+def topk(val_dst: Tile, idx_dst: Tile, src: Tile, n: int, sorted: bool = False) -> None:  # noqa: A002 (its name)
+    """GpSimd: every group of 16 partitions is one problem over the first `n` elements of its snake (element e
+    at partition e % 16, column e // 16); its k largest (k: val_dst's columns) go to val_dst in the same snake
+    layout, result j at partition j % 16, column j // 16, and their snake positions to idx_dst. `sorted`: result
+    j is the j-th largest; otherwise the ISA leaves the order open and the simulator writes the results in the
+    order of their positions, which is no order of value a kernel could rely on by accident.
+
+    Only columns 0 .. ceil(k / 16) - 1 are written; the hardware writes a column on all 16 partitions, so the
+    slots of the last one past result k - 1 hold unspecified values (NaN and the all-ones index here). Equal
+    values: the lower snake position ranks first (UNCERTAIN: the ISA does not say). A NaN ranks above every
+    number, so garbage read as input shows in the output."""
+    for tile, role in ((src, "src"), (val_dst, "val_dst"), (idx_dst, "idx_dst")):
+        _on_chip(tile, f"topk {role}")
+    _check_operands(Op.TOPK, src=src, val_dst=val_dst, idx_dst=idx_dst)
+    partitions = src.shape[0]
+    if val_dst.ndim != 2 or idx_dst.shape != val_dst.shape or val_dst.shape[0] != partitions:
+        raise KernelUsageError(f"topk: val_dst {val_dst.shape} and idx_dst {idx_dst.shape} must both be "
+                               f"[{partitions}, k], the partitions of src {src.shape}")
+    if partitions % TOPK_GROUP:
+        raise HardwareRuleError(f"topk works on groups of {TOPK_GROUP} partitions; src has {partitions}")
+    if type(n) is not int:
+        raise KernelUsageError(f"topk: n must be an int, got {n!r}")
+    k = val_dst.shape[1]
+    free = src.size // partitions
+    if not 8 <= n < 65536:
+        raise HardwareRuleError(f"topk takes 8 <= n < 65536 elements per snake, got n={n}")
+    if not 1 <= k < 32768 or k > n:
+        raise HardwareRuleError(f"topk finds 1 <= k < 32768 values, at most n={n}; val_dst asks for k={k}")
+    if free * TOPK_GROUP < n:
+        raise HardwareRuleError(f"topk: a snake of n={n} elements needs {-(-n // TOPK_GROUP)} columns of src; "
+                                f"src {src.shape} has {free}")
+    inst = _record(Engine.GPSIMD, Op.TOPK, (src,), val_dst, work_shape=src.shape,
+                   attrs={"n": n, "k": k, "sorted": bool(sorted)})
+    _add_write(inst, idx_dst)
+    if not current().numeric:
+        return
+    groups, columns = partitions // TOPK_GROUP, -(-k // TOPK_GROUP)
+    # [group, partition, column] -> [group, element], element e = column * 16 + partition
+    snake = _f32(src).reshape(groups, TOPK_GROUP, free).transpose(0, 2, 1).reshape(groups, -1)[:, :n]
+    missing = np.isnan(snake)
+    positions = np.broadcast_to(np.arange(n), snake.shape)
+    # lexsort's last key is the first: NaN first, then by value descending, then by position
+    ranked = np.lexsort((positions, -np.where(missing, 0, snake), ~missing), axis=-1)[:, :k]
+    chosen = ranked if sorted else np.sort(ranked, axis=1)
+    values = np.full((groups, columns * TOPK_GROUP), np.nan, dtype=np.float32)
+    indices = np.full((groups, columns * TOPK_GROUP), _TOPK_UNSPECIFIED_INDEX, dtype=np.int64)
+    values[:, :k] = np.take_along_axis(snake, chosen, axis=1)
+    indices[:, :k] = chosen
+    # result j of a group -> its partition j % 16, column j // 16
+    for out, results in ((val_dst, values), (idx_dst, indices)):
+        laid = results.reshape(groups, columns, TOPK_GROUP).transpose(0, 2, 1).reshape(partitions, columns)
+        _store(out[:, 0:columns], laid, None)
+
+
 QUADRANT = 32  # partitions one Vector-engine shuffle moves data within (nki.isa.nc_stream_shuffle)
 _UNMODIFIED = 255  # a shuffle_mask entry that leaves its output partition as it was
 

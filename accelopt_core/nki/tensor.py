@@ -583,15 +583,15 @@ class Tile(TensorViews):
 
     def write(self, values: np.ndarray | float, mask: np.ndarray | None = None) -> None:
         """Write `values` (where `mask`) into the elements of this tile, and into every block placed on the same
-        physical tile (direct allocation, allocation.py): they are one memory."""
+        physical tile (direct allocation, allocation.py): they are one memory. What a PSUM block has had written
+        stays the block's own: whether a matmul starts an accumulation group is the compiler's decision, made on
+        the logical blocks (allocation.py)."""
         self._write(values, mask)
         slots = self.storage.slots
         if slots is not None:
             for block, others in slots.sharing(self.sub.region):
-                for array in (self.storage.data, self.storage.initialized):
-                    if array is not None:
-                        for other in others:
-                            array[other] = array[block]
+                for other in others:
+                    self.storage.data[other] = self.storage.data[block]
 
     def _write(self, values: np.ndarray | float, mask: np.ndarray | None = None) -> None:
         data = self.storage.data

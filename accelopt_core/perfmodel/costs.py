@@ -202,9 +202,11 @@ class CostModel:
         return cycles
 
     def _gpsimd_cycles(self, inst: Instruction, spec: ComputeEngineSpec) -> float:
-        # Only iota/affine_select are documented (150 + N); the rest reuse that shape, with two
-        # passes for two-input and cross-partition ops (UNCERTAIN, to calibrate).
+        # iota/affine_select are documented as 150 + N and topk as 4n + K; the rest reuse the first shape,
+        # with two passes for two-input and cross-partition ops (UNCERTAIN, to calibrate).
         cost = cost_class(inst.op, Engine.GPSIMD)
+        if cost == Cost.TOPK:
+            return _topk_cycles(inst)
         passes = 2 if cost == Cost.TWO_PASS else 1
         if cost not in (Cost.ONE_PASS, Cost.TWO_PASS):
             self._note_unknown(inst)
@@ -275,6 +277,16 @@ class CostModel:
         if inst.engine == Engine.DMA:
             return self.dma(inst).standalone
         return self.occupancy(inst) + self.tail(inst.engine)
+
+
+def _topk_cycles(inst: Instruction) -> float:
+    """The ISA's estimate for nki.isa.topk: 4n + K GpSimd cycles, n the elements of one 16-partition snake and K
+    the results; an instruction recorded without them (a test's, a rewrite's) is sized by its operands, the whole
+    snake its source holds and the columns of its first output."""
+    attrs = inst.attrs or {}
+    n = attrs.get("n", 16 * inst.free_elements)
+    k = attrs.get("k", inst.writes[0].shape[-1] if inst.writes and inst.writes[0].shape else 1)
+    return 4 * n + k
 
 
 def _hbm_side(src: Access | None, dst: Access | None) -> Access | None:

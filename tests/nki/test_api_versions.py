@@ -25,6 +25,12 @@ def test_the_version_is_the_newest_construct_used():
     assert detect_version(kernel("nki.lnc.core_barrier(x, (0, 1))\n", MODERN + "import nki.lnc\n")).minimum == (0, 8)
 
 
+def test_a_keyword_a_later_release_added_raises_the_version():
+    assert detect_version(kernel("nisa.topk(val_dst=x, idx_dst=x, src=x, n=16)\n")).minimum == (0, 6)
+    found = detect_version(kernel("nisa.topk(val_dst=x, idx_dst=x, src=x, n=16, sorted=True)\n"))
+    assert found.describe() == "NKI 0.7+ (nisa.topk(sorted=...), line 8)"
+
+
 def test_a_legacy_kernel_is_named_so_and_gets_no_findings():
     legacy = kernel("for i in nl.affine_range(4):\n    pass\n",
                     "import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n")

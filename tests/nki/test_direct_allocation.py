@@ -180,3 +180,34 @@ def kernel(a):
 """, a)
     blocks = a.reshape(4, 128, 64)
     np.testing.assert_array_equal(both.out.reshape(4, 128, 64), blocks[[2, 3, 2, 3]])
+
+
+# two query tiles accumulate in turn on one PSUM bank (the attention tutorial's v9/v10 do this): each
+# block's `+=` starts its own group, then is copied out; ACCUMULATE_ALL keeps both groups open before reading
+ONE_BANK = HEADER + """
+@nki.jit
+def kernel(s, m):
+    out = nl.ndarray((2, 128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32,
+                     buffer=ncc.psum.mod_alloc(base_bank=7, num_bank_tiles=(1,)))
+    for i in nl.sequential_range(2):
+        for k in nl.affine_range(2):
+            acc[i] += nisa.nc_matmul(nl.load(s[k]), nl.load(m[i, k]))
+        nl.store(out[i], value=nl.copy(acc[i]))
+    return out
+"""
+ACCUMULATE_ALL = ONE_BANK.replace("""        nl.store(out[i], value=nl.copy(acc[i]))
+""", """    for i in nl.sequential_range(2):
+        nl.store(out[i], value=nl.copy(acc[i]))
+""")
+
+
+def test_a_matmul_accumulating_onto_a_fresh_block_of_a_shared_tile_starts_its_group(run, rng):
+    s = rng.standard_normal((2, 128, 128)).astype(np.float32)
+    m = rng.standard_normal((2, 2, 128, 128)).astype(np.float32)
+    expected = np.einsum("kpa,ikpb->iab", s, m)
+    both = run(ONE_BANK, s, m)
+    np.testing.assert_allclose(both.out, expected, rtol=1e-4, atol=1e-4)
+    # still one memory: the second block's group overwrote the first's sums before they were read
+    aliased = run(ACCUMULATE_ALL, s, m)
+    np.testing.assert_allclose(aliased.out, expected[[1, 1]], rtol=1e-4, atol=1e-4)

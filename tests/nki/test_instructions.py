@@ -151,6 +151,8 @@ def kernel(a):
     s6 = nl.ndarray((128, 6), dtype=nl.float32, buffer=nl.sbuf)
     s8 = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
     su = nl.ndarray((128, 8), dtype=nl.uint32, buffer=nl.sbuf)
+    b = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.sbuf)
+    b8 = nl.ndarray((128, 8), dtype=nl.bfloat16, buffer=nl.sbuf)
     t32 = nl.ndarray((32, 32), dtype=nl.float32, buffer=nl.sbuf)
     big = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
     i32 = nl.ndarray((128, 64), dtype=nl.int32, buffer=nl.sbuf)
@@ -167,6 +169,7 @@ def kernel(a):
     nisa.memset(dst=pp, value=1.0)
     nisa.memset(dst=big, value=1.0)
     nisa.memset(dst=i32, value=1)
+    nisa.memset(dst=b, value=1.0)
     {call}
     return h
 """
@@ -288,6 +291,11 @@ CASES: dict[tuple[str, str], tuple[str, list[tuple[str, str]]] | tuple[str, list
         "nisa.tensor_scalar_cumulative(dst=s, src=x, op0=nl.multiply, op1=nl.add, imm0=2.0)", [
             ("nisa.tensor_scalar_cumulative(dst=h, src=x, op0=nl.multiply, op1=nl.add, imm0=2.0)", "HBM"),
             ("nisa.tensor_scalar_cumulative(dst=i32, src=x, op0=nl.multiply, op1=nl.add, imm0=2.0)", "int32")]),
+    ("topk", "modern"): ("nisa.topk(val_dst=b8, idx_dst=su, src=b, n=64)", [
+        ("nisa.topk(val_dst=b8, idx_dst=hu, src=b, n=64)", "HBM"),
+        ("nisa.topk(val_dst=b8, idx_dst=su, src=x, n=64)", "src operand .* float32"),
+        ("nisa.topk(val_dst=s8, idx_dst=su, src=b, n=64)", "val_dst operand .* float32"),
+        ("nisa.topk(val_dst=b8, idx_dst=s8, src=b, n=64)", "idx_dst operand .* float32")]),
     # ------------------------------------------------------------------ the legacy API (results are new SBUF tiles)
     ("dma_copy", "legacy"): ("nisa.dma_copy(src=a, dst=s)", [("nisa.dma_copy(src=a[0:64, :], dst=pp)", "PSUM")]),
     ("nc_matmul", "legacy"): ("nisa.nc_matmul(x, x)", [("nisa.nc_matmul(a, x)", "SBUF only")]),
