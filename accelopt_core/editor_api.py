@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .engine import (
@@ -187,21 +187,17 @@ class LLMRequest:
 
 @message
 @dataclass(frozen=True)
-class OptimizeRequest(Message):
+class OptimizeRequest(KernelRequest):
     """A beam search of the editor's kernel: `agents` names agent factories (none: the rules, with the LLM
-    planner of `llm` beside them when one is configured); `family` is the task family its lessons go to."""
+    planner of `llm` beside them when one is configured); `family` is the task family its lessons go to. Its own
+    fields are keyword-only, after the kernel's."""
 
     kind: ClassVar[str] = "optimize"
-    source: str
-    task: TaskRef
-    hardware: str
-    profiler: ProfilerSettings
+    _: KW_ONLY
     preset: str
     workers: int | None = None
-    memory_db: str | None = None
     agents: tuple[str, ...] = ()
     llm: LLMRequest | None = None
-    kernel_name: str | None = None
     family: str | None = None
 
 

@@ -442,12 +442,11 @@ class Session:
             raise OptimizeError("an Optimize is already running on this file")
         if not self.trusted:
             raise OptimizeError(UNTRUSTED)
-        source, hardware = doc.source, doc.hardware(self.settings.hardware)
-        search = OptimizeRequest(source, doc.link.ref, hardware, self.profiler_settings(check_variant(doc.link.ref)),
-                                 self.settings.search_preset, self.settings.search_workers,
-                                 self.memory.for_workers(),
-                                 tuple(self.settings.optimizer_agents), self._llm_request(), doc.info.named,
-                                 doc.family())
+        source = doc.source
+        kernel = self._kernel(doc, Snapshot(source, doc.link, doc.info.named, doc.hardware(self.settings.hardware)))
+        search = OptimizeRequest(**kernel, preset=self.settings.search_preset, workers=self.settings.search_workers,
+                                 agents=tuple(self.settings.optimizer_agents), llm=self._llm_request(),
+                                 family=doc.family())
 
         def event(value: Any) -> None:
             if doc.search is not None:

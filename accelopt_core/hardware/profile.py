@@ -84,6 +84,7 @@ class DmaSpec:
     engine_bandwidth: float
     engine_element_rate: float
     fixed_cost_s: float
+    transfer_target_bytes: int  # a transfer at least this large pays its setup off (the rules merge and grow to it)
     transpose_efficiency_hbm: float
     transpose_efficiency_sbuf: float
     efficiency_curve: tuple[tuple[float, float], ...]

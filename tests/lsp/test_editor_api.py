@@ -9,6 +9,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from accelopt_core.editor_api import (
     AnalyzeReply,
     AnalyzeRequest,
     FixesRequest,
+    KernelRequest,
     LLMRequest,
     OptimizeReply,
     OptimizeRequest,
@@ -45,8 +47,7 @@ def test_every_message_comes_back_as_it_was_sent() -> None:
     sent = [ProfileRequest(**kernel, check=True), ProfileReply(result), ProfileReply(task_error="no such task"),
             FixesRequest(**kernel, profile=result, limit=2, rule_specs=("m:rules",), seconds=5.0),
             AnalyzeRequest("def k(): pass\n", "k"), AnalyzeReply((RepeatedLoad(3, 2, ("i",)),)),
-            OptimizeRequest("def k(): pass\n", SILU, "trn1", ProfilerSettings(), "quick",
-                            llm=LLMRequest("http://x", "m")),
+            OptimizeRequest(**kernel, preset="quick", llm=LLMRequest("http://x", "m")),
             OptimizeReply(error="no task", notes=("LLM planner not used",))]
     for message in sent:
         assert crossed(message) == message
@@ -89,3 +90,12 @@ def test_the_rules_analysis_runs_in_the_worker_and_libcst_never_loads_in_the_ser
     assert run.returncode == 0, run.stderr[-2000:]
     codes, libcst_loaded = ast.literal_eval(run.stdout.strip().splitlines()[-1])
     assert "repeated-load" in codes and libcst_loaded is False
+
+
+def test_an_optimize_request_is_a_kernel_request_with_its_own_fields_by_keyword() -> None:
+    """The kernel's fields are declared once (KernelRequest); the search's follow them, keyword-only."""
+    kernel_fields = [item.name for item in fields(KernelRequest)]
+    assert issubclass(OptimizeRequest, KernelRequest)
+    assert [item.name for item in fields(OptimizeRequest)][:len(kernel_fields)] == kernel_fields
+    with pytest.raises(TypeError):
+        OptimizeRequest("def k(): pass\n", SILU, "trn1", ProfilerSettings(), None, "k.py", None, "quick")  # type: ignore[misc]

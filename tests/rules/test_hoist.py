@@ -295,3 +295,37 @@ def test_swaps_static_and_python_range_loops_too(tmp_path: Path, loop: str) -> N
     assert after.index("for n in") < after.index("b_tile_buf[k] = nl.load") < after.index("for m in")
     rng = np.random.default_rng(3)
     assert_same(text, after, [rng.standard_normal(s, dtype=np.float32) for s in shapes], tmp_path)
+
+
+def test_a_statement_under_an_if_stays_in_its_loop() -> None:
+    """Only the loops right around a statement may be left: under an `if` it runs conditionally."""
+    guarded = GAIN.replace("        gain = nl.load(g[0:128, :])  # the same tile every time\n        scaled =",
+                           "        if cols >= 128:\n            gain = nl.load(g[0:128, :])\n            scaled =")
+    assert "if cols >= 128:" in guarded
+    assert HoistInvariant().plan(guarded, None) == []
+
+
+def test_each_kernel_of_a_file_is_planned_on_and_rewritten_alone() -> None:
+    twice = GAIN + GAIN.split("\n\n\n", 1)[1].replace("def kernel(", "def kernel_v2(")
+    rule = HoistInvariant()
+    plans = rule.plan(twice, None)
+    assert {p.params["kernel"] for p in plans} == {"kernel", "kernel_v2"}
+    plan = next(p for p in plans if p.params["kernel"] == "kernel_v2" and p.params["stmt"].startswith("gain="))
+    after = rule.apply(twice, plan)
+    first, second = after.split("def kernel_v2(")
+    assert first == twice.split("def kernel_v2(")[0]  # the other kernel is untouched
+    assert second.index("gain = nl.load") < second.index("for r in")
+
+
+# TILED with its free tile size a module-level constant, as kernels often write it.
+MODULE_TILE = TILED.replace("    tile_n = nl.tile_size.gemm_moving_fmax\n", "").replace(
+    "\n\n@nki.jit", "\ntile_n = 512\n\n\n@nki.jit")
+
+
+def test_a_module_constant_sizes_the_block(tmp_path: Path) -> None:
+    """The kernel's environment includes module-level constants: the block of B's tiles is sized, and fits."""
+    shapes = [(256, 512), (256, 1024)]
+    plan = next(p for p in HoistInvariant().plan(MODULE_TILE, profile(MODULE_TILE, shapes, tmp_path))
+                if p.params["stmt"].startswith("b_tile="))
+    assert (plan.params["mode"], plan.params["index"], plan.params["target_var"]) == ("buffered", "n,k", "m")
+    assert "8 KiB per partition" in plan.description  # 2 x 2 tiles of 512 floats

@@ -223,7 +223,7 @@ class KernelModel:
         self.profile = profile
         self.pos: Mapping[cst.CSTNode, CodeRange] = u.positions(module)
         self.aliases = _aliases(module, fn)
-        self.constants = _module_constants(module)  # module-level `NAME = value`
+        self.constants = module_constants(module)  # module-level `NAME = value`
         self.env = {**self.constants, **u.single_assignments(fn)}
         self.grids = self._grid_names(fn)
         self.loops: list[ForLoop] = []
@@ -706,7 +706,8 @@ def _aliases(module: cst.Module, fn: cst.FunctionDef) -> dict[str, str]:
     return found
 
 
-def _module_constants(module: cst.Module) -> dict[str, cst.BaseExpression]:
+def module_constants(module: cst.Module) -> dict[str, cst.BaseExpression]:
+    """Module-level `NAME = value` bindings (the last one of a name counts): part of a kernel's environment."""
     out: dict[str, cst.BaseExpression] = {}
     for stmt in module.body:
         name = u.assigned_name(stmt)

@@ -29,6 +29,9 @@ LOOP_KINDS = {
     "range": "range",
 }
 
+# The size the rules' estimates give an element of unknown dtype: float32, the NKIBench kernels' and the widest
+# common one.
+ELEMENT_BYTES = 4
 # Keyword arguments through which an NKI call writes into an existing tensor.
 OUTPUT_KEYWORDS = frozenset({"dst", "out", "reduce_res", "dst_tensor"})
 # NKI calls whose first positional argument is written.

@@ -28,15 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import libcst as cst
-from libcst.metadata import CodeRange
 
-from ...profiling import ProfileResult
 from . import cst_util as u
-from .analysis import ModelRule, hardware_of
+from .analysis import KernelModel, ModelRule, Statement, model_of
 from .base import Plan, RuleError
 from .interchange import Nest, interchange, nest_model, nest_params, nest_problem
-
-DEFAULT_ITEMSIZE = 4  # an unknown dtype is assumed float32, the widest common one
 
 
 @dataclass
@@ -109,25 +105,25 @@ def _strip_blank(stmt: cst.BaseStatement) -> cst.BaseStatement:
 
 
 class _Analysis:
-    """Whether one statement can leave one loop, and how (see `Hoist`)."""
+    """Whether one statement of the modelled kernel can leave one loop, and how (see `Hoist`)."""
 
-    def __init__(self, func: cst.FunctionDef, pos: Mapping[cst.CSTNode, CodeRange]):
-        self.func = func
-        self.pos = pos
-        self.env = u.single_assignments(func)
+    def __init__(self, model: KernelModel):
+        self.model = model
+        self.func = model.fn
+        self.pos = model.pos
+        self.env = model.env
 
     def _before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         pa, pb = self.pos[a].start, self.pos[b].start
         return (pa.line, pa.column) < (pb.line, pb.column)
 
-    def run(self, site: u.Site, target: cst.For) -> Hoist | str:
-        stmt = site.stmt
+    def run(self, stmt: cst.SimpleStatementLine, chain: Sequence[cst.For], target: cst.For) -> Hoist | str:
+        """`stmt` (inside the loops `chain`, outermost first) out of `target`, or why not."""
         name, value = u.assigned_name(stmt), _value(stmt)
-        if name is None or value is None or not isinstance(stmt, cst.SimpleStatementLine):
+        if name is None or value is None:
             return "not a simple assignment"
         if not u.is_pure(value):
             return "the statement has side effects or allocates"
-        chain = site.loops
         if target not in chain:
             return "the statement is not inside that loop"
         below = list(chain[chain.index(target) + 1:])
@@ -302,7 +298,7 @@ class _Analysis:
             if u.names_in(dim) & written:
                 return "the tile's shape changes inside the loop"
         dtype_arg = u.keyword(load, "dtype")
-        itemsize = u.dtype_bytes(dtype_arg.value if dtype_arg else None) or DEFAULT_ITEMSIZE
+        itemsize = u.dtype_bytes(dtype_arg.value if dtype_arg else None) or u.ELEMENT_BYTES
         dtype = u.code_of(dtype_arg.value) if dtype_arg else f"{source}.dtype"
         return Tile([u.code_of(d) for d in dims], [u.static_value(d, self.env) for d in dims[1:]], itemsize, dtype)
 
@@ -404,85 +400,84 @@ class HoistInvariant(ModelRule):
 
     # ---------------------------------------------------------------- planning
 
-    def plan(self, source: str, profile: ProfileResult | None) -> list[Plan]:
-        module = u.fold_declared_loads(u.parse(source))
-        pos = u.positions(module)
-        ctx = _Context(profile, module, pos)
+    def plans(self, model: KernelModel) -> list[Plan]:
+        model = _with_declared_loads(model)
+        ctx = _Context(model)
+        analysis = _Analysis(model)
         plans: list[Plan] = []
-        for func in u.functions(module):
-            analysis = _Analysis(func, pos)
-            for site in u.sites(func):
-                value = _value(site.stmt)
-                if value is None or not site.loops or not _worth_hoisting(value):
-                    continue
-                plans.extend(self._plans_for(module, ctx, analysis, site))
+        for op in model.ops:
+            value = _value(op.stmt)
+            chain = _leavable_loops(op)
+            if value is None or not chain or not _worth_hoisting(value):
+                continue
+            plans.extend(self._plans_for(ctx, analysis, op.stmt, chain))
         plans.sort(key=lambda p: -p.priority)
         return plans
 
-    def _plans_for(self, module: cst.Module, ctx: _Context, analysis: _Analysis, site: u.Site) -> list[Plan]:
+    def _plans_for(self, ctx: _Context, analysis: _Analysis, stmt: cst.SimpleStatementLine,
+                   chain: tuple[cst.For, ...]) -> list[Plan]:
         best: tuple[Hoist, float] | None = None
-        for target in site.loops:
-            hoist = analysis.run(site, target)
+        for target in chain:
+            hoist = analysis.run(stmt, chain, target)
             if isinstance(hoist, str):
                 continue
-            gain = ctx.gain(ctx.engines_under(site.stmt, ctx.saved_share(hoist, site.loops)))
+            gain = ctx.gain(ctx.engines_under(stmt, ctx.saved_share(hoist, chain)))
             if hoist.tile is not None and not ctx.fits(hoist):
                 continue
             best = (hoist, gain)
             break
         plans = []
         if best is not None and (best[1] > 0 or ctx.latency is None):
-            plans.append(self._plan(best[0], best[1], ctx, analysis.pos))
-        if _is_load(_value(site.stmt)) and (best is None or best[0].target is not site.loops[0]):
-            swapped = self._with_interchange(module, ctx, analysis.func, site, best[0].target if best else None)
+            plans.append(self._plan(best[0], best[1], ctx))
+        if _is_load(_value(stmt)) and (best is None or best[0].target is not chain[0]):
+            swapped = self._with_interchange(ctx, stmt, chain, best[0].target if best else None)
             if swapped is not None and swapped.priority > (plans[0].priority if plans else -1.0):
                 plans.append(swapped)
         return plans
 
-    def _with_interchange(self, module: cst.Module, ctx: _Context, func: cst.FunctionDef, site: u.Site,
+    def _with_interchange(self, ctx: _Context, stmt: cst.SimpleStatementLine, chain: tuple[cst.For, ...],
                           limit: cst.For | None) -> Plan | None:
         """The best plan that swaps a loop with the one inside it, then buffers the load out of the
         loop that went inside."""
-        chain = list(site.loops)
+        model = ctx.model
         stop = chain.index(limit) if limit is not None else len(chain)
         found: Plan | None = None
-        stmt_key = u.flat(u.code_of(u.small(site.stmt) or site.stmt))
+        stmt_key = _statement_key(stmt)
         for outer, inner in itertools.pairwise(chain[:stop + 1]):
-            if nest_problem(outer, inner, nest_model(module, func, outer, inner)) is not None:
+            if nest_problem(outer, inner, nest_model(model.module, model.fn, outer, inner)) is not None:
                 continue
             params = nest_params(Nest(outer, inner))
-            swapped = ctx.swapped(module, params, u.line_of(outer, ctx.pos))
-            if swapped is None:
+            analysis = ctx.swapped(params, u.line_of(outer, ctx.pos))
+            if analysis is None:
                 continue
-            for analysis in swapped:
-                for new_site in u.sites(analysis.func):
-                    if u.flat(u.code_of(u.small(new_site.stmt) or new_site.stmt)) != stmt_key:
-                        continue
-                    new_target = next((loop for loop in new_site.loops if _loop_key(loop) == _loop_key(outer)), None)
-                    if new_target is None:
-                        continue
-                    hoist = analysis.run(new_site, new_target)
-                    if isinstance(hoist, str) or hoist.tile is None or not ctx.fits(hoist):
-                        continue
-                    added: dict[str, float] = {}
-                    for stmt in u.block_statements(outer)[:-1]:  # recomputed for every `inner` iteration
-                        u.add_times(added, ctx.engines_under(stmt, ctx.trip(inner) - 1))
-                    gain = ctx.gain(ctx.engines_under(site.stmt, ctx.saved_share(hoist, new_site.loops)), added)
-                    if ctx.latency is not None and gain <= 0:
-                        continue
-                    plan = self._plan(hoist, gain, ctx, ctx.pos, swap=(params, outer, inner), line=site.stmt)
-                    if found is None or plan.priority > found.priority:
-                        found = plan
+            for new_op in analysis.model.ops:
+                if _statement_key(new_op.stmt) != stmt_key:
+                    continue
+                new_chain = _leavable_loops(new_op)
+                new_target = next((loop for loop in new_chain if _loop_key(loop) == _loop_key(outer)), None)
+                if new_target is None:
+                    continue
+                hoist = analysis.run(new_op.stmt, new_chain, new_target)
+                if isinstance(hoist, str) or hoist.tile is None or not ctx.fits(hoist):
+                    continue
+                added: dict[str, float] = {}
+                for moved in u.block_statements(outer)[:-1]:  # recomputed for every `inner` iteration
+                    u.add_times(added, ctx.engines_under(moved, ctx.trip(inner) - 1))
+                gain = ctx.gain(ctx.engines_under(stmt, ctx.saved_share(hoist, new_chain)), added)
+                if ctx.latency is not None and gain <= 0:
+                    continue
+                plan = self._plan(hoist, gain, ctx, swap=(params, outer, inner), line=stmt)
+                if found is None or plan.priority > found.priority:
+                    found = plan
         return found
 
-    def _plan(self, hoist: Hoist, gain: float, ctx: _Context, pos: Mapping[cst.CSTNode, CodeRange],
-              swap: tuple[dict[str, Any], cst.For, cst.For] | None = None,
-              line: cst.CSTNode | None = None) -> Plan:
+    def _plan(self, hoist: Hoist, gain: float, ctx: _Context,
+              swap: tuple[dict[str, Any], cst.For, cst.For] | None = None, line: cst.CSTNode | None = None) -> Plan:
         stmt_line = u.line_of(line if line is not None else hoist.stmt, ctx.pos)
         target_line = u.line_of(swap[1] if swap else hoist.target, ctx.pos)
         var = u.loop_var(hoist.target)
         priority = min(1.0, max(0.0, gain / ctx.latency)) if ctx.latency else 0.01
-        params: dict[str, Any] = {"stmt": u.flat(u.code_of(u.small(hoist.stmt) or hoist.stmt)),
+        params: dict[str, Any] = {"stmt": _statement_key(hoist.stmt),
                                   "target_var": var, "target_iter": u.flat(u.code_of(hoist.target.iter)),
                                   "mode": hoist.mode, "index": ",".join(hoist.index_vars)}
         prefix = ""
@@ -513,18 +508,16 @@ class HoistInvariant(ModelRule):
         if params.get("interchange"):
             module = u.parse(interchange(module, params["interchange"], params.get("nest_line")).code)
             line = None
-        pos = u.positions(module)
-        found: list[tuple[u.Site, cst.For, cst.FunctionDef]] = []
-        for func in u.functions(module):
-            for site in u.sites(func):
-                if u.flat(u.code_of(u.small(site.stmt) or site.stmt)) != params["stmt"]:
-                    continue
-                for loop in site.loops:
-                    if _loop_key(loop) == (params["target_var"], params["target_iter"]):
-                        found.append((site, loop, func))
-        stmt = u.locate([f[0].stmt for f in found], pos, line or 0, "the statement to hoist")
-        site, target, func = next(f for f in found if f[0].stmt is stmt)
-        hoist = _Analysis(func, pos).run(site, target)
+        analysis = _Analysis(model_of(module))
+        found: list[tuple[cst.SimpleStatementLine, tuple[cst.For, ...], cst.For]] = []
+        for op in analysis.model.ops:
+            if _statement_key(op.stmt) != params["stmt"]:
+                continue
+            chain = _leavable_loops(op)
+            found += [(op.stmt, chain, loop) for loop in chain
+                      if _loop_key(loop) == (params["target_var"], params["target_iter"])]
+        stmt = u.locate([f[0] for f in found], analysis.pos, line or 0, "the statement to hoist")
+        hoist = analysis.run(*next(f for f in found if f[0] is stmt))
         if isinstance(hoist, str):
             raise RuleError(f"the statement can no longer be hoisted: {hoist}")
         if hoist.mode != params["mode"] or ",".join(hoist.index_vars) != params["index"]:
@@ -532,39 +525,60 @@ class HoistInvariant(ModelRule):
         return build(module, hoist).code
 
 
+def _with_declared_loads(model: KernelModel) -> KernelModel:
+    """The model with the tutorials' declared loads read as loads (`cst_util.fold_declared_loads`; every line
+    keeps its number, so the profile's costs still apply)."""
+    folded = u.fold_declared_loads(model.module)
+    return model if folded is model.module else model_of(folded, model.profile, model.fn.name.value)
+
+
+def _leavable_loops(op: Statement) -> tuple[cst.For, ...]:
+    """The loops a statement may leave, outermost first: those around it with no other compound statement
+    between (a statement under an `if` or a `with` stays inside it)."""
+    chain: list[cst.For] = []
+    inner: cst.CSTNode = op.stmt
+    for loop in reversed(op.loops):
+        if not any(s is inner for s in u.block_statements(loop.node)):
+            break
+        chain.append(loop.node)
+        inner = loop.node
+    return tuple(reversed(chain))
+
+
+def _statement_key(stmt: cst.BaseStatement) -> str:
+    """A statement's text without layout: how a plan finds its statement again in a rewritten kernel."""
+    return u.flat(u.code_of(u.small(stmt) or stmt))
+
+
 class _Context:
-    """What the planner knows from the profile: line times, loop trip counts, SBUF headroom."""
+    """What the planner knows of the kernel from its model: line costs, loop trip counts (the profile's by
+    loop, found again by header in the kernel with two loops swapped), SBUF headroom, the hardware."""
 
-    def __init__(self, profile: ProfileResult | None, module: cst.Module, pos: Mapping[cst.CSTNode, CodeRange]):
-        self.pos = pos
-        self.profile = profile
-        self.times = u.line_times(profile)
-        self.line_engines = u.line_engine_times(profile)
-        self.trips_by_line = u.loop_trips(profile)
-        self.latency = u.latency_ms(profile)
-        self.peak = u.profile_value(profile, "sbuf_peak_live_bytes_per_partition")
-        self.usable = u.profile_value(profile, "sbuf_usable_bytes_per_partition")
-        self.hardware = hardware_of(profile)
+    def __init__(self, model: KernelModel):
+        self.model = model
+        self.pos = model.pos
+        self.latency = model.latency
+        self.peak = u.profile_value(model.profile, "sbuf_peak_live_bytes_per_partition")
+        self.usable = u.profile_value(model.profile, "sbuf_usable_bytes_per_partition")
         self.trips_by_key: dict[tuple[str, str], float] = {}
-        self._swapped: dict[tuple[str, int], list[_Analysis] | None] = {}
-        self.env: dict[str, cst.BaseExpression] = {}
-        for func in u.functions(module):
-            self.env.update(u.single_assignments(func))
-            for site in u.sites(func):
-                if isinstance(site.stmt, cst.For) and (line := u.line_of(site.stmt, pos)) in self.trips_by_line:
-                    self.trips_by_key.setdefault(_loop_key(site.stmt), self.trips_by_line[line])
+        for loop in model.loops:
+            if loop.line in model.profile_trips:
+                self.trips_by_key.setdefault(_loop_key(loop.node), model.profile_trips[loop.line])
+        self.loops = dict(model.loop_of)  # every modelled loop, in this kernel and its swapped versions
+        self._swapped: dict[tuple[str, int], _Analysis | None] = {}
 
-    def swapped(self, module: cst.Module, params: dict[str, Any], line: int) -> list[_Analysis] | None:
-        """Analyses of the module with one loop nest swapped (None when it cannot be), made once."""
+    def swapped(self, params: dict[str, Any], line: int) -> _Analysis | None:
+        """The analysis of the kernel with one loop nest swapped (None when it cannot be), made once."""
         key = (repr(sorted(params.items())), line)
         if key not in self._swapped:
             try:
-                new_module = u.parse(interchange(module, params, line).code)
+                module = u.parse(interchange(self.model.module, params, line).code)
             except RuleError:
                 self._swapped[key] = None
             else:
-                new_pos = u.positions(new_module)
-                self._swapped[key] = [_Analysis(func, new_pos) for func in u.functions(new_module)]
+                model = model_of(module, self.model.profile, self.model.fn.name.value)
+                self.loops.update(model.loop_of)
+                self._swapped[key] = _Analysis(model)
         return self._swapped[key]
 
     def trip(self, loop: cst.For) -> float:
@@ -573,10 +587,12 @@ class _Context:
         return known if known is not None else 1.0
 
     def known_trip(self, loop: cst.For) -> float | None:
+        """The profile's trip count of the loop with this header, else the static count of a plain `range(n)`."""
         if _loop_key(loop) in self.trips_by_key:
             return self.trips_by_key[_loop_key(loop)]
-        args = u.loop_args(loop)
-        return u.static_value(args[0].value, self.env) if len(args) == 1 else None
+        modelled = self.loops.get(id(loop))
+        return float(modelled.trips) if modelled is not None and modelled.counted and modelled.trips is not None \
+            else None
 
     def block_bytes(self, hoist: Hoist) -> float | None:
         tile = hoist.tile
@@ -593,10 +609,10 @@ class _Context:
             return False
         if self.peak is not None and self.usable is not None:
             return self.peak + size <= self.usable
-        return size <= self.hardware.memory.sbuf_bytes_per_partition // 2  # without a profile: half of SBUF
+        return size <= self.model.hardware.memory.sbuf_bytes_per_partition // 2  # without a profile: half of SBUF
 
     def engines_under(self, node: cst.CSTNode, scale: float = 1.0) -> dict[str, float]:
-        return u.engine_times_under(node, self.pos, self.line_engines, scale)
+        return u.engine_times_under(node, self.pos, self.model.line_engines, scale)
 
     def saved_share(self, hoist: Hoist, chain: Sequence[cst.For]) -> float:
         """The share of the statement's executions that go away."""
@@ -606,4 +622,4 @@ class _Context:
         return 1.0 - kept / runs if runs > 0 else 0.0
 
     def gain(self, saved: Mapping[str, float], added: Mapping[str, float] | None = None) -> float:
-        return u.predicted_gain(self.profile, saved, added)
+        return u.predicted_gain(self.model.profile, saved, added)

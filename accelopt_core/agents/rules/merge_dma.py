@@ -27,6 +27,7 @@ import libcst as cst
 from .analysis import KernelModel, ModelRule, model_of
 from .base import Plan
 from .cst_util import (
+    ELEMENT_BYTES,
     alias_of,
     binding_count,
     block_statements,
@@ -52,9 +53,7 @@ from .cst_util import (
     with_statements,
 )
 
-_SMALL_TRANSFER = 32 * 1024  # bytes per DMA engine below which merging pays (fact sheet A.6)
 _BLOCK_BUDGET = 64 * 1024  # at most this many bytes per partition for a store block tile
-_ELEMENT_BYTES = 4  # FP32 (the NKIBench kernels); only used for size estimates
 _LOOPS = ("affine_range", "sequential_range", "static_range", "range")
 
 
@@ -97,7 +96,7 @@ class MergeDma(ModelRule):
                 average = float(((getattr(profile, "profile", None) or {}) if profile else {}).get(
                     "dma_transfer_average_bytes") or 0)
                 size = int(average) if average else None
-            if size is not None and size >= _SMALL_TRANSFER:
+            if size is not None and size >= model.hardware.dma.transfer_target_bytes:  # already large enough
                 continue
             if merge.block is not None and not _block_fits(merge.block, env, trips.get(line_of(merge.anchor, pos))):
                 continue
@@ -143,7 +142,7 @@ def _transfer_bytes(piece: Sequence[cst.BaseExpression], env: dict[str, cst.Base
     if not sizes or any(s is None for s in sizes):
         return None
     partitions = int(sizes[0])  # type: ignore[arg-type]
-    total = _ELEMENT_BYTES
+    total = ELEMENT_BYTES
     for s in sizes:
         total *= int(s)  # type: ignore[arg-type]
     engines = min(16, max(1, -(-partitions // 8)))
@@ -155,7 +154,7 @@ def _block_fits(block: tuple[str, str], env: dict[str, cst.BaseExpression], trip
     from the input shapes the profile ran with, else from the profile's trip count of the loop."""
     count = static_value(cst.parse_expression(block[0]), env) or trips
     size = static_value(cst.parse_expression(block[1]), env)
-    return count is not None and size is not None and count * size * _ELEMENT_BYTES <= _BLOCK_BUDGET
+    return count is not None and size is not None and count * size * ELEMENT_BYTES <= _BLOCK_BUDGET
 
 
 # ---------------------------------------------------------------------------- slices

@@ -62,8 +62,9 @@ class ShrinkBlocks(ModelRule):
 
     def _plan(self, model: KernelModel, shrinks: Sequence[_Shrink]) -> Plan:
         names = sorted(s.tensor.name for s in shrinks)
-        before = sum(_bytes(s.tensor.shape) or 0 for s in shrinks)
-        after = sum(_bytes(s.kept_shape) or 0 for s in shrinks)
+        partitions = model.hardware.memory.sbuf_partitions
+        before = sum(_bytes(s.tensor.shape, partitions) or 0 for s in shrinks)
+        after = sum(_bytes(s.kept_shape, partitions) or 0 for s in shrinks)
         saved = f" ({before // 1024:,} -> {after // 1024:,} KiB per partition declared)" if before else ""
         if len(shrinks) == 1:
             s = shrinks[0]
@@ -89,13 +90,13 @@ class ShrinkBlocks(ModelRule):
         return u.compiled_code(module, "shrink_blocks")
 
 
-def _bytes(shape: Sequence[int | None]) -> int | None:
-    """Bytes per partition of a float32 tensor of `shape` whose partition axis is the first of size
-    <= 128 after the block dimensions (an estimate for the plan's text)."""
+def _bytes(shape: Sequence[int | None], partitions: int) -> int | None:
+    """Bytes per partition of a tensor of `shape` spread over every partition, its elements of unknown dtype (an
+    estimate for the plan's text)."""
     if any(d is None for d in shape):
         return None
     dims = [int(d) for d in shape if d is not None]
-    return 4 * math.prod(dims) // 128 if dims else None
+    return u.ELEMENT_BYTES * math.prod(dims) // partitions if dims else None
 
 
 def _new_declaration(shrink: _Shrink) -> cst.SimpleStatementLine:

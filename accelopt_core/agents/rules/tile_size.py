@@ -32,9 +32,11 @@ from typing import Any
 
 import libcst as cst
 
-from .analysis import KernelModel, ModelRule, model_of
+from ...hardware import HardwareProfile
+from .analysis import KernelModel, ModelRule, model_of, module_constants
 from .base import Plan, RuleError
 from .cst_util import (
+    ELEMENT_BYTES,
     alias_of,
     assigned_name,
     binding_count,
@@ -47,7 +49,6 @@ from .cst_util import (
     input_shapes,
     kernel_function,
     keyword,
-    line_engine_times,
     line_of,
     loop_args,
     loop_kind,
@@ -68,7 +69,6 @@ from .cst_util import (
 
 # Per-partition DMA payload the ordering aims at (fact sheet A.6: 4 KiB saturates the engines).
 _TARGET_BYTES = 4096
-_ELEMENT_BYTES = 4  # NKIBench kernels are FP32; other dtypes only shift the estimate
 _MATMUL_CALLS = ("nc_matmul", "matmul")
 _ALLOCATIONS = ("ndarray", "zeros", "ones", "full")
 
@@ -153,13 +153,13 @@ class RetuneTileSize(ModelRule):
             return []  # without the sizes it ran at no value can be shown to divide its dimensions
         data = (getattr(profile, "profile", None) or {}) if profile is not None else {}
         latency = model.latency or 0.0
+        hardware = model.hardware
         dma_bound = getattr(profile, "bottleneck", None) == "dma" or (
-            0 < float(data.get("dma_transfer_average_bytes") or 0) < 32768)
+            0 < float(data.get("dma_transfer_average_bytes") or 0) < hardware.dma.transfer_target_bytes)
         spills = float(data.get("spill_save_bytes") or 0) + float(data.get("spill_reload_bytes") or 0) > 0
         peak = float(data.get("sbuf_peak_live_bytes_per_partition") or 0)
-        hardware = model.hardware
         usable = float(data.get("sbuf_usable_bytes_per_partition") or hardware.memory.sbuf_usable_bytes_per_partition)
-        line_engines = line_engine_times(profile)
+        line_engines = model.line_engines
         plans: list[Plan] = []
         sizes = [(c, module, fn) for c in _constants(module, fn)] + list(_literal_sizes(module, fn))
         for const, scope, scope_fn in sizes:  # a literal is analysed in its hoisted copy (same lines)
@@ -175,7 +175,7 @@ class RetuneTileSize(ModelRule):
             if spills:
                 ordered, why = sorted(shrink, reverse=True), "smaller tiles for SBUF pressure"
             elif grow and not use.partition:
-                ordered, why = sorted(grow, key=lambda v: abs(math.log2(v * _ELEMENT_BYTES / _TARGET_BYTES))), \
+                ordered, why = sorted(grow, key=lambda v: abs(math.log2(v * ELEMENT_BYTES / _TARGET_BYTES))), \
                     "larger DMA transfers" if dma_bound else "fewer, larger instructions"
             else:
                 continue
@@ -186,11 +186,11 @@ class RetuneTileSize(ModelRule):
             params = {"literal": True} if const.occurrences else {"name": const.name}
             if peak:  # the bigger tiles must still fit in SBUF
                 ordered = [v for v in ordered if v < const.current or peak * v / const.current <= usable]
-            best = max((_dma_gain(const.current, v) for v in ordered if v > const.current), default=0.05)
+            best = max((_dma_gain(const.current, v, hardware) for v in ordered if v > const.current), default=0.05)
             share = (dma_time * best / latency) if latency and dma_bound else 0.01
             for rank, value in enumerate(ordered[:4]):
                 priority = max(0.0, min(1.0, share)) * (0.85 ** rank)  # the order above decides
-                per_partition = value * _ELEMENT_BYTES
+                per_partition = value * ELEMENT_BYTES
                 joint, along = {}, ""
                 if trips is not None:
                     count = trips.current * const.current // value
@@ -212,7 +212,7 @@ class RetuneTileSize(ModelRule):
         candidates = {v for v in (2 ** k for k in range(5, 17)) if v <= limit}
         envs = []
         for variant_shapes in shapes.values():
-            env = {**_module_env(module), **shape_values(fn, variant_shapes)}
+            env = {**module_constants(module), **shape_values(fn, variant_shapes)}
             dims = [static_value(d, env) for d in use.dims]
             if any(d is None for d in dims):
                 return []
@@ -358,15 +358,6 @@ def _with_literal(const: _Constant, value: int) -> cst.BaseExpression:
     return replace_nodes(const.value, {id(const.literal): cst.Integer(str(value))})
 
 
-def _module_env(module: cst.Module) -> dict[str, cst.BaseExpression]:
-    env: dict[str, cst.BaseExpression] = {}
-    for stmt in module.body:
-        node = small(stmt)
-        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            env[node.targets[0].target.value] = node.value
-    return env
-
-
 def _uses(module: cst.Module, fn: cst.FunctionDef, name: str, pos: Any) -> _Use:
     """How `name` (and the names computed from it) is used in the kernel."""
     nl = alias_of(module, "neuronxcc.nki.language") or "nl"
@@ -482,15 +473,17 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield from _walk(child)
 
 
-def _dma_gain(current: int, value: int) -> float:
+def _dma_gain(current: int, value: int, hardware: HardwareProfile) -> float:
     """Share of DMA time saved by transfers of `value` instead of `current` elements per partition
-    (128 partitions, FP32): fixed setup amortised and the efficiency curve of fact sheet A.6. The
-    queues overlap setup in practice, so half the standalone estimate is claimed."""
+    (every partition, FP32): the generation's fixed setup amortised over its DMA bandwidth, with the rule's
+    own estimate of small-transfer efficiency. The queues overlap setup in practice, so half the standalone
+    estimate is claimed."""
+    dma, partitions = hardware.dma, hardware.memory.sbuf_partitions
 
     def per_byte(elements: int) -> float:
-        size = elements * _ELEMENT_BYTES
+        size = elements * ELEMENT_BYTES
         efficiency = min(1.0, size / (size + 256) * 1.06)
-        return (1.3e-6 + 128 * size / (272e9 * efficiency)) / (128 * size)
+        return (dma.fixed_cost_s + partitions * size / (dma.engines * dma.engine_bandwidth * efficiency)) / (
+            partitions * size)
 
     return max(0.0, 0.5 * (1.0 - per_byte(value) / per_byte(current)))
-
