@@ -462,6 +462,8 @@ class Subscript:
                 return None, None
             key = self._box[0]  # type: ignore[index]
             return ("box", *(i if type(i) is int else (i.start, i.stop, i.step) for i in key[:-1])), None
+        if self._covers_box():
+            return None, None
         keep = None if self.overhang is None else self.in_bounds()
         box = tuple(hi - lo for lo, hi in self.region)
         local = tuple((np.broadcast_to(k, self.shape) if keep is None else np.broadcast_to(k, self.shape)[keep]) - lo
@@ -473,6 +475,32 @@ class Subscript:
         inside = np.unravel_index(np.flatnonzero(marks), box)
         flat = np.ravel_multi_index(tuple(k + lo for k, (lo, _) in zip(inside, self.region, strict=True)), dims)
         return ("gather", hashlib.blake2b(np.packbits(marks).tobytes(), digest_size=16).digest()), flat
+
+    def _covers_box(self) -> bool:
+        """Whether the affine index expressions select every element of the box `region` exactly once, told from
+        their terms instead of marking the elements: each grid axis the tile spans is stepped by one term, and the
+        terms of one expression are digits of a mixed radix (coefficients 1, n1, n1 * n2, ... in size, either
+        sign), so each expression runs over a whole range of consecutive indices. The compiler writes a block's
+        [P, 8, 128] view of 1024 columns so (`128 * nl.arange(8)[None, :, None] + nl.arange(128)[None, None, :]`):
+        marking its 131,072 elements took 2.6 ms at each access."""
+        if self.overhang is not None:
+            return False
+        ndim = len(self.shape)
+        stepped = [False] * ndim
+        for item in self.items:
+            if type(item) is int:
+                continue
+            if type(item) is not IndexExpr or not item.affine or len(item.shape) > ndim:
+                return False
+            digit = 1
+            for axis, coef in sorted(item.terms, key=lambda term: abs(term[1])):
+                extent = item.shape[axis]
+                axis += ndim - len(item.shape)
+                if abs(coef) != digit or stepped[axis] or extent != self.shape[axis]:
+                    return False
+                stepped[axis] = True
+                digit *= extent
+        return all(stepped[axis] or n == 1 for axis, n in enumerate(self.shape))
 
     def numpy_key(self) -> tuple[Any, ...]:
         if not self.advanced:

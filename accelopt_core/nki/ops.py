@@ -669,8 +669,9 @@ def accumulate(dst: Tile, other: Any, op: str) -> None:
             if other.size != dst.size:
                 raise KernelUsageError(f"cannot accumulate a result of shape {other.shape} into a PSUM "
                                        f"region of shape {dst.shape}")
-            producer.writes = (dst.access(),)
-            producer.reads = (*producer.reads, dst.access())
+            accumulator = dst.access()  # read and written: one description of the region serves both
+            producer.writes = (accumulator,)
+            producer.reads = (*producer.reads, accumulator)
             producer.attrs = {**(producer.attrs or {}), "accumulate": True}
             sim.trace.tensors.pop(other.storage.id, None)
             other.storage.producer = None

@@ -773,8 +773,9 @@ def _one_partition(storage: Storage, key: Any) -> Any:
     size 1 ([1, T], not T partitions), so rules and costs see the one lane the data occupies."""
     axis = storage.partition_axis
     if (storage.buffer == HBM or not isinstance(key, tuple) or len(key) <= axis + 1
+            or not isinstance(key[axis], (int, np.integer))  # first: a compiler-style key has an nl.arange there
             or not all(isinstance(k, (int, np.integer, slice)) for k in key)
-            or not isinstance(key[axis], (int, np.integer)) or not any(isinstance(k, slice) for k in key[axis + 1:])):
+            or not any(isinstance(k, slice) for k in key[axis + 1:])):
         return key
     index = int(key[axis])
     return (*key[:axis], slice(index, index + 1 if index != -1 else None), *key[axis + 1:])

@@ -80,3 +80,56 @@ def test_subscripts_that_are_not_boxes_have_no_view() -> None:
     assert diagonal.view(data) is None
     assert flattened.view(np.zeros((8, 16), np.float32)) is None
     assert broadcast.view(data) is None
+
+
+@st.composite
+def affine_subscripts(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[object, ...]]:
+    """A 2-D tensor shape and a subscript of two index expressions over a 3-D grid, each a sum of terms with
+    coefficients that are often, not always, the digits of a mixed radix (`128 * nl.arange(8)[None, :, None] +
+    nl.arange(128)[None, None, :]`), of either sign: some cover their box once, some repeat or skip elements."""
+    grid = tuple(draw(st.integers(1, 4)) for _ in range(3))
+    axes = draw(st.permutations(range(3)))
+    split = draw(st.integers(0, 3))
+    key: list[object] = []
+    dims: list[int] = []
+    for part in (axes[:split], axes[split:]):
+        expr = arange(1)[None, None, :] * 0 if not part else None
+        digit = 1
+        for axis in part:
+            coef = draw(st.sampled_from([digit, -digit, digit + 1, 1, 2]))
+            term = arange(grid[axis]) * coef
+            term = term[:, None, None] if axis == 0 else term[None, :, None] if axis == 1 else term[None, None, :]
+            expr = term if expr is None else expr + term
+            digit *= grid[axis]
+        low, high = expr.bounds()  # type: ignore[union-attr]
+        key.append(expr + (-low))  # type: ignore[operator]
+        dims.append(high - low + 1 + draw(st.integers(0, 2)))
+    return tuple(dims), tuple(key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(affine_subscripts())
+def test_an_affine_subscript_said_to_cover_its_box_selects_each_of_its_elements_once(
+        case: tuple[tuple[int, ...], tuple[object, ...]]) -> None:
+    dims, key = case
+    sub = normalize(key, dims, "t")
+    flat = np.ravel_multi_index(tuple(np.broadcast_to(k, sub.shape) for k in sub.numpy_key()), dims).ravel()
+    box = np.zeros(dims, bool)
+    box[tuple(slice(lo, hi) for lo, hi in sub.region)] = True
+    once = len(np.unique(flat)) == flat.size and np.array_equal(np.sort(flat), np.flatnonzero(box))
+    if sub._covers_box():
+        assert once
+    if sub._box is False or sub._box is None:  # not a strided box: the set is told apart from its box by marking
+        assert (sub.elements(dims)[0] is None) == bool(np.isin(np.flatnonzero(box), flat).all())
+
+
+def test_the_compilers_block_view_of_columns_covers_its_box_without_marking_it() -> None:
+    """`v[i, nl.arange(128)[:, None, None], 128 * nl.arange(8)[None, :, None] + nl.arange(128)[None, None, :]]`
+    selects the block's 1024 columns once each: the whole box, told from the coefficients; with a coefficient
+    that is not the next digit (256: columns skipped) it is marked and found a gather."""
+    whole = normalize((0, arange(128)[:, None, None], 128 * arange(8)[None, :, None] + arange(128)[None, None, :]),
+                      (2, 128, 1024), "v")
+    sparse = normalize((0, arange(128)[:, None, None], 256 * arange(8)[None, :, None] + arange(128)[None, None, :]),
+                       (2, 128, 2048), "v")
+    assert whole._covers_box() and whole.elements((2, 128, 1024)) == (None, None)
+    assert not sparse._covers_box() and sparse.elements((2, 128, 2048))[0][0] == "gather"

@@ -52,6 +52,13 @@ def test_early_exit_is_a_failure(profiler: SimulatorProfiler) -> None:
     assert result.error == "the kernel's worker process exited with status 3 before reporting a result"
 
 
+def test_the_worker_leaves_once_its_result_is_written(profiler: SimulatorProfiler) -> None:
+    """Nothing after the result holds the evaluation: the interpreter's teardown (here an exit handler the
+    kernel registered, in real runs a last walk over everything the recording made) is skipped."""
+    result = profiler.profile(candidate("    import atexit, time\n    atexit.register(time.sleep, 60)\n"), TASK)
+    assert result.error is None and result.correct is True
+
+
 def test_segfault_is_a_failure(profiler: SimulatorProfiler) -> None:
     result = profiler.profile(candidate("    import faulthandler\n    faulthandler._sigsegv()\n"), TASK)
     assert "SIGSEGV" in result.error
