@@ -248,11 +248,14 @@ ONE_ARGUMENT_PER_LINE = textwrap.dedent('''
 
 def test_a_call_written_one_argument_per_line_moves_as_valid_code(tmp_path):
     """Each argument is printed without its comma: the newline after a comma was kept and the rewrite read
-    `tensor_scalar(data=e,, op0=...` (a syntax error that ended the search on the attention tutorial)."""
+    `tensor_scalar(data=e,, op0=...` (a syntax error that ended the search on the attention tutorial); the plan
+    quotes the call on one line (its line breaks and indentation were printed inside the sentence)."""
     prof = profile(ONE_ARGUMENT_PER_LINE, SHAPES, tmp_path)
     assert prof.bottleneck == "vector"
     moves = [p for p in RULE.plan(ONE_ARGUMENT_PER_LINE, prof) if p.params["expr"].startswith("nisa.tensor_scalar")]
     assert moves, [p.description for p in RULE.plan(ONE_ARGUMENT_PER_LINE, prof)]
+    assert "(`nisa.tensor_scalar(data=e, op0=nl.multiply, operand0=3.0," in moves[0].description
+    assert "\n" not in moves[0].description
     new = RULE.apply(ONE_ARGUMENT_PER_LINE, moves[0])
     engine = moves[0].params["target"]
     assert (f"nisa.tensor_scalar(data=e, op0=nl.multiply, operand0=3.0, engine=nisa.{engine}_engine)") in new

@@ -220,7 +220,8 @@ def _moves(analysis: KernelAnalysis, source: str | None, targets: list[str], har
                 rewrite = _rewrite_for(analysis, node, engine, target, hardware)
                 if rewrite is not None:
                     text, what = rewrite
-                    shown = code_of(node) if len(code_of(node)) <= 70 else code_of(node)[:67] + "..."
+                    one_line = " ".join(code_of(node).split())  # a call over several lines, on one
+                    shown = one_line if len(one_line) <= 70 else one_line[:67] + "..."
                     yield _Move(stmt, node, occurrence, engine, target, text, units / total,
                                 f"run {what} (`{shown}`) on the {target} engine")
 
