@@ -180,7 +180,8 @@ def run_optimize(run: OptimizeRun, settings: SearchSettings, source: str, task: 
           f"backend) with {who_plans(chosen, settings.llm)}", file=sys.stderr)
     try:
         family = task_family(task, kernel_family_name(check_source(source, run.kernel, run.kernel_name), run.kernel))
-        result = built.search.run(source, task, run.hardware, family, resume=run.resume, kernel_name=run.kernel_name)
+        result = built.search.run(source, task, run.hardware, family, resume=run.resume, kernel_name=run.kernel_name,
+                                  kernel_label=os.path.abspath(run.kernel))
     except SearchError as exc:
         print(f"accelopt: {exc}", file=sys.stderr)
         return 1

@@ -148,11 +148,13 @@ class BeamSearch:
 
     # --- the loop ---------------------------------------------------------------------------------
     def run(self, source: str, task: TaskRef, hardware: str = "trn1", task_family: str | None = None,
-            resume: int | None = None, kernel_name: str | None = None) -> SearchResult:
+            resume: int | None = None, kernel_name: str | None = None, kernel_label: str = "candidate.py"
+            ) -> SearchResult:
         """Search from `source` (or resume a search of the memory). `kernel_name`: the kernel function when
-        the file has several; every candidate is profiled as it, and only it is rewritten."""
+        the file has several; every candidate is profiled as it, and only it is rewritten. `kernel_label`: the
+        kernel's file by its absolute path, so every candidate imports the helpers beside it as the file does."""
         start_time = time.monotonic()
-        self.scheduler.kernel_name = kernel_name
+        self.scheduler.kernel_name, self.scheduler.kernel_label = kernel_name, kernel_label
         self.budget.start()
         name = task.key.split(":", 1)[0]
         context = SearchContext(task.key, task_family or name, hardware)
