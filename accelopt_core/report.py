@@ -110,6 +110,19 @@ _REMEDIES = {
 }
 
 
+LARGE_TRANSFER_BYTES = 32 * 1024  # fact sheet A.6: aim for 32 KiB or more per transfer
+
+
+def _remedy(bottleneck: str, profile: dict) -> str:
+    """The kind of change that helps a kernel bound by `bottleneck`; a DMA-bound kernel whose transfers are
+    already large is not told to make them larger (nki-library's cumsum: 64 KiB transfers, told "2 KiB or more")."""
+    average = float(profile.get("dma_transfer_average_bytes") or 0)
+    if bottleneck == "dma" and average >= LARGE_TRANSFER_BYTES:
+        return (f"more transfers in flight at once (loads and stores spread over more DMA queues, overlapped with "
+                f"compute); its transfers already average {_bytes(average)}, larger ones gain little")
+    return _REMEDIES[bottleneck]
+
+
 def what_bounds(result: ProfileResult) -> list[str]:
     """Why a kernel is as fast as it is, in a few lines: its bottleneck with its share of the busy time, its
     share of the task's peak and what that peak is bound by, the HBM bytes it moves against the minimum the
@@ -133,5 +146,5 @@ def what_bounds(result: ProfileResult) -> list[str]:
         lines.append("could help: moving fewer bytes: data loaded more than once kept on chip (hoisted loads, "
                      "fused loops), intermediates kept out of HBM")
     elif result.bottleneck in _REMEDIES:
-        lines.append(f"could help: {_REMEDIES[result.bottleneck]}")
+        lines.append(f"could help: {_remedy(result.bottleneck, p)}")
     return lines

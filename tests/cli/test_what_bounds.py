@@ -65,3 +65,16 @@ def test_a_rewrite_that_crashed_inside_the_optimizer_is_named_as_our_error() -> 
         "optimizer error (please report): rule:balance_engines could not write its plan: "
         "ParserSyntaxError: expected NAME"]
     assert crash_lines(search(1.0, 1.0)) == []
+
+
+def test_a_dma_bound_kernel_with_large_transfers_is_not_told_to_make_them_larger() -> None:
+    """nki-library's cumsum moves exactly its 8 MiB in 64 KiB transfers: "fewer, larger transfers (2 KiB or
+    more per partition)" was advice it already follows; small transfers still get it."""
+    large = result("dma", 54.7, 8 << 20, 8 << 20)
+    large.profile["dma_transfer_average_bytes"] = 65536.0
+    assert what_bounds(large)[-1] == ("could help: more transfers in flight at once (loads and stores spread over "
+                                      "more DMA queues, overlapped with compute); its transfers already average "
+                                      "64.0 KiB, larger ones gain little")
+    small = result("dma", 30.0, 8 << 20, 8 << 20)
+    small.profile["dma_transfer_average_bytes"] = 1024.0
+    assert what_bounds(small)[-1].startswith("could help: fewer, larger transfers")
