@@ -78,3 +78,13 @@ def test_a_dma_bound_kernel_with_large_transfers_is_not_told_to_make_them_larger
     small = result("dma", 30.0, 8 << 20, 8 << 20)
     small.profile["dma_transfer_average_bytes"] = 1024.0
     assert what_bounds(small)[-1].startswith("could help: fewer, larger transfers")
+
+
+def test_a_dma_bound_kernel_at_the_minimum_traffic_is_not_told_to_keep_data_on_chip() -> None:
+    """The attention tutorial (v2) moves exactly the 256 KiB its task needs and was told "or data kept on chip
+    instead of loaded again"; a kernel whose traffic is not known still hears it."""
+    at_minimum = result("dma", 9.7, 256 << 10, 256 << 10)
+    assert what_bounds(at_minimum)[-1] == ("could help: fewer, larger transfers (2 KiB or more per partition), loads "
+                                           "spread over more queues")
+    unknown = result("dma", 9.7, 256 << 10, 0)
+    assert what_bounds(unknown)[-1].endswith("or data kept on chip instead of loaded again")
