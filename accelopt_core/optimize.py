@@ -13,6 +13,7 @@ from typing import Any
 
 from .config import ConfigError, LLMSettings
 from .engine import (
+    MIN_FIX_SPEEDUP,
     REMOTE,
     ProfilerSettings,
     SearchAgents,
@@ -69,6 +70,21 @@ def improved(result: SearchResult) -> bool:
     """Whether the search found a faster kernel than the one it started from (else nothing is written)."""
     best, base = result.best, result.base
     return best.hash != base.hash and best.latency_ms < base.latency_ms
+
+
+def why_not_faster(result: SearchResult) -> list[str] | None:
+    """What bounds the best kernel, when the search found no win a person can see (none, or under
+    MIN_FIX_SPEEDUP: a 1.00x "win" with a written kernel said nothing about why there was no more); None
+    after a visible win."""
+    if improved(result) and result.speedup >= MIN_FIX_SPEEDUP:
+        return None
+    return what_bounds((result.best if improved(result) else result.base).result)
+
+
+def crash_lines(result: SearchResult) -> list[str]:
+    """One line per plan whose rewrite raised inside the optimizer: our bug, named so it can be reported."""
+    return [f"optimizer error (please report): {crash.origin} could not write its plan: {crash.error}"
+            for crash in result.crashed]
 
 
 def summary_lines(result: SearchResult, hardware: str) -> list[str]:
@@ -164,7 +180,8 @@ def run_optimize(run: OptimizeRun, settings: SearchSettings, source: str, task: 
           f"backend) with {who_plans(chosen, settings.llm)}", file=sys.stderr)
     try:
         family = task_family(task, kernel_family_name(check_source(source, run.kernel, run.kernel_name), run.kernel))
-        result = built.search.run(source, task, run.hardware, family, resume=run.resume, kernel_name=run.kernel_name)
+        result = built.search.run(source, task, run.hardware, family, resume=run.resume, kernel_name=run.kernel_name,
+                                  kernel_label=os.path.abspath(run.kernel))
     except SearchError as exc:
         print(f"accelopt: {exc}", file=sys.stderr)
         return 1
@@ -187,18 +204,26 @@ def run_optimize(run: OptimizeRun, settings: SearchSettings, source: str, task: 
     else:
         print(f"no faster correct kernel found: nothing written ({os.path.relpath(run.kernel)} stays the best)",
               file=words)
-        print("\n".join(what_bounds(result.base.result)), file=words)
+    bounds = why_not_faster(result)
+    if bounds is not None:
+        if found:
+            print(f"the rewrites gain less than {100 * (MIN_FIX_SPEEDUP - 1):.0f}%; what bounds the best kernel:",
+                  file=words)
+        print("\n".join(bounds), file=words)
+    for line in crash_lines(result):
+        print(line, file=words)
     print(f"search id:   {result.search_id}", file=words)
     if run.json:
         summary = {"search_id": result.search_id, "speedup": result.speedup, "evaluated": result.evaluated,
                    "seconds": result.seconds, "before": result.base.result.to_dict(),
                    "after": result.best.result.to_dict(),
                    "written": {"kernel": target, "diff": diff_path} if found else None,
-                   "why_not_faster": None if found else what_bounds(result.base.result),
+                   "why_not_faster": bounds,
                    "history": [vars(h) for h in result.history],
                    "failed": [{"origin": c.origin, "plan": c.plan, "error": c.result.error,
                                "check_message": None if c.result.error else c.result.check_message}
                               for c in result.failures],
+                   "crashed_rewrites": [vars(crash) for crash in result.crashed],
                    "llm": None if llm is None else {
                        "settings": llm.settings.describe(), "usage": llm.usage().to_dict(), "stopped": llm.stop_reason,
                        "by_agent": {r: u.to_dict() for r, u in llm.usage_by_role().items()}}}

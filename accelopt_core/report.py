@@ -98,8 +98,7 @@ def render(result: ProfileResult, kernel_path: str | None = None, top: int = 8,
 
 # What kind of change helps a kernel the profile finds bound by each engine (the search's rules of that kind).
 _REMEDIES = {
-    "dma": "fewer, larger transfers (2 KiB or more per partition), loads spread over more queues, or data kept "
-           "on chip instead of loaded again",
+    "dma": "fewer, larger transfers (2 KiB or more per partition), loads spread over more queues",
     "tensor": "fewer matmul passes: larger moving tiles (up to 512 columns), the stationary operand reused "
               "across more of them, transposes folded into the loads",
     "vector": "fewer element-wise passes: fused instructions (an activation's scale and bias, tensor_scalar's "
@@ -108,6 +107,22 @@ _REMEDIES = {
               "affine work moved to the Vector engine",
     "gpsimd": "work moved off GpSimd (the slowest engine) to the Vector or Scalar engine",
 }
+
+
+LARGE_TRANSFER_BYTES = 32 * 1024  # fact sheet A.6: aim for 32 KiB or more per transfer
+
+
+def _remedy(bottleneck: str, profile: dict, traffic_known: bool) -> str:
+    """The kind of change that helps a kernel bound by `bottleneck`; a DMA-bound kernel whose transfers are
+    already large is not told to make them larger (nki-library's cumsum: 64 KiB transfers, told "2 KiB or more"),
+    nor one that moves only what its task needs told to keep data on chip (`traffic_known`: the bytes said so)."""
+    average = float(profile.get("dma_transfer_average_bytes") or 0)
+    if bottleneck == "dma" and average >= LARGE_TRANSFER_BYTES:
+        return (f"more transfers in flight at once (loads and stores spread over more DMA queues, overlapped with "
+                f"compute); its transfers already average {_bytes(average)}, larger ones gain little")
+    if bottleneck == "dma" and not traffic_known:
+        return f"{_REMEDIES['dma']}, or data kept on chip instead of loaded again"
+    return _REMEDIES[bottleneck]
 
 
 def what_bounds(result: ProfileResult) -> list[str]:
@@ -133,5 +148,5 @@ def what_bounds(result: ProfileResult) -> list[str]:
         lines.append("could help: moving fewer bytes: data loaded more than once kept on chip (hoisted loads, "
                      "fused loops), intermediates kept out of HBM")
     elif result.bottleneck in _REMEDIES:
-        lines.append(f"could help: {_REMEDIES[result.bottleneck]}")
+        lines.append(f"could help: {_remedy(result.bottleneck, p, bool(moved and needed))}")
     return lines

@@ -39,10 +39,12 @@ class Proposal:
 
 @dataclass
 class Draft:
-    """An executor's output: a new kernel source, or why none came out."""
+    """An executor's output: a new kernel source, or why none came out. `crashed`: the executor itself raised
+    (a bug of ours, reported with the search's results), not a plan that turned out not to fit."""
 
     source: str | None
     error: str | None = None
+    crashed: bool = False
 
 
 @dataclass

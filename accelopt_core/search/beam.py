@@ -29,7 +29,19 @@ from ..profiling import Profiler, TaskRef
 from ..profiling.profiler import kernel_hash
 from .config import SearchConfig
 from .events import SearchEvent
-from .policy import FAILED, Bar, BeamPolicy, DraftItem, fastest, lineage, tally, verdict_of, winning_bar, wins_over
+from .policy import (
+    FAILED,
+    Bar,
+    BeamPolicy,
+    CrashedRewrite,
+    DraftItem,
+    fastest,
+    lineage,
+    tally,
+    verdict_of,
+    winning_bar,
+    wins_over,
+)
 from .recorder import SearchRecorder
 from .scheduler import EvaluationScheduler, TimeBudget
 
@@ -59,6 +71,7 @@ class SearchResult:
     seconds: float = 0.0
     lineage: list[Candidate] = field(default_factory=list)  # base first, best last
     failures: list[Candidate] = field(default_factory=list)  # candidates that failed to run or gave wrong results
+    crashed: list[CrashedRewrite] = field(default_factory=list)  # plans whose executor raised (our bugs)
 
     @property
     def speedup(self) -> float:
@@ -135,11 +148,13 @@ class BeamSearch:
 
     # --- the loop ---------------------------------------------------------------------------------
     def run(self, source: str, task: TaskRef, hardware: str = "trn1", task_family: str | None = None,
-            resume: int | None = None, kernel_name: str | None = None) -> SearchResult:
+            resume: int | None = None, kernel_name: str | None = None, kernel_label: str = "candidate.py"
+            ) -> SearchResult:
         """Search from `source` (or resume a search of the memory). `kernel_name`: the kernel function when
-        the file has several; every candidate is profiled as it, and only it is rewritten."""
+        the file has several; every candidate is profiled as it, and only it is rewritten. `kernel_label`: the
+        kernel's file by its absolute path, so every candidate imports the helpers beside it as the file does."""
         start_time = time.monotonic()
-        self.scheduler.kernel_name = kernel_name
+        self.scheduler.kernel_name, self.scheduler.kernel_label = kernel_name, kernel_label
         self.budget.start()
         name = task.key.split(":", 1)[0]
         context = SearchContext(task.key, task_family or name, hardware)
@@ -185,7 +200,8 @@ class BeamSearch:
         assert self._base is not None
         failures = [c for c in self.evaluated.values() if verdict_of(c) in FAILED]
         return SearchResult(self.recorder.search_id, self._base, best, beam, history, len(self.evaluated) - 1,
-                            cancelled, time.monotonic() - start_time, lineage(best, self.evaluated), failures)
+                            cancelled, time.monotonic() - start_time, lineage(best, self.evaluated), failures,
+                            list(self.policy.crashed))
 
     def _iterate(self, beam: list[Candidate], drafts: list[DraftItem], task: TaskRef, hardware: str,
                  iteration: int, best: Candidate) -> list[Candidate]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ..agents.base import Agent, Candidate, Proposal, Repairer, SearchContext
 from ..memory import POSITIVE_SPEEDUP
@@ -20,6 +21,16 @@ Bar = Callable[[list[Candidate]], float]  # the latency a kernel must beat, give
 
 VERDICT_WORDS = {"correct": "checked correct", "unchecked": "unchecked", "incorrect": "wrong", "failed": "failed"}
 FAILED = ("incorrect", "failed")  # the verdicts a fixer may repair and `SearchResult.failures` lists
+
+
+@dataclass(frozen=True)
+class CrashedRewrite:
+    """A plan whose executor raised instead of writing a kernel or saying why it could not: a bug of ours, kept
+    so the search's results name it (`origin`, e.g. "rule:balance_engines"; the plan; the exception)."""
+
+    origin: str
+    plan: str
+    error: str
 
 
 def verdict_of(candidate: Candidate) -> str:
@@ -73,6 +84,7 @@ class BeamPolicy:
     def __init__(self, agents: Sequence[Agent], config: SearchConfig):
         self.agents = list(agents)
         self.config = config
+        self.crashed: list[CrashedRewrite] = []
 
     def best_correct(self, candidates: Iterable[Candidate]) -> list[Candidate]:
         """The B fastest correct candidates, each kernel once: the beam, before verification."""
@@ -115,6 +127,9 @@ class BeamPolicy:
             for agent, proposal in self._plans(parent, context, recall):
                 for draft in agent.realize(parent, proposal, self.config.samples_per_plan):
                     if draft.source is None:
+                        if draft.crashed:
+                            self.crashed.append(CrashedRewrite(proposal.origin, proposal.description,
+                                                               draft.error or ""))
                         continue
                     digest = kernel_hash(draft.source)
                     if digest not in seen:

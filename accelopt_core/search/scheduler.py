@@ -109,6 +109,7 @@ class EvaluationScheduler:
         self.budget = budget
         self.cancel = cancel
         self.kernel_name: str | None = None  # the kernel function, in a file of several
+        self.kernel_label = "candidate.py"  # the user's file, by its absolute path: its folder's helpers import
         # checks at the timed size; None when the profiler already checks at the size it times
         self.verifier = profiler.at_timed_size()
         # when the profiler checks at the size it times (no small variant to check on), a check is minutes of
@@ -118,7 +119,8 @@ class EvaluationScheduler:
 
     def evaluate(self, source: str, task: TaskRef, hardware: str, check: bool = True) -> ProfileResult:
         return self.budget.timed(lambda: self.profiler.profile(source, task, hardware, check,
-                                                               kernel_name=self.kernel_name, cancel=self.cancel),
+                                                               kernel_name=self.kernel_name,
+                                                               kernel_label=self.kernel_label, cancel=self.cancel),
                                  check, kernel_hash(source))
 
     def evaluate_all(self, drafts: list[DraftItem], task: TaskRef, hardware: str, iteration: int, best: Candidate,
@@ -244,7 +246,8 @@ class EvaluationScheduler:
             if self.budget.out_of_time():
                 return  # left unverified, so it is not kept
             result = self.budget.timed(lambda: verifier.profile(candidate.source, task, hardware,
-                                                                kernel_name=self.kernel_name, cancel=self.cancel),
+                                                                kernel_name=self.kernel_name,
+                                                                kernel_label=self.kernel_label, cancel=self.cancel),
                                        kernel=candidate.hash)
             if (self.cancel.is_set() and result.error) or result.unchecked:
                 return  # left unverified, so it is not kept: our limits are no verdict on it

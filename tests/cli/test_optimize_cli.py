@@ -178,3 +178,24 @@ def test_the_optimize_flags_become_search_settings_and_say_who_plans(tmp_path: P
     assert who_plans(SearchAgents([], planner="rules"), online) == "the rule-based optimizer"
     assert who_plans(SearchAgents([], planner="both"), online) == \
         "the rule-based optimizer and the LLM agents (m at http://llm:8000/v1)"
+
+
+def test_a_kernel_importing_a_helper_of_its_package_is_optimized(tmp_path: Path) -> None:
+    """The nki-library's kernels import their package's helpers (`from ..utils.kernel_helpers import div_ceil`):
+    `profile` ran such a kernel, but `optimize` profiled its candidates as a bare "candidate.py", so the relative
+    import failed and the kernel 'failed'. Every candidate is now run as the user's file."""
+    package = tmp_path / "lib"
+    (package / "utils").mkdir(parents=True)
+    for folder in (package, package / "utils"):
+        (folder / "__init__.py").write_text("")
+    (package / "utils" / "sizes.py").write_text("ROW_TILE = 128\n")
+    (package / "scale.py").write_text(KERNEL.replace("import neuronxcc.nki.language as nl\n",
+                                                     "import neuronxcc.nki.language as nl\n\n"
+                                                     "from .utils.sizes import ROW_TILE\n").replace(
+        "for r in nl.affine_range(rows // 128):", "for r in nl.affine_range(rows // ROW_TILE):"))
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    run = subprocess.run([sys.executable, "-m", "accelopt_core", "optimize", str(package / "scale.py"), "--reference",
+                          str(tmp_path / "ref.py"), "--preset", "quick", "--iterations", "1", "--workers", "1",
+                          "--db", str(tmp_path / "m.db")], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "speedup" in run.stdout

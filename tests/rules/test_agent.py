@@ -10,6 +10,7 @@ from rule_eval import profile
 
 from accelopt_core.agents.base import Candidate, SearchContext
 from accelopt_core.agents.rules.agent import RuleAgent
+from accelopt_core.agents.rules.base import Plan
 from accelopt_core.agents.rules.registry import default_rules
 from accelopt_core.memory import RuleStats
 from accelopt_core.nki.loader import read_source
@@ -99,3 +100,25 @@ def _function_text(source: str, name: str) -> str:
     start = source.index(f"def {name}(")
     end = source.find("@nki.jit", start)
     return source[start:end if end >= 0 else None]
+
+
+class _BrokenRule:
+    """A rule whose writer has a bug: it plans, then raises something other than RuleError."""
+
+    name = "broken"
+    summary = "never writes"
+
+    def plan(self, source: str, profile: object) -> list[Plan]:
+        return [Plan(self.name, 1, "rewrite line 1", {}, 0.5)]
+
+    def apply(self, source: str, plan: Plan) -> str:
+        raise SyntaxError("the rewrite printed `f(a,, b)`")
+
+
+def test_a_rule_that_raises_is_reported_as_crashed_not_ended_the_search(parent: Candidate) -> None:
+    """A bug in one rule's writer (balance_engines once printed `data=x,,`) ended the whole search with a
+    traceback; the draft now says it crashed and why, so the search goes on and reports it."""
+    agent = RuleAgent([_BrokenRule()])
+    [proposal] = agent.propose(parent, SearchContext("silu", "elementwise", "trn1"), 5)
+    [draft] = agent.realize(parent, proposal, 1)
+    assert draft.source is None and draft.crashed and draft.error == "SyntaxError: the rewrite printed `f(a,, b)`"

@@ -216,3 +216,48 @@ def test_no_read_out_moves_where_nothing_else_feeds_the_tensor_engine(tmp_path):
     ''')
     shapes = [(256, 128), (256, 512)]
     assert [p for p in RULE.plan(text, profile(text, shapes, tmp_path)) if p.params.get("decouple")] == []
+
+
+# A tensor_scalar written one keyword argument per line, as the attention tutorial writes its softmax's scaling.
+ONE_ARGUMENT_PER_LINE = textwrap.dedent('''
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.isa as nisa
+    import neuronxcc.nki.language as nl
+
+
+    @nki.jit
+    def kernel(x, y):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        for r in nl.affine_range(rows // 128):
+            t = nl.load(x[r * 128:(r + 1) * 128, :])
+            s = nl.load(y[r * 128:(r + 1) * 128, :])
+            v = nl.multiply(s, t)
+            w = nl.add(v, t)
+            m = nl.maximum(nl.minimum(w, s), v)
+            p = nl.multiply(m, w)
+            e = nl.maximum(nl.subtract(p, v), t)
+            scaled = nisa.tensor_scalar(data=e,
+                                        op0=nl.multiply,
+                                        operand0=3.0,
+                                        engine=nisa.vector_engine)
+            nl.store(out[r * 128:(r + 1) * 128, :], value=scaled)
+        return out
+''')
+
+
+def test_a_call_written_one_argument_per_line_moves_as_valid_code(tmp_path):
+    """Each argument is printed without its comma: the newline after a comma was kept and the rewrite read
+    `tensor_scalar(data=e,, op0=...` (a syntax error that ended the search on the attention tutorial); the plan
+    quotes the call on one line (its line breaks and indentation were printed inside the sentence)."""
+    prof = profile(ONE_ARGUMENT_PER_LINE, SHAPES, tmp_path)
+    assert prof.bottleneck == "vector"
+    moves = [p for p in RULE.plan(ONE_ARGUMENT_PER_LINE, prof) if p.params["expr"].startswith("nisa.tensor_scalar")]
+    assert moves, [p.description for p in RULE.plan(ONE_ARGUMENT_PER_LINE, prof)]
+    assert "(`nisa.tensor_scalar(data=e, op0=nl.multiply, operand0=3.0," in moves[0].description
+    assert "\n" not in moves[0].description
+    new = RULE.apply(ONE_ARGUMENT_PER_LINE, moves[0])
+    engine = moves[0].params["target"]
+    assert (f"nisa.tensor_scalar(data=e, op0=nl.multiply, operand0=3.0, engine=nisa.{engine}_engine)") in new
+    rng = np.random.default_rng(5)
+    assert_same(ONE_ARGUMENT_PER_LINE, new, [rng.standard_normal(s, dtype=np.float32) for s in SHAPES], tmp_path)

@@ -187,6 +187,29 @@ def test_index_arithmetic_and_shared_intermediates_are_left_alone():
     assert RULE.plan(source, None) == []
 
 
+
+def test_arithmetic_on_an_mgrid_index_grid_is_left_alone():
+    """Names bound by `i_p, i_f = nl.mgrid[...]` are indices, as `nl.arange` ones are: the contributed bilinear
+    interpolation's `i_h_dst = (2 * i_h_y + 1) + i_h_x` became a tensor_scalar on an index grid, and each of its 7
+    candidates failed to run."""
+    source = textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+
+        @nki.jit
+        def kernel(x):
+            out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+            i_p, i_f = nl.mgrid[0:128, 0:64]
+            i_odd = 2 * i_f + 1
+            t = nl.load(x[i_p, i_odd])
+            nl.store(out[i_p, i_f], value=nl.exp(nl.multiply(t, 2.0)))
+            return out
+    ''')
+    plans = RULE.plan(source, None)
+    assert [p.params["statement"] for p in plans] == ["nl.store(out[i_p,i_f],value=nl.exp(nl.multiply(t,2.0)))"]
+
+
 # ---------------------------------------------------------------- compiler-style code (block tensors, ISA calls)
 
 def _arrays_for(name: str) -> list[np.ndarray]:

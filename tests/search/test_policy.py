@@ -104,3 +104,19 @@ def test_the_lineage_runs_from_the_baseline_to_the_kernel() -> None:
     base, mid, best = kernel("b", 3.0), kernel("m", 2.0, parent="b"), kernel("x", 1.0, parent="m")
     assert lineage(best, {"b": base, "m": mid, "x": best}) == [base, mid, best]
     assert lineage(best, {"x": best}) == [best]
+
+
+class Crasher(Lister):
+    """Its executor raises on every plan (as RuleAgent reports a rule's bug): a draft with no source, crashed."""
+
+    def realize(self, parent: Candidate, proposal: Proposal, samples: int) -> list[Draft]:
+        return [Draft(None, f"ValueError: cannot write {proposal.description}", crashed=True)]
+
+
+def test_a_crashed_rewrite_is_kept_by_the_policy_and_a_plan_that_does_not_fit_is_not() -> None:
+    """A plan that does not fit (a draft with an error) is routine; one whose executor raised is our bug, kept
+    with its origin, plan and error so the search's results name it."""
+    policy = BeamPolicy([Crasher("rule", ["p1"]), Lister("fine", ["p2"])], CONFIG)
+    drafts = policy.draft([kernel("a", 1.0)], SearchContext("t", "t", "trn1"), {})
+    assert [proposal.description for _, _, proposal in drafts] == ["p2"]
+    assert [(c.origin, c.plan, c.error) for c in policy.crashed] == [("rule:x", "p1", "ValueError: cannot write p1")]

@@ -80,6 +80,9 @@ class RuleAgent:
                 return [Draft(rule.apply(parent.source, plan))]
         except RuleError as exc:
             return [Draft(None, str(exc))]
+        except Exception as exc:  # the rule's own bug: the search goes on without this rewrite and reports it
+            log.exception("rule %s failed to write its plan %s", rule.name, plan.key)
+            return [Draft(None, f"{type(exc).__name__}: {exc}", crashed=True)]
 
     def summarize(self, slow: Candidate, fast: Candidate, context: SearchContext) -> str:
         rule = next((r for r in self.rules if f"rule:{r.name}" == fast.origin), None)

@@ -220,7 +220,8 @@ def _moves(analysis: KernelAnalysis, source: str | None, targets: list[str], har
                 rewrite = _rewrite_for(analysis, node, engine, target, hardware)
                 if rewrite is not None:
                     text, what = rewrite
-                    shown = code_of(node) if len(code_of(node)) <= 70 else code_of(node)[:67] + "..."
+                    one_line = " ".join(code_of(node).split())  # a call over several lines, on one
+                    shown = one_line if len(one_line) <= 70 else one_line[:67] + "..."
                     yield _Move(stmt, node, occurrence, engine, target, text, units / total,
                                 f"run {what} (`{shown}`) on the {target} engine")
 
@@ -328,7 +329,7 @@ def _rewrite_for(analysis: KernelAnalysis, expr: cst.BaseExpression, engine: str
         if fn == "tensor_tensor" and target == "gpsimd" and _op_name(expr) not in _GPSIMD_OPS:
             return None
         args = [a for a in expr.args if not (a.keyword is not None and a.keyword.value == "engine")]
-        parts = ", ".join(code_of(a).rstrip(", ").strip() for a in args)
+        parts = ", ".join(_argument_text(a) for a in args)
         return f"{name}({parts}, engine={nisa}.{target}_engine)", f"the {fn}"
     if head == nisa and fn == "activation" and target in ("vector", "gpsimd"):
         op = keyword(expr, "op") or (expr.args[0] if expr.args and expr.args[0].keyword is None else None)
@@ -342,6 +343,13 @@ def _rewrite_for(analysis: KernelAnalysis, expr: cst.BaseExpression, engine: str
         return (f"{nisa}.tensor_scalar({code_of(data_arg.value)}, {np}.multiply, {value}, "
                 f"engine={nisa}.{target}_engine)", "the scaled copy")
     return None
+
+
+def _argument_text(arg: cst.Arg) -> str:
+    """One argument of a call as it reads without its comma and the spacing around it: a call written one
+    argument per line keeps its newline after the comma, so stripping the comma off the printed argument fails."""
+    name = f"{arg.keyword.value}=" if arg.keyword is not None else ""
+    return f"{arg.star}{name}{code_of(arg.value)}"
 
 
 def _op_name(call: cst.Call) -> str:

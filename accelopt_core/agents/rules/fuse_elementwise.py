@@ -231,8 +231,10 @@ class KernelAnalysis:
                 kinds[target.value] = kind if previous in (None, kind) else OTHER
             elif isinstance(target, cst.Tuple):
                 shape = isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape"
+                # `i_p, i_f = nl.mgrid[...]`: each name is an index grid (its arithmetic is no instruction)
+                grid = not shape and self.kind_of(node.value, kinds) == INDEX
                 for name in names_in(target):
-                    kinds[name] = SCALAR if shape else OTHER
+                    kinds[name] = SCALAR if shape else INDEX if grid else OTHER
         return kinds
 
     def kind_of(self, expr: cst.BaseExpression, kinds: dict[str, str] | None = None) -> str:
@@ -245,6 +247,8 @@ class KernelAnalysis:
             name = dotted(expr) or ""
             return SCALAR if ".tile_size." in name or expr.attr.value == "shape" else OTHER
         if isinstance(expr, cst.Subscript):
+            if dotted(expr.value) == f"{self.nl}.mgrid":
+                return INDEX
             base = self.kind_of(expr.value, kinds)
             if base == TILE and _column_slice(expr):
                 return COLUMN
