@@ -98,7 +98,8 @@ def optimize_job(request: OptimizeRequest, cancel: threading.Event, emit: Callab
             notes.append(f"LLM planner not used: missing {', '.join(built.agents.missing)}")
         family = request.family or task_family(request.task)
         return OptimizeReply(built.search.run(request.source, request.task, request.hardware, family,
-                                              kernel_name=request.kernel_name), notes=tuple(notes))
+                                              kernel_name=request.kernel_name, kernel_label=request.label),
+                             notes=tuple(notes))
     except (SearchError, TaskError, RuntimeError, ValueError, ImportError) as exc:
         return OptimizeReply(error=str(exc), notes=tuple(notes))
     finally:

@@ -99,3 +99,48 @@ def test_an_optimize_request_is_a_kernel_request_with_its_own_fields_by_keyword(
     assert [item.name for item in fields(OptimizeRequest)][:len(kernel_fields)] == kernel_fields
     with pytest.raises(TypeError):
         OptimizeRequest("def k(): pass\n", SILU, "trn1", ProfilerSettings(), None, "k.py", None, "quick")  # type: ignore[misc]
+
+
+def test_the_editors_search_runs_its_candidates_as_the_users_file(tmp_path: Path) -> None:
+    """A kernel importing its package's helpers (as the nki-library's do) is searched from the editor as from the
+    command line: the worker hands the file's path to the search, which profiles every candidate as that file."""
+    import threading
+
+    from server.worker import optimize_job
+
+    package = tmp_path / "lib"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "sizes.py").write_text("ROW_TILE = 128\n")
+    kernel = package / "scale.py"
+    kernel.write_text(textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+        from .sizes import ROW_TILE
+
+
+        @nki.jit
+        def kernel(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for r in nl.affine_range(a.shape[0] // ROW_TILE):
+                x = nl.load(a[r * ROW_TILE:(r + 1) * ROW_TILE, :])
+                nl.store(out[r * ROW_TILE:(r + 1) * ROW_TILE, :], value=nl.exp(x))
+            return out
+    '''))
+    (tmp_path / "ref.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+
+        def make_inputs(rng, rows=256, cols=512):
+            return [rng.standard_normal((rows, cols)).astype(np.float32)]
+
+
+        def reference(a):
+            return np.exp(a.astype(np.float64))
+    '''))
+    request = OptimizeRequest(kernel.read_text(), TaskRef(reference=str(tmp_path / "ref.py")), "trn1",
+                              ProfilerSettings(), str(tmp_path / "m.db"), str(kernel), preset="quick", workers=1)
+    reply = optimize_job(request, threading.Event(), lambda _event: None)
+    assert reply.error is None and reply.search is not None
+    assert reply.search.base.result.error is None and reply.search.base.result.correct is True
