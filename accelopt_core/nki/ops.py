@@ -280,6 +280,9 @@ def _f32(x: Any) -> Any:
 
 
 def _on_chip(tile: Tile, what: str) -> None:
+    if not isinstance(tile, Tile):
+        hint = " (an index expression is no data: nisa.iota makes a tile of it)" if isinstance(tile, IndexExpr) else ""
+        raise KernelUsageError(f"{what} computes on a tile, got {type(tile).__name__}{hint}")
     if tile.buffer == HBM:
         raise HardwareRuleError(f"{what} cannot compute on HBM tensor {tile.name}; load it into SBUF "
                                 "first (nl.load / nisa.dma_copy)")

@@ -269,3 +269,20 @@ def test_compute_engines_do_not_move_data_across_partitions(fails, line):
     would be a reshape across lanes, which only a transpose, a matmul or a DMA does."""
     err = fails(_kernel(f"t = nl.load(a[0:128, 0:64])\n{line}\nreturn a"), A, B, error=HardwareRuleError)
     assert "work lane by lane" in err.message
+
+
+def test_an_index_expression_given_as_data_is_named(fails):
+    """A public kernel passed `nl.arange` grids where a tile belongs: an AttributeError from inside the simulator
+    was shown as if it were the kernel's; it is an invalid use, and says what makes a tile of indices."""
+    err = fails("""
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.isa as nisa
+
+@nki.jit
+def kernel(a):
+    i_f = nl.arange(64)[None, :]
+    y = nisa.tensor_scalar(data=i_f, op0=nl.multiply, operand0=2.0)  # ERR
+    return a
+""", A, error=KernelUsageError)
+    assert "IndexExpr" in err.message and "nisa.iota" in err.message
