@@ -549,8 +549,8 @@ class _Rewrite(cst.CSTTransformer):
         element from the same lane of its inputs along the mask's axis (`mixes` names the axes it reads across: a
         row reduction the free one, a matmul the partitions). Any other mask is a bound on a grid access
         (`_through_grids`) or stays for a person: dropped, it changes what a reduction adds up."""
-        if mask is None:
-            return True
+        if mask is None or _dotted(mask) == "None":
+            return True  # `mask=None` is no mask
         limit = self._limit(mask)
         return fresh and limit is not None and ("partition" if limit.axis == 0 else "free") not in mixes
 
@@ -1039,6 +1039,12 @@ class _Leftovers(cst.CSTVisitor):
         if dotted and dotted.startswith(f"{self.nl}.") and dotted[len(self.nl) + 1:] not in MODERN_LANGUAGE:
             line = self.get_metadata(PositionProvider, node).start.line
             self.found.append((line, f"{dotted} has no mechanical nki-package form here"))
+        if dotted and dotted.startswith((f"{self.nl}.", f"{self.nisa}.")) and any(
+                a.keyword is not None and a.keyword.value == "mask" for a in node.args):
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.found.append((line, "mask= is gone from the nki package: bound the slices the instruction reads and "
+                                     "writes to the lanes it keeps (dropped, it would change what the instruction "
+                                     "reads or overwrite values the kernel keeps)"))
         if dotted and dotted[len(self.nl) + 1:] in ALLOCATIONS and node.args and _block_dimension(node.args[0].value):
             line = self.get_metadata(PositionProvider, node).start.line
             self.found.append((line, "a block dimension (nl.par_dim after the first axis), removed in the nki "
