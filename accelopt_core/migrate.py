@@ -578,6 +578,11 @@ class _Rewrite(cst.CSTTransformer):
             bounded.append(operand if keep else cst.parse_expression(f"{name}[{part}]"))
         return f"{base}[{part}]", bounded
 
+    def _part(self, tile: str, part: str) -> str:
+        """`tile[part]`, the part of a tile a masked DMA moves; a tile read through grids is that part already (the
+        same mask bounded it)."""
+        return tile if tile in self.views else f"{tile}[{part}]"
+
     def _code(self, node: cst.CSTNode) -> str:
         return cst.Module(body=[]).code_for_node(node)
 
@@ -688,7 +693,7 @@ class _Rewrite(cst.CSTTransformer):
             if sliced is not None:
                 src, part, shape = sliced
                 return (self._allocation(self._code(args[0].value.value), shape=shape),  # type: ignore[attr-defined]
-                        f"{nisa}.dma_copy(dst={dst}[{part}], src={src})")
+                        f"{nisa}.dma_copy(dst={self._part(dst, part)}, src={src})")
         if function == "load" and len(args) == 1 and not keywords:
             src = self._code(args[0].value)
             return self._allocation(src), f"{nisa}.dma_copy(dst={dst}, src={src})"
@@ -991,7 +996,7 @@ class _Rewrite(cst.CSTTransformer):
                        f"{self.nisa}.tensor_copy(dst={staged}, src={self._code(value)})"]
             value = cst.Name(staged)
         if sliced is not None:
-            return [*before, f"{self.nisa}.dma_copy(dst={sliced[0]}, src={self._code(value)}[{sliced[1]}])"]
+            return [*before, f"{self.nisa}.dma_copy(dst={sliced[0]}, src={self._part(self._code(value), sliced[1])})"]
         return [*before, f"{self.nisa}.dma_copy(dst={self._code(given['dst'])}, src={self._code(value)})"]
 
     # --- loops --------------------------------------------------------------------------------------------------

@@ -860,3 +860,33 @@ def test_an_element_wise_mask_goes_when_its_dst_is_a_tile_of_its_own():
     """The lanes it switches off in a fresh tile are undefined in the legacy kernel: no correct kernel reads them."""
     code, left = _migrated_body("i_f = nl.arange(512)[None, :]\nu = nl.exp(a, mask=(i_f < 300))\n")
     assert not left and "nisa.activation(dst=u, op=nl.exp, data=a)" in code
+
+
+def test_a_masked_dma_into_or_out_of_a_tile_read_through_grids_bounds_it_once(tmp_path: Path):
+    code = _agrees(tmp_path, textwrap.dedent('''
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.language as nl
+
+
+        @nki.jit
+        def kernel(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            i_p = nl.arange(128)[:, None]
+            i_f = nl.arange(512)[None, :]
+            t = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.sbuf)
+            t[i_p, i_f] = nl.load(x[i_p, i_f], mask=(i_p < 100))
+            nl.store(out[i_p, i_f], value=t[i_p, i_f], mask=(i_p < 100))
+            return out
+    '''), '''
+        import numpy as np
+
+
+        def make_inputs(rng):
+            return [rng.standard_normal((100, 512), dtype=np.float32)]
+
+
+        def reference(x):
+            return x
+    ''')
+    assert "nisa.dma_copy(dst=t[0:min(128, 100), 0:512], src=x[0:0 + min(128, 100), 0:0 + 512])" in code
+    assert "nisa.dma_copy(dst=out[0:0 + min(128, 100), 0:0 + 512], src=t[0:min(128, 100), 0:512])" in code
