@@ -283,11 +283,30 @@ class _Rewrite(cst.CSTTransformer):
         through = statement.visit(accesses)
         if limit is None or limit.grid not in accesses.read:
             return through  # type: ignore[return-value]
+        if self._unbounded(through):  # the mask also bounds a tile read whole: a person, or the instruction's rule
+            return statement.visit(_GridAccesses(self, {}))  # type: ignore[return-value]
         unmasked = through.with_changes(value=through.value.with_changes(  # type: ignore[attr-defined]
             args=[a for a in through.value.args if a.keyword is None or a.keyword.value != "mask"]))  # type: ignore[attr-defined]
         still_read = {name for name in _names_read(unmasked) if name == limit.grid or (
             name in self.spans and self.spans[name].grid == limit.grid)}
         return through if still_read else unmasked  # type: ignore[return-value]
+
+    def _unbounded(self, statement: cst.BaseSmallStatement) -> bool:
+        """Whether a statement whose grid accesses a mask bounds also writes or reads a tile no grid access bounds
+        (`t[...] = nl.exp(a[i_p, i_f], mask=m)`): bounding the grid accesses alone would leave their shapes apart."""
+        operands: list[cst.BaseExpression] = []
+
+        class Collect(cst.CSTVisitor):
+            def visit_Arg(self, node: cst.Arg) -> None:  # noqa: N802
+                if node.keyword is None or node.keyword.value != "mask":
+                    operands.append(node.value)
+
+        statement.visit(Collect())
+        targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [
+            statement.target] if isinstance(statement, cst.AugAssign) else []
+        written = [target for target in targets if not isinstance(target, cst.Name)]  # a name gets a fresh tile
+        return any(self._is_tile(node) and self._code(node) not in self.views and _root(node) not in self.columns
+                   for node in [*written, *operands])
 
     def _grid_access(self, node: cst.Subscript, limits: dict[str, str]) -> tuple[str, set[str]] | None:
         """`t[i_p, j * 6 + i_f]` over index grids as `t[0:p, j * 6:j * 6 + 6]` when each position reads one grid

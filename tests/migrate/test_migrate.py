@@ -890,3 +890,12 @@ def test_a_masked_dma_into_or_out_of_a_tile_read_through_grids_bounds_it_once(tm
     ''')
     assert "nisa.dma_copy(dst=t[0:min(128, 100), 0:512], src=x[0:0 + min(128, 100), 0:0 + 512])" in code
     assert "nisa.dma_copy(dst=out[0:0 + min(128, 100), 0:0 + 512], src=t[0:min(128, 100), 0:512])" in code
+
+
+def test_a_mask_bounding_grid_accesses_beside_a_whole_tile_is_not_taken_for_a_bound():
+    """Bounding only `a[i_p, i_f]` would leave it 300 columns wide beside the 512 of `t[...]`."""
+    code, left = _migrated_body("i_p = nl.arange(128)[:, None]\ni_f = nl.arange(512)[None, :]\n"
+                                "t = nl.zeros((128, 512), dtype=a.dtype, buffer=nl.sbuf)\n"
+                                "t[...] = nl.exp(a[i_p, i_f], mask=(i_f < 300))\n")
+    assert "mask= is gone from the nki package" in " ".join(reason for _, reason in left)
+    assert "a[0:128, 0:512]" in code
