@@ -11,10 +11,12 @@ are reported.
 
 from __future__ import annotations
 
+import ast
+import re
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import libcst as cst
 from libcst.metadata import PositionProvider
@@ -55,6 +57,16 @@ LEGACY_ISA_SHAPED_BY: dict[str, tuple[str, str | None]] = {
     "tensor_copy": ("src", None), "tensor_tensor_scan": ("data0", None), "reciprocal": ("data", None),
     "tensor_scalar_reduce": ("data", None), "tensor_reduce": ("data", "({}.shape[0], 1)"),
     "bn_stats": ("data", "({}.shape[0], 6)"), "bn_aggr": ("data", "({}.shape[0], 2)")}
+# the axes an instruction reads across to compute one element (a mask along any other axis of a fresh dst may go)
+ELEMENT_WISE, ACROSS_FREE, ACROSS_PARTITIONS = frozenset(), frozenset({"free"}), frozenset({"partition"})
+EVERYWHERE = ACROSS_FREE | ACROSS_PARTITIONS
+NL_MIXES = {**dict.fromkeys((*ACTIVATIONS, *BINARY, "copy", "negative"), ELEMENT_WISE),
+            **dict.fromkeys(REDUCTIONS, ACROSS_FREE)}
+ISA_MIXES = {**dict.fromkeys(("activation", "tensor_tensor", "tensor_scalar", "tensor_copy", "reciprocal"),
+                             ELEMENT_WISE),
+             **dict.fromkeys(("tensor_reduce", "tensor_scalar_reduce", "bn_stats", "bn_aggr", "tensor_tensor_scan"),
+                             ACROSS_FREE),
+             "nc_matmul": ACROSS_PARTITIONS}
 FREE_AXIS = frozenset({"1", "-1", "(1,)", "[1]", "(-1,)", "[-1]"})  # a 2-D tile's free axis, as an axis= argument
 # nl.* calls the nki package keeps as they are (allocation, sizes, loops); an element-wise nl.f(...) call computing a
 # tile is legacy: in the nki package nl.f is only the operator name an instruction takes
@@ -102,11 +114,44 @@ def _modern_alias(alias: cst.ImportAlias) -> cst.ImportAlias:
     return alias.with_changes(name=cst.parse_expression(modern))
 
 
+def _times(a: str, b: str) -> str:
+    """The product of two index terms as code, `1` and `0` folded away."""
+    if "0" in (a, b):
+        return "0"
+    if a == "1" or b == "1":
+        return b if a == "1" else a
+    wrap = [f"({t})" if any(c in t for c in "+- ") else t for t in (a, b)]
+    return f"{wrap[0]} * {wrap[1]}"
+
+
 def _root(node: cst.BaseExpression) -> str | None:
-    """The name a (possibly sliced) tile expression starts from: `acc` for `acc[0:128, :]`."""
-    while isinstance(node, cst.Subscript):
-        node = node.value
+    """The name a (possibly sliced) tile expression starts from: `acc` for `acc[0:128, :]` and `acc.ap(...)`."""
+    while isinstance(node, cst.Subscript) or (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                                              and node.func.attr.value == "ap"):
+        node = node.value if isinstance(node, cst.Subscript) else node.func.value  # type: ignore[attr-defined]
     return node.value if isinstance(node, cst.Name) else None
+
+
+def _tuple(items: Iterable[str]) -> str:
+    """Python code for a tuple of these items."""
+    listed = list(items)
+    return f"({listed[0]},)" if len(listed) == 1 else f"({', '.join(listed)})"
+
+
+def _axes(axis: str | None) -> tuple[int, ...] | None:
+    """An axis= argument written as a number or a list or tuple of numbers, as a sorted tuple; None for anything
+    else (a name, an expression)."""
+    try:
+        value = ast.literal_eval(axis) if axis is not None else None
+    except (ValueError, SyntaxError):
+        return None
+    values = (value,) if isinstance(value, int) else tuple(value) if isinstance(value, (list, tuple)) else ()
+    return tuple(sorted(values)) if values and all(isinstance(v, int) and v >= 0 for v in values) else None
+
+
+def _base(dst: str) -> str:
+    """The tile's name in a destination's code (`t` of `t[0:n, :]` and of `t.ap(...)`), to name temporaries after."""
+    return re.split(r"\[|\.ap\(", dst, maxsplit=1)[0]
 
 
 def _unannotated(statement: cst.BaseSmallStatement) -> cst.BaseSmallStatement:
@@ -115,6 +160,31 @@ def _unannotated(statement: cst.BaseSmallStatement) -> cst.BaseSmallStatement:
     if isinstance(statement, cst.AnnAssign) and statement.value is not None:
         return cst.Assign(targets=[cst.AssignTarget(statement.target)], value=statement.value)
     return statement
+
+
+class Grid(NamedTuple):
+    """A legacy index grid: `nl.arange(size)` placed along `axis` of a `rank`-dimensional index space."""
+
+    axis: int
+    size: str
+    rank: int
+
+
+class Span(NamedTuple):
+    """An index `start + grid`: which of the grid's axis, from where, how many, and the grid's name."""
+
+    axis: int
+    start: str
+    size: str
+    grid: str
+
+
+class Limit(NamedTuple):
+    """A mask `start + grid < bound`: on the grid's axis only the first `count` of the grid's values are valid."""
+
+    axis: int
+    count: str
+    grid: str
 
 
 class _Rewrite(cst.CSTTransformer):
@@ -135,9 +205,10 @@ class _Rewrite(cst.CSTTransformer):
         self.scopes: list[tuple[set[str], set[str], dict[str, int], set[str]]] = []  # the enclosing functions'
         # Beta 2 moved masks into slices: index grids (`i_p = nl.arange(n)[:, None]`), affine indices on them
         # (`row = base + i_p`) and bounds on those (`valid = row < rows`) become the slices' starts and lengths
-        self.grids: dict[str, tuple[int, str]] = {}  # name -> (axis, size)
-        self.spans: dict[str, tuple[int, str, str]] = {}  # name -> (axis, start, size)
-        self.limits: dict[str, tuple[int, str]] = {}  # mask name -> (axis, how many of the span are valid)
+        self.grids: dict[str, Grid] = {}
+        self.spans: dict[str, Span] = {}
+        self.limits: dict[str, Limit] = {}  # by the mask's name
+        self.views: dict[str, list[str]] = {}  # a grid access's code (slices or access pattern) -> its counts
 
     # --- scopes -------------------------------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:  # noqa: N802
@@ -183,6 +254,120 @@ class _Rewrite(cst.CSTTransformer):
         return cst.FlattenSentinel(statements)  # type: ignore[arg-type]
 
     def _statement(self, statement: cst.BaseSmallStatement) -> list[str] | None:
+        """The statement's rewrite as lines, or None to leave it as it is: its tiles read through index grids as
+        slices or access patterns first, then the instruction in NKI 0.8's form."""
+        through = self._through_grids(statement)
+        lines = self._rewritten(through)
+        if lines is not None or through is statement:
+            return lines
+        target = through.targets[0].target if isinstance(through, cst.Assign) else None
+        if isinstance(target, cst.Call) or isinstance(getattr(through, "target", None), cst.Call):
+            return None  # a write through an access pattern only an instruction's dst= can express
+        if isinstance(target, cst.Name) and self._code(through.value) in self.views:  # type: ignore[attr-defined]
+            counts = self.views[self._code(through.value)]  # type: ignore[attr-defined]
+            self.tiles.add(target.value)
+            if len(counts) == 2 and counts[1] == "1":
+                self.columns.add(target.value)  # `mean = mean_var[i_p, 0]`: one value per partition
+        return [self._code(through)]
+
+    def _through_grids(self, statement: cst.BaseSmallStatement) -> cst.BaseSmallStatement:
+        """The statement with each tile it indexes through grids (`t[i_p, j * 6 + i_f]`) read as the slices, or
+        else the access pattern, of NKI 0.8; the statement's mask over a grid those accesses use becomes their
+        bound (as Beta 2 moved masks into access patterns) and goes, unless an access left as it is still reads
+        that grid."""
+        call = getattr(statement, "value", None)
+        masks = [a for a in call.args if a.keyword is not None and a.keyword.value == "mask"] if isinstance(
+            call, cst.Call) else []
+        limit = self._limit(masks[0].value) if masks else None
+        accesses = _GridAccesses(self, {limit.grid: limit.count} if limit is not None else {})
+        through = statement.visit(accesses)
+        if limit is None or limit.grid not in accesses.read:
+            return through  # type: ignore[return-value]
+        if self._unbounded(through):  # the mask also bounds a tile read whole: a person, or the instruction's rule
+            return statement.visit(_GridAccesses(self, {}))  # type: ignore[return-value]
+        unmasked = through.with_changes(value=through.value.with_changes(  # type: ignore[attr-defined]
+            args=[a for a in through.value.args if a.keyword is None or a.keyword.value != "mask"]))  # type: ignore[attr-defined]
+        still_read = {name for name in _names_read(unmasked) if name == limit.grid or (
+            name in self.spans and self.spans[name].grid == limit.grid)}
+        return through if still_read else unmasked  # type: ignore[return-value]
+
+    def _unbounded(self, statement: cst.BaseSmallStatement) -> bool:
+        """Whether a statement whose grid accesses a mask bounds also writes or reads a tile no grid access bounds
+        (`t[...] = nl.exp(a[i_p, i_f], mask=m)`): bounding the grid accesses alone would leave their shapes apart."""
+        operands: list[cst.BaseExpression] = []
+
+        class Collect(cst.CSTVisitor):
+            def visit_Arg(self, node: cst.Arg) -> None:  # noqa: N802
+                if node.keyword is None or node.keyword.value != "mask":
+                    operands.append(node.value)
+
+        statement.visit(Collect())
+        targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [
+            statement.target] if isinstance(statement, cst.AugAssign) else []
+        written = [target for target in targets if not isinstance(target, cst.Name)]  # a name gets a fresh tile
+        return any(self._is_tile(node) and self._code(node) not in self.views and _root(node) not in self.columns
+                   for node in [*written, *operands])
+
+    def _grid_access(self, node: cst.Subscript, limits: dict[str, str]) -> tuple[str, set[str]] | None:
+        """`t[i_p, j * 6 + i_f]` over index grids as `t[0:p, j * 6:j * 6 + 6]` when each position reads one grid
+        along its own axis (or a constant where no grid is), else as `t.ap(pattern=[[step, count], ...], offset=o)`
+        with one [step, count] per grid axis, partitions first; `limits` bound some grids' counts (a mask). The
+        view's counts are kept in `views`; with the grids it reads, or None when the indices are not affine in
+        the grids."""
+        name = node.value.value if isinstance(node.value, cst.Name) else None
+        if name not in self.tiles or not all(isinstance(e.slice, cst.Index) for e in node.slice):
+            return None
+        positions = [self._affine(e.slice.value) for e in node.slice]  # type: ignore[union-attr]
+        if any(p is None for p in positions) or not any(p[0] for p in positions):  # type: ignore[index]
+            return None
+        used = {grid for terms, _ in positions for grid in terms}  # type: ignore[misc]
+        axes = {self.grids[grid].axis: grid for grid in used}
+        ranks = {self.grids[grid].rank for grid in used}
+        if len(axes) != len(used) or len(ranks) != 1:
+            return None  # two grids along one axis, or grids of different ranks
+        counts = [limits.get(axes[k], self.grids[axes[k]].size) if k in axes else "1" for k in range(ranks.pop())]
+        sliced = self._grid_slices(positions, axes, counts)  # type: ignore[arg-type]
+        if sliced is not None:
+            code = f"{name}[{sliced}]"
+        else:
+            code = self._grid_pattern(name, positions, axes, counts)  # type: ignore[arg-type]
+            if code is None:
+                return None
+        self.views[code] = counts
+        return code, used
+
+    def _grid_slices(self, positions: list[tuple[dict[str, str], str]], axes: dict[int, str],
+                     counts: list[str]) -> str | None:
+        """The slices of a grid access whose position j reads the grid along axis j (coefficient 1), or a constant
+        where no grid lies along axis j; None for any other access."""
+        if len(positions) != len(counts):
+            return None
+        parts = []
+        for j, (terms, start) in enumerate(positions):
+            if terms != ({axes[j]: "1"} if j in axes else {}):
+                return None
+            count = counts[j]
+            parts.append(f"0:{count}" if start == "0" else f"{start}:{start} + {count}")
+        return ", ".join(parts)
+
+    def _grid_pattern(self, name: str, positions: list[tuple[dict[str, str], str]], axes: dict[int, str],
+                      counts: list[str]) -> str | None:
+        """The access pattern of a grid access over the tile's flat elements: a grid's step adds up its
+        coefficient times each position's stride; the partitions are read by the first position's grid alone."""
+        first, _ = positions[0]
+        if 0 not in axes or first != {axes[0]: "1"} or any(axes[0] in terms for terms, _ in positions[1:]):
+            return None
+        strides = [" * ".join(f"{name}.shape[{m}]" for m in range(j + 1, len(positions))) or "1"
+                   for j in range(len(positions))]
+        read = list(zip(positions, strides, strict=True))
+        steps = [" + ".join(_times(terms[axes[k]], stride) for (terms, _), stride in read
+                            if k in axes and axes[k] in terms) or "1" for k in range(len(counts))]
+        offsets = (_times(start, stride) for (_, start), stride in read)
+        offset = " + ".join(term for term in offsets if term != "0") or "0"
+        pattern = ", ".join(f"[{step}, {count}]" for step, count in zip(steps, counts, strict=True))
+        return f"{name}.ap(pattern=[{pattern}], offset={offset})"
+
+    def _rewritten(self, statement: cst.BaseSmallStatement) -> list[str] | None:
         """The statement's rewrite as lines, or None to leave it as it is."""
         if (isinstance(statement, cst.Assign) and len(statement.targets) == 1
                 and isinstance(statement.targets[0].target, cst.Name) and self._index_definition(
@@ -196,8 +381,9 @@ class _Rewrite(cst.CSTTransformer):
             statement = statement.with_changes(value=value)
             target = statement.targets[0].target
             if isinstance(target, cst.Name) and self._function(statement.value) in ALLOCATIONS:
-                self.tiles.add(target.value)
                 keywords = {a.keyword.value: self._code(a.value) for a in statement.value.args if a.keyword}
+                if keywords.get("buffer") not in {f"{self.nl}.{hbm}" for hbm in ("hbm", "shared_hbm", "private_hbm")}:
+                    self.tiles.add(target.value)  # an HBM tensor is read by DMA only, through its slices
                 if keywords.get("buffer") == f"{self.nl}.psum":
                     self.psum.add(target.value)
                 return self._unblocked(target.value, statement.value)
@@ -208,7 +394,7 @@ class _Rewrite(cst.CSTTransformer):
                 if lines is not None:
                     self.tiles.add(target.value)
                 return lines
-            if isinstance(target, cst.Subscript) and self._is_tile(target):
+            if isinstance(target, (cst.Subscript, cst.Call)) and self._is_tile(target):  # part of it, or a view
                 return self._written_into(target, statement.value)
         if (isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign)
                 and isinstance(statement.value, cst.Call) and self._is_tile(statement.target)
@@ -295,10 +481,12 @@ class _Rewrite(cst.CSTTransformer):
     def _index_definition(self, name: str, value: cst.BaseExpression) -> bool:
         """Record `name` when it is an index grid, an affine index on one, or a bound on such an index."""
         if (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Call)
-                and self._function(value.value) == "arange" and len(value.value.args) == 1 and len(value.slice) == 2):
-            first = value.slice[0].slice
-            axis = 1 if isinstance(first, cst.Index) and _dotted(first.value) == "None" else 0
-            self.grids[name] = (axis, self._code(value.value.args[0].value))
+                and self._function(value.value) == "arange" and len(value.value.args) == 1):
+            placed = [i for i, element in enumerate(value.slice) if isinstance(element.slice, cst.Slice)]
+            if len(placed) != 1 or not all(isinstance(element.slice, cst.Index) and _dotted(element.slice.value) ==
+                                           "None" for i, element in enumerate(value.slice) if i != placed[0]):
+                return False  # `nl.arange(n)[:, None, None]` places its values along one axis of three
+            self.grids[name] = Grid(placed[0], self._code(value.value.args[0].value), len(value.slice))
             return True
         span = self._span(value)
         if span is not None:
@@ -311,9 +499,9 @@ class _Rewrite(cst.CSTTransformer):
         return False
 
     def _mgrid(self, target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> bool:
-        """`i_p, i_f = nl.mgrid[0:p, 0:f]`: two index grids, over the partitions and along the free axis."""
+        """`i_p, i_f = nl.mgrid[0:p, 0:f]`: one index grid per axis (two or more), the first over the partitions."""
         if not (isinstance(target, cst.Tuple) and isinstance(value, cst.Subscript)
-                and _dotted(value.value) == f"{self.nl}.mgrid" and len(target.elements) == len(value.slice) == 2):
+                and _dotted(value.value) == f"{self.nl}.mgrid" and len(target.elements) == len(value.slice) >= 2):
             return False
         bounds = [element.slice for element in value.slice]
         names = [element.value for element in target.elements]
@@ -323,27 +511,27 @@ class _Rewrite(cst.CSTTransformer):
         if not all(isinstance(name, cst.Name) for name in names):
             return False
         for axis, (name, bound) in enumerate(zip(names, bounds, strict=True)):
-            self.grids[name.value] = (axis, self._code(bound.upper))  # type: ignore[attr-defined, union-attr]
+            self.grids[name.value] = Grid(axis, self._code(bound.upper), len(names))  # type: ignore[attr-defined, union-attr]
         return True
 
-    def _span(self, node: cst.BaseExpression) -> tuple[int, str, str] | None:
-        """(axis, start, size) of an index over a grid: the grid, `start + grid`, or a name bound to one."""
+    def _span(self, node: cst.BaseExpression) -> Span | None:
+        """An index over a grid: the grid, `start + grid`, or a name bound to one."""
         if isinstance(node, cst.Name):
             if node.value in self.spans:
                 return self.spans[node.value]
             if node.value in self.grids:
-                axis, size = self.grids[node.value]
-                return axis, "0", size
+                grid = self.grids[node.value]
+                return Span(grid.axis, "0", grid.size, node.value)
             return None
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
             for grid, start in ((node.right, node.left), (node.left, node.right)):
                 if isinstance(grid, cst.Name) and grid.value in self.grids and self._span(start) is None:
-                    axis, size = self.grids[grid.value]
-                    return axis, f"({self._code(start.with_changes(lpar=[], rpar=[]))})", size
+                    axis, size, _ = self.grids[grid.value]
+                    return Span(axis, f"({self._code(start.with_changes(lpar=[], rpar=[]))})", size, grid.value)
         return None
 
-    def _limit(self, node: cst.BaseExpression) -> tuple[int, str] | None:
-        """(axis, count) of a mask `index < bound` over a span: min(size, bound - start) of it are valid."""
+    def _limit(self, node: cst.BaseExpression) -> Limit | None:
+        """A mask `index < bound` over a span: min(size, bound - start) of its grid's values are valid."""
         if isinstance(node, cst.Name):
             return self.limits.get(node.value)
         if not (isinstance(node, cst.Comparison) and len(node.comparisons) == 1
@@ -352,8 +540,9 @@ class _Rewrite(cst.CSTTransformer):
         span = self._span(node.left)
         if span is None:
             return None
-        axis, start, size = span
-        return axis, f"min({size}, {self._code(node.comparisons[0].comparator)} - {start})"
+        bound = self._code(node.comparisons[0].comparator)
+        return Limit(span.axis, f"min({span.size}, {bound if span.start == '0' else f'{bound} - {span.start}'})",
+                     span.grid)
 
     def _sliced(self, access: cst.BaseExpression, mask: cst.BaseExpression | None) -> tuple[str, str, str] | None:
         """`x[row, col]` over grids (and its mask) as (`x[r0:r0 + n0, c0:c0 + n1]`, the same part of a tile,
@@ -373,13 +562,45 @@ class _Rewrite(cst.CSTTransformer):
         shape = ", ".join(span[2] for span in spans)  # type: ignore[index]
         return f"{self._code(access.value)}[{', '.join(parts)}]", tile, f"({shape})"
 
-    def _maskless(self, mask: cst.BaseExpression | None, free_axis_only: bool = False) -> bool:
-        """Whether an instruction's mask may go: element-wise work on the lanes it switches off never reaches
-        what is stored (a matmul's only along the moving free axis, which no other column reads)."""
-        if mask is None:
-            return True
+    def _droppable(self, mask: cst.BaseExpression | None, fresh: bool, mixes: frozenset[str]) -> bool:
+        """Whether an instruction's mask may simply go: its dst is a tile of its own (the lanes the mask switches off
+        stay undefined in the legacy kernel, so no correct kernel reads them) and the instruction computes each
+        element from the same lane of its inputs along the mask's axis (`mixes` names the axes it reads across: a
+        row reduction the free one, a matmul the partitions). Any other mask is a bound on a grid access
+        (`_through_grids`) or stays for a person: dropped, it changes what a reduction adds up."""
+        if mask is None or _dotted(mask) == "None":
+            return True  # `mask=None` is no mask
         limit = self._limit(mask)
-        return limit is not None and (not free_axis_only or limit[0] == 1)
+        return fresh and limit is not None and ("partition" if limit.axis == 0 else "free") not in mixes
+
+    def _bounded(self, dst: str, operands: list[cst.BaseExpression], mask: cst.BaseExpression
+                 ) -> tuple[str, list[cst.BaseExpression]] | None:
+        """An element-wise instruction's mask over whole tiles (`t[...] = nl.multiply(t, g, mask=rows)`) as the part
+        of each it bounds, `t[0:n]` along the partitions or `t[:, 0:n]` along the free axis (a column operand stays
+        whole there): the lanes it switched off keep their values; None when a tile is read in part already."""
+        limit = self._limit(mask)
+
+        def whole(code: str) -> str | None:
+            name = code.removesuffix("[...]")
+            return name if name in self.tiles and name not in self.blocks else None
+
+        base = whole(dst)
+        if limit is None or limit.axis > 1 or base is None:
+            return None
+        part = f"0:{limit.count}" if limit.axis == 0 else f":, 0:{limit.count}"
+        bounded: list[cst.BaseExpression] = []
+        for operand in operands:
+            name = whole(self._code(operand)) if self._is_tile(operand) else None
+            if self._is_tile(operand) and name is None:
+                return None
+            keep = name is None or (limit.axis == 1 and name in self.columns)
+            bounded.append(operand if keep else cst.parse_expression(f"{name}[{part}]"))
+        return f"{base}[{part}]", bounded
+
+    def _part(self, tile: str, part: str) -> str:
+        """`tile[part]`, the part of a tile a masked DMA moves; a tile read through grids is that part already (the
+        same mask bounded it)."""
+        return tile if tile in self.views else f"{tile}[{part}]"
 
     def _code(self, node: cst.CSTNode) -> str:
         return cst.Module(body=[]).code_for_node(node)
@@ -420,11 +641,11 @@ class _Rewrite(cst.CSTTransformer):
     def _into(self, dst: str, call: cst.Call, allocate: bool, accumulate: bool = False) -> list[str] | None:
         """The call as the instruction writing `dst`, after its nested calls, with `dst` allocated first when
         `allocate` (else `dst` is a tile, or part of one, the kernel already has)."""
-        flat = self._flattened(dst.split("[")[0], call)
+        flat = self._flattened(_base(dst), call)
         if flat is None:
             return None
         before, call = flat
-        made = self._instruction(dst, call, accumulate)
+        made = self._instruction(dst, call, accumulate, fresh=allocate and not accumulate)
         if made is None:
             return None
         allocation, instructions = made
@@ -433,13 +654,14 @@ class _Rewrite(cst.CSTTransformer):
             self.psum.add(dst)
         return before + ([f"{dst} = {allocation}"] if allocate else []) + statements
 
-    def _written_into(self, target: cst.Subscript, call: cst.Call) -> list[str] | None:
+    def _written_into(self, target: cst.BaseExpression, call: cst.Call) -> list[str] | None:
         """`tile[...] = nl.copy(src)` / `nl.add(a, b)`: the instruction writes that part of the tile; a tensor-engine
         result (`nl.copy(nisa.nc_transpose(x))`) goes through a PSUM tile of its own first."""
         dst = self._code(target)
         args = [a for a in call.args if a.keyword is None]
-        if self._function(call) == "copy" and len(args) == 1 and isinstance(args[0].value, cst.Call):
-            temporary = f"{self._code(target.value)}_1"
+        if self._function(call) == "copy" and len(args) == 1 and isinstance(args[0].value, cst.Call) and (
+                self._function(args[0].value) is not None or self._isa(args[0].value) is not None):
+            temporary = f"{_base(dst)}_1"
             lines = self._assigned(temporary, args[0].value)
             if lines is None:
                 return None
@@ -451,36 +673,46 @@ class _Rewrite(cst.CSTTransformer):
         nl = self.nl
         return f"{nl}.ndarray({shape or f'{like}.shape'}, dtype={dtype or f'{like}.dtype'}, buffer={nl}.{buffer})"
 
-    def _instruction(self, dst: str, call: cst.Call, accumulate: bool = False
+    def _instruction(self, dst: str, call: cst.Call, accumulate: bool = False, fresh: bool = False
                      ) -> tuple[str, str | list[str]] | None:
         """One call whose tile arguments are tiles, as (what to allocate `dst` as, the instruction writing it, or the
         statements that do)."""
         if self._isa(call) is not None:
-            return self._isa_instruction(dst, call, accumulate)
+            return self._isa_instruction(dst, call, accumulate, fresh)
         function = self._function(call)
         args = [a for a in call.args if a.keyword is None]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         nl, nisa = self.nl, self.nisa
-        if "mask" in keywords and self._maskless(keywords["mask"]) and function != "load":
+        mixes = NL_MIXES.get(function or "", EVERYWHERE)
+        if "mask" in keywords and function != "load" and self._droppable(keywords["mask"], fresh, mixes):
+            del keywords["mask"]
+        bounded = self._bounded(dst, [a.value for a in args], keywords["mask"]) if (
+            "mask" in keywords and mixes is ELEMENT_WISE) else None
+        if bounded is not None:
+            dst, values = bounded
+            args = [a.with_changes(value=value) for a, value in zip(args, values, strict=True)]
             del keywords["mask"]
         if function == "copy" and len(args) == 1 and set(keywords) <= {"dtype"} and self._is_tile(args[0].value):
             src = self._code(args[0].value)
             dtype = self._code(keywords["dtype"]) if "dtype" in keywords else None
             return self._allocation(src, dtype), f"{nisa}.tensor_copy(dst={dst}, src={src})"
         reduction = {k: self._code(v) for k, v in keywords.items()}
-        along_free_axis = reduction.pop("axis", None) in FREE_AXIS and reduction.pop("keepdims", "True") in (
-            "True", "False") and not reduction
-        if function in REDUCTIONS and len(args) == 1 and self._is_tile(args[0].value) and along_free_axis:
-            self.columns.add(dst)
-            return self._reduced(dst, self._code(args[0].value), function)
+        axis, keepdims = reduction.pop("axis", None), reduction.pop("keepdims", "False")
+        if function in REDUCTIONS and len(args) == 1 and self._is_tile(args[0].value) and not reduction and (
+                keepdims in ("True", "False")):
+            data = self._code(args[0].value)
+            if axis in FREE_AXIS:
+                self.columns.add(dst)
+                return self._reduced(dst, data, function)
+            axes = _axes(axis)
+            if data in self.views and axes and 0 not in axes and max(axes) < len(self.views[data]):
+                return self._reduced_view(dst, data, function, axes, keepdims == "True")
         if function == "load" and len(args) == 1 and set(keywords) <= {"mask"}:
             sliced = self._sliced(args[0].value, keywords.get("mask"))
             if sliced is not None:
                 src, part, shape = sliced
                 return (self._allocation(self._code(args[0].value.value), shape=shape),  # type: ignore[attr-defined]
-                        f"{nisa}.dma_copy(dst={dst}[{part}], src={src})")
-        if "mask" in keywords and self._maskless(keywords["mask"]):
-            del keywords["mask"]
+                        f"{nisa}.dma_copy(dst={self._part(dst, part)}, src={src})")
         if function == "load" and len(args) == 1 and not keywords:
             src = self._code(args[0].value)
             return self._allocation(src), f"{nisa}.dma_copy(dst={dst}, src={src})"
@@ -515,22 +747,26 @@ class _Rewrite(cst.CSTTransformer):
                         f"{nisa}.tensor_tensor(dst={dst}, data1={data}, data2={self._code(other)}, op={nl}.{function})")
         return None
 
-    def _affine(self, node: cst.BaseExpression) -> tuple[dict[int, tuple[str, str]], str] | None:
-        """An index expression over the grids as ({axis: (coefficient, grid size)}, constant): `i_p * 512 + i_f`
-        is ({0: ("512", "128"), 1: ("1", "512")}, "0"); None when it is not affine in them."""
+    def _affine(self, node: cst.BaseExpression) -> tuple[dict[str, str], str] | None:
+        """An index expression over the grids as ({grid: coefficient}, constant): `i_p * 512 + i_f + k` is
+        ({"i_p": "512", "i_f": "1"}, "k"); anything naming no grid and no tile (a loop index, a size) is a constant;
+        None when the expression is not affine in the grids."""
         if isinstance(node, cst.Name) and node.value in self.grids:
-            axis, size = self.grids[node.value]
-            return {axis: ("1", size)}, "0"
-        if self._is_scalar(node):
-            return {}, self._code(node)
+            return {node.value: "1"}, "0"
+        if isinstance(node, cst.Name) and node.value in self.spans:  # `row = base + i_p`
+            return {self.spans[node.value].grid: "1"}, self.spans[node.value].start
+        named = _names_read(node)
+        if not named & (set(self.grids) | set(self.spans) | self.tiles):
+            return {}, self._code(node.with_changes(lpar=[], rpar=[])) if isinstance(node, cst.BinaryOperation) \
+                else self._code(node)
         if not isinstance(node, cst.BinaryOperation):
             return None
         if isinstance(node.operator, cst.Multiply):
-            for grid, factor in ((node.left, node.right), (node.right, node.left)):
-                term = self._affine(grid)
-                if term is not None and self._is_scalar(factor) and term[1] == "0" and len(term[0]) == 1:
-                    (axis, (_, size)), = term[0].items()
-                    return {axis: (self._code(factor), size)}, "0"
+            for inner, factor in ((node.left, node.right), (node.right, node.left)):
+                term, scale = self._affine(inner), self._affine(factor)
+                if term is not None and scale is not None and not scale[0]:
+                    return ({grid: _times(coefficient, scale[1]) for grid, coefficient in term[0].items()},
+                            _times(term[1], scale[1]))
             return None
         if not isinstance(node.operator, (cst.Add, cst.Subtract)):
             return None
@@ -538,12 +774,17 @@ class _Rewrite(cst.CSTTransformer):
         if left is None or right is None or set(left[0]) & set(right[0]):
             return None
         sign = "-" if isinstance(node.operator, cst.Subtract) else ""
-        terms = left[0] | {axis: (f"{sign}({c})" if sign else c, n) for axis, (c, n) in right[0].items()}
+        terms = left[0] | {grid: f"{sign}({c})" if sign else c for grid, c in right[0].items()}
         if right[1] == "0":
             return terms, left[1]
         if left[1] == "0":
             return terms, f"-({right[1]})" if sign else right[1]
         return terms, f"({left[1]}) {sign or '+'} ({right[1]})"
+
+    def _by_axis(self, terms: dict[str, str]) -> dict[int, tuple[str, str]] | None:
+        """Affine terms as {axis: (coefficient, grid size)}; None when two grids share an axis."""
+        axes = {self.grids[grid].axis: (coefficient, self.grids[grid].size) for grid, coefficient in terms.items()}
+        return axes if len(axes) == len(terms) else None
 
     def _patterned(self, dst: str, instruction: str, call: cst.Call) -> tuple[str, str] | None:
         """Legacy `iota(expr, dtype)` / `affine_select(pred, on_true_tile, on_false_value)` over index grids in NKI
@@ -564,9 +805,10 @@ class _Rewrite(cst.CSTTransformer):
             expression = cst.BinaryOperation(left=expression.left, operator=cst.Subtract(),
                                              right=expression.comparisons[0].comparator)
         affine = self._affine(expression)
-        if affine is None or not compare or not set(affine[0]) <= {0, 1}:
+        terms = self._by_axis(affine[0]) if affine is not None else None
+        if terms is None or not compare or not set(terms) <= {0, 1}:
             return None
-        terms, offset = affine
+        offset = affine[1]  # type: ignore[index]
         step, count = terms.get(1, ("0", "1"))
         arguments = (f"pattern=[[{step}, {count}]], offset={offset}, "
                      f"channel_multiplier={terms.get(0, ('0', '1'))[0]}")
@@ -593,7 +835,7 @@ class _Rewrite(cst.CSTTransformer):
     def _transposed(self, dst: str, data: str) -> list[str]:
         """`data` transposed into the SBUF tile `dst` as the legacy API lowers nl.transpose: the Tensor engine's
         transpose into PSUM, copied out."""
-        staged = f"{dst.split('[')[0]}_psum"
+        staged = f"{_base(dst)}_psum"
         shape = f"({data}.shape[1], {data}.shape[0])"
         return [f"{staged} = {self._allocation(data, shape=shape, buffer='psum')}",
                 f"{self.nisa}.nc_transpose(dst={staged}, data={data})",
@@ -612,7 +854,7 @@ class _Rewrite(cst.CSTTransformer):
         before: list[str] = []
         stationary = x
         if transpose_x == "False":
-            stationary = f"{dst.split('[')[0]}_x"
+            stationary = f"{_base(dst)}_x"
             before = [f"{stationary} = {self._allocation(x, shape=f'({x}.shape[1], {x}.shape[0])')}",
                       *self._transposed(stationary, x)]
         rows = f"{x}.shape[{1 if transpose_x == 'True' else 0}]"
@@ -638,7 +880,7 @@ class _Rewrite(cst.CSTTransformer):
             return None
         nl, nisa = self.nl, self.nisa
         rows, columns = (self._code(element.value) for element in shape.elements)
-        base = dst.split("[")[0]
+        base = _base(dst)
         ones, product, start, end = (f"{base}_{part}" for part in ("ones", "broadcast", "start", "end"))
         step = f"{nl}.tile_size.gemm_moving_fmax"
         chunk = textwrap.dedent(f"""\
@@ -661,7 +903,35 @@ class _Rewrite(cst.CSTTransformer):
         return (self._allocation(data, shape=f"({data}.shape[0], 1)"),
                 [reduce, *([scale] if function == "mean" else [])])
 
-    def _isa_instruction(self, dst: str, call: cst.Call, accumulate: bool) -> tuple[str, str] | None:
+    def _reduced_view(self, dst: str, data: str, function: str, axes: tuple[int, ...], keepdims: bool
+                      ) -> tuple[str, list[str]]:
+        """`nl.sum(t[i0, 2 * i1 + i2, ...], axis=[2, 4])` over a grid access (whose counts are known) as tensor_reduce
+        of that view along those free axes, into a tile shaped as the legacy result; a mean is scaled by one over
+        the number of elements reduced."""
+        counts = self.views[data]
+        shape = [("1" if i in axes else count) for i, count in enumerate(counts) if keepdims or i not in axes]
+        reduce = (f"{self.nisa}.tensor_reduce(dst={dst}, op={self.nl}.{REDUCTIONS[function]}, data={data}, "
+                  f"axis={_tuple(map(str, axes))}, keepdims={keepdims})")
+        size = " * ".join(f"({counts[axis]})" for axis in axes)
+        scale = f"{self.nisa}.tensor_scalar(dst={dst}, data={dst}, op0={self.nl}.multiply, operand0=1.0 / ({size}))"
+        return (f"{self.nl}.ndarray({_tuple(shape)}, dtype={_base(data)}.dtype, buffer={self.nl}.sbuf)",
+                [reduce, *([scale] if function == "mean" else [])])
+
+    def _matmul_columns(self, dst: str, given: dict[str, cst.BaseExpression]) -> str:
+        """A matmul's mask along the moving free axis, into a dst and from a moving tile read whole, as the columns it
+        bounds: `acc[:, 0:n]` and `moving[:, 0:n]` (the accumulator's other columns keep what they held, as the
+        masked legacy matmul left them); the dst unchanged, and the mask kept, for any other mask."""
+        limit = self._limit(given["mask"])
+        moving = given.get("moving")
+        whole = isinstance(moving, cst.Name) and self._is_tile(moving) and "[" not in dst
+        if limit is None or limit.axis != 1 or not whole:
+            return dst
+        del given["mask"]
+        given["moving"] = cst.parse_expression(f"{moving.value}[:, 0:{limit.count}]")
+        return f"{dst}[:, 0:{limit.count}]"
+
+    def _isa_instruction(self, dst: str, call: cst.Call, accumulate: bool, fresh: bool
+                         ) -> tuple[str, str] | None:
         """A legacy `nisa.*` call that returns its tile, as the same instruction writing `dst`: positional
         arguments named as the legacy signature names them; the result lives where the legacy one did (a
         transpose or matmul in PSUM, as float32 for a matmul; anything else in SBUF, shaped as LEGACY_ISA_SHAPED_BY
@@ -675,8 +945,18 @@ class _Rewrite(cst.CSTTransformer):
             return None
         given = {name: arg.value for name, arg in zip(parameters, positional, strict=False)}
         given |= {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-        if "mask" in given and self._maskless(given["mask"], free_axis_only=True):
+        mixes = ISA_MIXES.get(instruction or "", EVERYWHERE)
+        if instruction == "activation" and any(name.startswith("reduce") for name in given):
+            mixes = ACROSS_FREE  # an activation that also reduces its rows
+        if "mask" in given and self._droppable(given["mask"], fresh, mixes):
             del given["mask"]
+        bounded = self._bounded(dst, list(given.values()), given["mask"]) if (
+            "mask" in given and mixes is ELEMENT_WISE) else None
+        if bounded is not None:
+            dst, values = bounded
+            given = {name: value for name, value in zip(given, values, strict=True) if name != "mask"}
+        if "mask" in given and instruction == "nc_matmul":
+            dst = self._matmul_columns(dst, given)
         if "mask" in given or (accumulate and instruction != "nc_matmul"):
             return None  # a mask moves into the operands' slices: a person decides how
         if instruction == "tensor_reduce" and self._code(given.get("axis", cst.Name("None"))) not in FREE_AXIS:
@@ -720,7 +1000,7 @@ class _Rewrite(cst.CSTTransformer):
             return None
         value, before = given["value"], []
         if isinstance(value, cst.Call):
-            stored = f"{self._code(given['dst']).split('[')[0]}_stored"
+            stored = f"{_base(self._code(given['dst']))}_stored"
             lines = self._assigned(stored, value)
             if lines is None:
                 return None
@@ -735,7 +1015,7 @@ class _Rewrite(cst.CSTTransformer):
                        f"{self.nisa}.tensor_copy(dst={staged}, src={self._code(value)})"]
             value = cst.Name(staged)
         if sliced is not None:
-            return [*before, f"{self.nisa}.dma_copy(dst={sliced[0]}, src={self._code(value)}[{sliced[1]}])"]
+            return [*before, f"{self.nisa}.dma_copy(dst={sliced[0]}, src={self._part(self._code(value), sliced[1])})"]
         return [*before, f"{self.nisa}.dma_copy(dst={self._code(given['dst'])}, src={self._code(value)})"]
 
     # --- loops --------------------------------------------------------------------------------------------------
@@ -744,6 +1024,23 @@ class _Rewrite(cst.CSTTransformer):
             return updated.with_changes(func=cst.Name("range"),
                                         args=[a for a in updated.args if a.keyword is None])
         return updated
+
+
+class _GridAccesses(cst.CSTTransformer):
+    """Each tile subscript over index grids in a statement, as `_Rewrite._grid_access` reads it; `read` collects
+    the grids they use."""
+
+    def __init__(self, rewrite: _Rewrite, limits: dict[str, str]):
+        super().__init__()
+        self.rewrite, self.limits = rewrite, limits
+        self.read: set[str] = set()
+
+    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:  # noqa: N802
+        access = self.rewrite._grid_access(updated, self.limits)
+        if access is None:
+            return updated
+        self.read |= access[1]
+        return cst.parse_expression(access[0])
 
 
 class _Leftovers(cst.CSTVisitor):
@@ -766,6 +1063,12 @@ class _Leftovers(cst.CSTVisitor):
         if dotted and dotted.startswith(f"{self.nl}.") and dotted[len(self.nl) + 1:] not in MODERN_LANGUAGE:
             line = self.get_metadata(PositionProvider, node).start.line
             self.found.append((line, f"{dotted} has no mechanical nki-package form here"))
+        if dotted and dotted.startswith((f"{self.nl}.", f"{self.nisa}.")) and any(
+                a.keyword is not None and a.keyword.value == "mask" for a in node.args):
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.found.append((line, "mask= is gone from the nki package: bound the slices the instruction reads and "
+                                     "writes to the lanes it keeps (dropped, it would change what the instruction "
+                                     "reads or overwrite values the kernel keeps)"))
         if dotted and dotted[len(self.nl) + 1:] in ALLOCATIONS and node.args and _block_dimension(node.args[0].value):
             line = self.get_metadata(PositionProvider, node).start.line
             self.found.append((line, "a block dimension (nl.par_dim after the first axis), removed in the nki "
