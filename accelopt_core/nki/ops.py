@@ -678,8 +678,10 @@ def accumulate(dst: Tile, other: Any, op: str) -> None:
             producer.attrs = {**(producer.attrs or {}), "accumulate": True}
             sim.trace.tensors.pop(other.storage.id, None)
             other.storage.producer = None
-            if sim.numeric:
-                dst.write(dst.read_accumulator() + other.read().reshape(dst.shape))
+            if sim.numeric:  # a masked matmul adds only the elements it computed (`written`)
+                kept = other.storage.written
+                dst.write(dst.read_accumulator() + other.read().reshape(dst.shape),
+                          None if kept is None else kept.reshape(dst.shape))
             return
     if dst.buffer == HBM:
         raise HardwareRuleError(f"cannot compute on HBM tensor {dst.name} in place; load, compute, store")

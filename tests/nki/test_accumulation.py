@@ -184,3 +184,26 @@ def test_a_fully_written_accumulator_is_read_as_it_is_and_an_unwritten_one_as_ze
         assert np.shares_memory(whole, acc.storage.data) and whole.tobytes() == values.tobytes()
     finally:
         pop()
+
+
+def test_a_masked_matmul_accumulates_only_the_elements_it_computes(run, rng):
+    """`acc += nisa.nc_matmul(..., mask=m)` (legacy tutorials, transpose_matmul): the masked-off columns keep their
+    sums. The unwritten elements of the matmul's result (NaN) were added to the whole accumulator."""
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    both = run(HEADER + """
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
+    i_n = nl.arange(512)[None, :]
+    at = nl.load(a)
+    bt = nl.load(b)
+    acc += nisa.nc_matmul(at, bt)
+    acc += nisa.nc_matmul(at, bt, mask=(i_n < 256))
+    nl.store(out, value=nl.copy(acc))
+    return out
+""", a, b)
+    expected = a.T @ b
+    expected[:, :256] *= 2
+    np.testing.assert_allclose(both.out, expected, rtol=1e-4, atol=1e-3)
