@@ -42,7 +42,7 @@ from typing import Any
 from accelopt_core.hardware import HardwareProfile
 from accelopt_core.nki.dtypes import DTYPE_SIZES
 from accelopt_core.nki.trace import Engine, Instruction, LoopNest, Op, Trace, unknown_op
-from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation
+from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation, zeroing_folded
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline
 
@@ -192,12 +192,10 @@ def _last_accesses(instructions: list[Instruction]) -> tuple[dict[int, int], dic
 
 
 def _folded_memset(inst: Instruction, code: int) -> bool:
-    """Whether a memset costs nothing. `nl.zeros(..., buffer=nl.psum)` before a `+=` matmul chain is
-    the legacy accumulation idiom: the compiler folds the zeroing into the first matmul's
-    start-of-group flag (a matmul may not accumulate onto PSUM another engine initialised, fact
-    sheet A.3), so a zero memset into PSUM costs no engine time and orders only by data."""
-    return (code != 0 and bool(inst.writes) and inst.writes[0].buffer == "psum"
-            and (inst.attrs or {}).get("value") == 0)
+    """Whether a memset costs nothing: the zeroing of the legacy accumulation idiom (allocator.zeroing_folded)
+    folds into the first matmul's start-of-group flag (a matmul may not accumulate onto PSUM another engine
+    initialised, fact sheet A.3), so it costs no engine time and orders only by data."""
+    return code != 0 and zeroing_folded(inst)
 
 
 class _ListScheduler:
