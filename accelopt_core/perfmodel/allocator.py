@@ -25,9 +25,10 @@ the hardware. The calibration set's counters (docs/calibration.md, cases.json) s
    re-transposing, saved once as one allocation; program order would spill 49 MB of gate output. A
    block reloaded and not written since is not saved again: its copy in HBM is still current.
 5. PSUM is spilled like SBUF: it holds 16 KiB per partition however large the PSUM tensors a kernel
-   declares; the accumulation results live beyond that are saved after they are written and reloaded
-   before they are read (autocomp attention 02, trn1: all of Q @ K^T, 512 KiB per partition, kept in PSUM
-   for three passes ran 1.57 ms where the same work recomputed block by block, 03, ran 1.02 ms).
+   declares; the accumulation results live beyond that are saved after they are written (copied to SBUF by
+   Vector or Scalar, then to HBM: a DMA moves between HBM and SBUF only) and reloaded before they are read,
+   in the order SBUF's walk took (autocomp attention 02, trn1: all of Q @ K^T, 512 KiB per partition, kept
+   in PSUM for three passes ran 1.57 ms where the same work recomputed block by block, 03, ran 1.02 ms).
 
 The result is an `AllocationPlan`: which instructions the hardware does not execute, and per
 instruction the bytes re-fetched from HBM, reloaded from spill before it and saved after it.
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from accelopt_core.nki.dtypes import DTYPE_SIZES
 from accelopt_core.nki.instructions import DECLARED
 from accelopt_core.nki.trace import Access, Instruction, Loop, Op, TensorInfo, Trace
 
@@ -84,6 +86,9 @@ class AllocationPlan:
     merged_loops: dict[tuple[int, ...], int] = field(default_factory=dict)
     unmerged_peak_bytes_per_partition: int = 0
     psum_peak_bytes_per_partition: int = 0  # live PSUM blocks at their peak, in program order (mechanism 5)
+    # instruction -> the PSUM blocks spilled there, each (partitions, elements per partition, dtype): a DMA
+    # reaches only HBM and SBUF, so each is first copied to SBUF by an engine (mechanism 5)
+    psum_copies: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)
 
     @property
     def spills(self) -> bool:
@@ -106,8 +111,8 @@ def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffer
                           dead=dead)
     uses = blocks.uses("sbuf", dropped)  # every executed access to each SBUF block
     _rotate(trace, uses, buffers, plan.reuses_buffer_of)
-    _allocate(trace, blocks, plan, uses)
-    _spill_psum(trace, blocks, plan, psum_capacity)
+    order = _allocate(trace, blocks, plan, uses)
+    _spill_psum(trace, blocks, plan, psum_capacity, order)
     return plan
 
 
@@ -541,18 +546,18 @@ def _rotate(trace: Trace, uses: dict[Block, list[int]], buffers: int, reuses_buf
         earlier.append(b)
 
 
-def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dict[Block, list[int]]) -> None:
+def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dict[Block, list[int]]) -> list[int]:
     """Walk the executed instructions in the compiler's order (program order, with the sibling loops it
     fuses run iteration by iteration) keeping the live SBUF blocks resident; where they overflow, the one
     next used furthest ahead gives way (a loaded one by re-issuing its load statement at every use, a
-    computed one by a spill)."""
-    if not uses:
-        return
-    sizes = blocks.sizes(uses)
+    computed one by a spill). The order: loops are fused only where SBUF overflows in program order."""
     n = len(trace.instructions)
+    if not uses:
+        return list(range(n))
+    sizes = blocks.sizes(uses)
     plan.peak_bytes_per_partition = _peak(uses, sizes, n)
     if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
-        return
+        return list(range(n))
     order = _fused_order(trace, blocks, plan.dropped, plan.merged_loops)
     if order is None:
         order = list(range(n))
@@ -561,8 +566,9 @@ def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dic
         uses = _positions(uses, order)
         plan.peak_bytes_per_partition = _peak(uses, sizes, n)
         if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
-            return
+            return order
     _Allocator(trace, blocks, plan, uses, sizes, "sbuf", plan.capacity_bytes_per_partition, plan.dropped).run(order)
+    return order
 
 
 def zeroing_folded(inst: Instruction) -> bool:
@@ -574,11 +580,12 @@ def zeroing_folded(inst: Instruction) -> bool:
         and (inst.attrs or {}).get("value") == 0
 
 
-def _spill_psum(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, capacity: int) -> None:
+def _spill_psum(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, capacity: int, order: list[int]) -> None:
     """PSUM holds `capacity` bytes per partition (16 KiB on trn1: eight 2 KiB banks, fact sheet A.4), whatever
     a kernel declares: where more accumulation results are live at once (autocomp attention 02 keeps all of
     Q @ K^T, 512 KiB per partition, in one PSUM tensor), the ones next used furthest ahead are spilled after
-    they are written and reloaded before they are read, as SBUF blocks are. A folded zeroing takes no PSUM."""
+    they are written and reloaded before they are read, as SBUF blocks are, in the compiler's order `order` (the
+    one SBUF's walk took). A folded zeroing takes no PSUM."""
     skipped = [gone or zeroing_folded(inst) for gone, inst in zip(plan.dropped, trace.instructions, strict=True)]
     uses = blocks.uses("psum", skipped)
     if not uses:
@@ -588,11 +595,7 @@ def _spill_psum(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, capacit
     plan.psum_peak_bytes_per_partition = _peak(uses, sizes, n)
     if plan.psum_peak_bytes_per_partition <= capacity:
         return
-    # the loops the compiler fuses for SBUF's sake run fused for PSUM too (each merge is listed once)
-    order = _fused_order(trace, blocks, skipped, None if plan.merged_loops else plan.merged_loops)
-    if order is None:
-        order = list(range(n))
-    else:
+    if plan.merged_loops:
         uses = _positions(uses, order)
         if _peak(uses, sizes, n) <= capacity:
             return
@@ -765,6 +768,11 @@ class _Allocator:
         if saved_at is None:  # a block reloaded and not written since still has its copy in HBM
             saved_at = self.saved[b] = i
             self.plan.save[i] += self._bytes(b)
+            if self.buffer == "psum":
+                info = self.blocks.tensors[b[0]]
+                partitions = info.shape[max(0, info.partition_axis)] if info.shape else 1
+                elements = round(self.sizes[b]) // DTYPE_SIZES.get(info.dtype, 4)
+                self.plan.psum_copies.setdefault(i, []).append((partitions, elements, info.dtype))
         self.spilled[b] = saved_at
 
     def _bytes(self, b: Block) -> int:

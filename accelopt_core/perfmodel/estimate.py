@@ -36,7 +36,7 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
     counts = np.bincount(codes, minlength=len(ENGINES)) if n else np.zeros(len(ENGINES), int)
     busy_by_code = (np.bincount(codes, weights=busy_time, minlength=len(ENGINES))
                     if n else np.zeros(len(ENGINES)))
-    busy = {name: float(busy_by_code[c]) for c, name in enumerate(ENGINES)}
+    busy = {name: float(busy_by_code[c] + sched.compiler_busy[c]) for c, name in enumerate(ENGINES)}
     busy["dma"] = _union_length(sched.dma_data)
 
     def fraction(value: float) -> float:

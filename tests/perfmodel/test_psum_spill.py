@@ -54,6 +54,8 @@ def test_psum_results_beyond_its_capacity_are_spilled_and_reloaded(trn1: Hardwar
     assert plan.psum_peak_bytes_per_partition == 16 * 2048 > trn1.memory.psum_bytes_per_partition
     block_bytes = 128 * 2048
     assert sum(plan.save) == sum(plan.reload) == 8 * block_bytes  # the eight blocks that do not fit
+    # a DMA moves between HBM and SBUF only: each block saved is first copied to SBUF by an engine
+    assert [copy for copies in plan.psum_copies.values() for copy in copies] == [(128, 512, "float32")] * 8
     report = estimate(_psum_blocks(16, read_at_once=True), trn1)
     assert report.spill_save_bytes == report.spill_reload_bytes == 8 * block_bytes
     assert report.latency >= report.physical_floor_time
@@ -77,6 +79,8 @@ def test_a_psum_spill_costs_time(trn1: HardwareProfile) -> None:
     kept = estimate(_psum_blocks(64, read_at_once=True), roomy)
     assert kept.spill_save_bytes == 0
     assert spilled.latency > kept.latency
+    copies = spilled.vector_engine_active_time + spilled.scalar_engine_active_time
+    assert copies > kept.vector_engine_active_time + kept.scalar_engine_active_time  # the copies out of PSUM
     assert spilled.hbm_write_bytes == kept.hbm_write_bytes + spilled.spill_save_bytes
 
 
