@@ -24,6 +24,11 @@ the hardware. The calibration set's counters (docs/calibration.md, cases.json) s
    never spills. trn1 spills 16.8 MB there, exactly the transposed input the compiler keeps instead of
    re-transposing, saved once as one allocation; program order would spill 49 MB of gate output. A
    block reloaded and not written since is not saved again: its copy in HBM is still current.
+5. PSUM is spilled like SBUF: it holds 16 KiB per partition however large the PSUM tensors a kernel
+   declares; the accumulation results live beyond that are saved after they are written (copied to SBUF by
+   Vector or Scalar, then to HBM: a DMA moves between HBM and SBUF only) and reloaded before they are read,
+   in the order SBUF's walk took (autocomp attention 02, trn1: all of Q @ K^T, 512 KiB per partition, kept
+   in PSUM for three passes ran 1.57 ms where the same work recomputed block by block, 03, ran 1.02 ms).
 
 The result is an `AllocationPlan`: which instructions the hardware does not execute, and per
 instruction the bytes re-fetched from HBM, reloaded from spill before it and saved after it.
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from accelopt_core.nki.dtypes import DTYPE_SIZES
 from accelopt_core.nki.instructions import DECLARED
 from accelopt_core.nki.trace import Access, Instruction, Loop, Op, TensorInfo, Trace
 
@@ -79,6 +85,10 @@ class AllocationPlan:
     # merged (mechanism 4), and the live SBUF peak in program order that merging brought down
     merged_loops: dict[tuple[int, ...], int] = field(default_factory=dict)
     unmerged_peak_bytes_per_partition: int = 0
+    psum_peak_bytes_per_partition: int = 0  # live PSUM blocks at their peak, in program order (mechanism 5)
+    # instruction -> the PSUM blocks spilled there, each (partitions, elements per partition, dtype): a DMA
+    # reaches only HBM and SBUF, so each is first copied to SBUF by an engine (mechanism 5)
+    psum_copies: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)
 
     @property
     def spills(self) -> bool:
@@ -101,7 +111,8 @@ def plan_allocation(trace: Trace, sbuf_capacity: int, psum_capacity: int, buffer
                           dead=dead)
     uses = blocks.uses("sbuf", dropped)  # every executed access to each SBUF block
     _rotate(trace, uses, buffers, plan.reuses_buffer_of)
-    _allocate(trace, blocks, plan, uses)
+    order = _allocate(trace, blocks, plan, uses)
+    _spill_psum(trace, blocks, plan, psum_capacity, order)
     return plan
 
 
@@ -535,31 +546,68 @@ def _rotate(trace: Trace, uses: dict[Block, list[int]], buffers: int, reuses_buf
         earlier.append(b)
 
 
-def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dict[Block, list[int]]) -> None:
+def _allocate(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dict[Block, list[int]]) -> list[int]:
     """Walk the executed instructions in the compiler's order (program order, with the sibling loops it
     fuses run iteration by iteration) keeping the live SBUF blocks resident; where they overflow, the one
     next used furthest ahead gives way (a loaded one by re-issuing its load statement at every use, a
-    computed one by a spill)."""
-    if not uses:
-        return
-    sizes = blocks.sizes(uses)
+    computed one by a spill). The order: loops are fused only where SBUF overflows in program order."""
     n = len(trace.instructions)
+    if not uses:
+        return list(range(n))
+    sizes = blocks.sizes(uses)
     plan.peak_bytes_per_partition = _peak(uses, sizes, n)
     if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
-        return
+        return list(range(n))
     order = _fused_order(trace, blocks, plan.dropped, plan.merged_loops)
     if order is None:
         order = list(range(n))
     else:  # the walk's clock is the position in the fused order
         plan.unmerged_peak_bytes_per_partition = plan.peak_bytes_per_partition
-        position = [0] * n
-        for p, i in enumerate(order):
-            position[i] = p
-        uses = {b: sorted(position[i] for i in at) for b, at in uses.items()}
+        uses = _positions(uses, order)
         plan.peak_bytes_per_partition = _peak(uses, sizes, n)
         if plan.peak_bytes_per_partition <= plan.capacity_bytes_per_partition:
+            return order
+    _Allocator(trace, blocks, plan, uses, sizes, "sbuf", plan.capacity_bytes_per_partition, plan.dropped).run(order)
+    return order
+
+
+def zeroing_folded(inst: Instruction) -> bool:
+    """Whether an instruction is the legacy accumulation idiom's zeroing, `nl.zeros(..., buffer=nl.psum)` before
+    a `+=` matmul chain: the compiler folds it into the first matmul's start-of-group flag, so it runs on no
+    engine and no PSUM is taken for the block before that first matmul (calibration set: matmul declares
+    3.75 MiB per partition of PSUM blocks zeroed up front, and trn1 spilled nothing)."""
+    return inst.op == Op.MEMSET and bool(inst.writes) and inst.writes[0].buffer == "psum" \
+        and (inst.attrs or {}).get("value") == 0
+
+
+def _spill_psum(trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, capacity: int, order: list[int]) -> None:
+    """PSUM holds `capacity` bytes per partition (16 KiB on trn1: eight 2 KiB banks, fact sheet A.4), whatever
+    a kernel declares: where more accumulation results are live at once (autocomp attention 02 keeps all of
+    Q @ K^T, 512 KiB per partition, in one PSUM tensor), the ones next used furthest ahead are spilled after
+    they are written and reloaded before they are read, as SBUF blocks are, in the compiler's order `order` (the
+    one SBUF's walk took). A folded zeroing takes no PSUM."""
+    skipped = [gone or zeroing_folded(inst) for gone, inst in zip(plan.dropped, trace.instructions, strict=True)]
+    uses = blocks.uses("psum", skipped)
+    if not uses:
+        return
+    sizes = blocks.sizes(uses)
+    n = len(trace.instructions)
+    plan.psum_peak_bytes_per_partition = _peak(uses, sizes, n)
+    if plan.psum_peak_bytes_per_partition <= capacity:
+        return
+    if plan.merged_loops:
+        uses = _positions(uses, order)
+        if _peak(uses, sizes, n) <= capacity:
             return
-    _Allocator(trace, blocks, plan, uses, sizes).run(order)
+    _Allocator(trace, blocks, plan, uses, sizes, "psum", capacity, skipped).run(order)
+
+
+def _positions(uses: dict[Block, list[int]], order: list[int]) -> dict[Block, list[int]]:
+    """Each block's uses as positions in `order` (the walk's clock), sorted."""
+    position = [0] * len(order)
+    for p, i in enumerate(order):
+        position[i] = p
+    return {b: sorted(position[i] for i in at) for b, at in uses.items()}
 
 
 def _peak(uses: dict[Block, list[int]], sizes: dict[Block, float], n: int) -> int:
@@ -568,12 +616,14 @@ def _peak(uses: dict[Block, list[int]], sizes: dict[Block, float], n: int) -> in
 
 
 class _Allocator:
-    """The resident set and its eviction order (next use furthest ahead first)."""
+    """The resident set of one on-chip memory (`buffer`, `capacity` bytes per partition) and its eviction
+    order (next use furthest ahead first); the instructions marked `skipped` take no room in it."""
 
-    def __init__(self, trace: Trace, blocks: _BlockIndex, plan: AllocationPlan,
-                 uses: dict[Block, list[int]], sizes: dict[Block, float]) -> None:
+    def __init__(self, trace: Trace, blocks: _BlockIndex, plan: AllocationPlan, uses: dict[Block, list[int]],
+                 sizes: dict[Block, float], buffer: str, capacity: int, skipped: list[bool]) -> None:
         self.trace, self.blocks, self.plan = trace, blocks, plan
         self.uses, self.sizes = uses, sizes
+        self.buffer, self.capacity, self.skipped = buffer, capacity, skipped
         self.cursor = dict.fromkeys(uses, 0)  # index into uses[b] of its next access
         self.resident: set[Block] = set()
         self.spilled: dict[Block, int] = {}  # spilled block -> the instruction after which it was saved
@@ -593,7 +643,7 @@ class _Allocator:
         instructions = self.trace.instructions
         for p, i in enumerate(order):
             inst = instructions[i]
-            if plan.dropped[i]:
+            if self.skipped[i]:
                 continue
             if inst.line in plan.streamed_lines and _loads_to_sbuf(inst):
                 plan.dropped[i] = True  # re-issued next to each use instead
@@ -603,14 +653,14 @@ class _Allocator:
                 continue
             here: set[Block] = set()
             for acc, own in self.blocks.reads[i]:
-                if acc.buffer == "sbuf":
+                if acc.buffer == self.buffer:
                     self._read(i, acc, own, here)
             for acc, own in self.blocks.writes[i]:
-                if acc.buffer == "sbuf":
+                if acc.buffer == self.buffer:
                     self._write(inst, own, here)
             self._fit(i, here)
-            if plan.refetch[i] or plan.reload[i]:
-                plan.room[i] = max(0, round(plan.capacity_bytes_per_partition - self.live))
+            if self.buffer == "sbuf" and (plan.refetch[i] or plan.reload[i]):
+                plan.room[i] = max(0, round(self.capacity - self.live))
             for b in here:
                 self._advance(b, p)
 
@@ -678,7 +728,7 @@ class _Allocator:
 
     def _fit(self, i: int, here: set[Block]) -> None:
         """Make the resident set fit after instruction i, the block next used furthest ahead first."""
-        capacity = self.plan.capacity_bytes_per_partition
+        capacity = self.capacity
         deferred: list[tuple[int, int, Block]] = []
         while self.live > capacity and self.heap:
             entry = heapq.heappop(self.heap)
@@ -718,6 +768,11 @@ class _Allocator:
         if saved_at is None:  # a block reloaded and not written since still has its copy in HBM
             saved_at = self.saved[b] = i
             self.plan.save[i] += self._bytes(b)
+            if self.buffer == "psum":
+                info = self.blocks.tensors[b[0]]
+                partitions = info.shape[max(0, info.partition_axis)] if info.shape else 1
+                elements = round(self.sizes[b]) // DTYPE_SIZES.get(info.dtype, 4)
+                self.plan.psum_copies.setdefault(i, []).append((partitions, elements, info.dtype))
         self.spilled[b] = saved_at
 
     def _bytes(self, b: Block) -> int:

@@ -36,7 +36,7 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
     counts = np.bincount(codes, minlength=len(ENGINES)) if n else np.zeros(len(ENGINES), int)
     busy_by_code = (np.bincount(codes, weights=busy_time, minlength=len(ENGINES))
                     if n else np.zeros(len(ENGINES)))
-    busy = {name: float(busy_by_code[c]) for c, name in enumerate(ENGINES)}
+    busy = {name: float(busy_by_code[c] + sched.compiler_busy[c]) for c, name in enumerate(ENGINES)}
     busy["dma"] = _union_length(sched.dma_data)
 
     def fraction(value: float) -> float:
@@ -65,6 +65,11 @@ def _report(trace: Trace, hardware: HardwareProfile, costs: CostModel, sched: Sc
             f"live SBUF peaks at {plan.peak_bytes_per_partition} B/partition, above the usable"
             f" {plan.capacity_bytes_per_partition} B: loaded blocks that do not fit are loaded again at each"
             " use, computed ones are spilled")
+    if plan.psum_peak_bytes_per_partition > hardware.memory.psum_bytes_per_partition:
+        notes.append(
+            f"live PSUM peaks at {plan.psum_peak_bytes_per_partition} B/partition, above its"
+            f" {hardware.memory.psum_bytes_per_partition} B: the results that do not fit are spilled to HBM and"
+            " reloaded before they are read")
 
     return PerfReport(
         hardware=hardware.name,

@@ -41,8 +41,8 @@ from typing import Any
 
 from accelopt_core.hardware import HardwareProfile
 from accelopt_core.nki.dtypes import DTYPE_SIZES
-from accelopt_core.nki.trace import Engine, Instruction, LoopNest, Op, Trace, unknown_op
-from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation
+from accelopt_core.nki.trace import Access, Engine, Instruction, LoopNest, Op, Trace, unknown_op
+from accelopt_core.perfmodel.allocator import AllocationPlan, plan_allocation, zeroing_folded
 from accelopt_core.perfmodel.costs import CostModel, DmaCost
 from accelopt_core.perfmodel.dma import DmaTimeline
 
@@ -160,6 +160,7 @@ class Schedule:
         self.spill_save = 0
         self.spill_reload = 0
         self.refetch = 0  # bytes of loads re-issued at their uses
+        self.compiler_busy = [0.0] * len(ENGINES)  # engine time of instructions the compiler adds (PSUM spill copies)
         self.latency = 0.0
 
     def add_transfer(self, cost: DmaCost, data_start: float, end: float) -> None:
@@ -192,12 +193,10 @@ def _last_accesses(instructions: list[Instruction]) -> tuple[dict[int, int], dic
 
 
 def _folded_memset(inst: Instruction, code: int) -> bool:
-    """Whether a memset costs nothing. `nl.zeros(..., buffer=nl.psum)` before a `+=` matmul chain is
-    the legacy accumulation idiom: the compiler folds the zeroing into the first matmul's
-    start-of-group flag (a matmul may not accumulate onto PSUM another engine initialised, fact
-    sheet A.3), so a zero memset into PSUM costs no engine time and orders only by data."""
-    return (code != 0 and bool(inst.writes) and inst.writes[0].buffer == "psum"
-            and (inst.attrs or {}).get("value") == 0)
+    """Whether a memset costs nothing: the zeroing of the legacy accumulation idiom (allocator.zeroing_folded)
+    folds into the first matmul's start-of-group flag (a matmul may not accumulate onto PSUM another engine
+    initialised, fact sheet A.3), so it costs no engine time and orders only by data."""
+    return code != 0 and zeroing_folded(inst)
 
 
 class _ListScheduler:
@@ -281,6 +280,9 @@ class _ListScheduler:
             bound, p, psum_write_banks = self._after_data(inst, bound, p, tensor_engine)
             if rotation[i] >= 0 and end[rotation[i]] > bound:
                 bound, p = end[rotation[i]], rotation[i]  # its physical buffer frees when the tile before is dead
+            copies = plan.psum_copies.get(i)
+            if copies:  # the PSUM blocks giving way leave for SBUF before this instruction takes their room
+                bound = self._copy_out_of_psum(i, copies, bound)
             if refetch[i]:
                 bound, p = self._refetch(i, inst, bound, p)
             if reload_bytes[i]:
@@ -397,7 +399,8 @@ class _ListScheduler:
         return (done, self.last_dma) if done > bound else (bound, p)
 
     def _save(self, i: int, inst: Instruction, started: float) -> float:
-        """What gave way to this instruction's blocks is saved while it runs; when that is done."""
+        """What gave way to this instruction's blocks is saved while it runs (PSUM blocks are in SBUF by
+        then: `_copy_out_of_psum`); when that is done."""
         sched = self.sched
         payload = self.plan.save[i]
         cost = self.costs.spill_dma(payload, inst.partitions, _item_size(inst.writes))
@@ -405,6 +408,26 @@ class _ListScheduler:
         sched.add_transfer(cost, data_start, done)
         sched.spill_save += payload
         self.saved_at[i] = done
+        return done
+
+    def _copy_out_of_psum(self, i: int, copies: list[tuple[int, int, str]], ready: float) -> float:
+        """The compiler's copies of the PSUM blocks spilled at instruction i into SBUF (a DMA moves between HBM
+        and SBUF only: docs/fact-sheet.md A.6), each the tensor_copy it is on Vector or Scalar (where it finishes
+        first), taking turns on PSUM like any other, from `ready` on; when the last is done (the save to HBM and
+        the instruction that takes their room follow)."""
+        lanes, costs = self.lanes, self.costs
+        done = ready
+        for partitions, elements, dtype in copies:
+            copy = _psum_copy(i, partitions, elements, dtype)
+            code = _placed(copy, _PSUM_PORT_ENGINES, ready, lanes, costs)
+            lane = lanes[code]
+            occupancy, setup = costs.occupancy(copy, ENGINES[code]), costs.setup(copy, ENGINES[code])
+            if self.psum_port is not None:
+                start, _ = self.psum_port.place(lane, ready, occupancy, setup, i)
+            else:
+                start, _ = lane.place(ready, occupancy, i, setup)
+            self.sched.compiler_busy[code] += occupancy - lane.overlap
+            done = max(done, start + occupancy)
         return done
 
     def _run_dma(self, i: int, inst: Instruction, bound: float, p: int) -> tuple[float, float, int]:
@@ -493,7 +516,11 @@ class _Lane:
     back-to-back ready work at the ISA table's initiation interval and pays the overhead in full only
     after it waited. Autocomp's attention chain (shared/calibration/autocomp, trn1): 10.py runs 2,048
     Vector instructions of 128 elements (a reduce and a PSUM copy per 128 x 128 block) in 0.293 ms, 143 ns
-    each, where N + the 140-cycle overhead would take 239 ns each (0.49 ms).
+    each, where N + the 140-cycle overhead would take 239 ns each (0.49 ms). The same holds in an idle gap:
+    an instruction placed at its start, ready by then, is queued behind the instruction that ends there
+    (attention 08, trn1 0.411 ms: the next exponential runs on Scalar while the PSUM copy before it in program
+    order still waits for its transpose; without the overlap it does not fit the gap and the kernel is
+    predicted slower than 07, which trn1 ran in 0.58-0.68 ms).
     """
 
     __slots__ = ("free", "gaps", "last", "last_before", "overlap", "stream")
@@ -505,11 +532,12 @@ class _Lane:
         self.last = self.last_before = -1
         self.stream = 0.0  # how long the instruction ending at `free` streams after its setup
         self.overlap = 0.0  # how much of the latest placed instruction overlapped the one before
-        self.gaps: list[list[float]] = []  # [start, end] of idle stretches before `free`
+        # [start, end, streaming of the instruction ending at start] of idle stretches before `free`
+        self.gaps: list[list[float]] = []
 
     def floor(self) -> float:
         """The earliest time an instruction could start here."""
-        return self.gaps[0][0] if self.gaps else self.free - self.stream
+        return self.gaps[0][0] - self.gaps[0][2] if self.gaps else self.free - self.stream
 
     def finish(self, ready: float, occupancy: float, setup: float = 0.0) -> float:
         return self.earliest(ready, occupancy, setup) + occupancy
@@ -523,7 +551,7 @@ class _Lane:
     def earliest(self, ready: float, occupancy: float, setup: float = 0.0) -> float:
         """Where `place` would start an instruction ready at `ready`, without placing it."""
         for gap in self.gaps:
-            start = gap[0] if gap[0] > ready else ready
+            start = _gap_start(gap, ready, setup)
             if start + occupancy <= gap[1]:
                 return start
         return self._append_start(ready, setup)
@@ -533,19 +561,20 @@ class _Lane:
         self.overlap = 0.0
         gaps = self.gaps
         for k, gap in enumerate(gaps):
-            start = gap[0] if gap[0] > ready else ready
+            start = _gap_start(gap, ready, setup)
             end = start + occupancy
             if end <= gap[1]:
+                self.overlap = gap[0] - start if gap[0] > start else 0.0
                 before, after = start - gap[0] > self.SHORTEST, gap[1] - end > self.SHORTEST
                 if before and after:
-                    gaps.insert(k + 1, [end, gap[1]])
+                    gaps.insert(k + 1, [end, gap[1], occupancy - setup])
                     gap[1] = start
                     if len(gaps) > self.WINDOW:
                         del gaps[0]
                 elif before:
                     gap[1] = start
                 elif after:
-                    gap[0] = end
+                    gap[0], gap[2] = end, occupancy - setup
                 else:
                     del gaps[k]
                 return start, -1
@@ -557,7 +586,7 @@ class _Lane:
         start = self._append_start(ready, setup)
         free = self.free
         if start > free + self.SHORTEST:
-            self.gaps.append([free, start])
+            self.gaps.append([free, start, self.stream])
             if len(self.gaps) > self.WINDOW:
                 del self.gaps[0]
         self.overlap = free - start if free > start else 0.0
@@ -565,6 +594,13 @@ class _Lane:
         self.stream = occupancy - setup
         self.last_before, self.last = self.last, index
         return start
+
+
+def _gap_start(gap: list[float], ready: float, setup: float) -> float:
+    """Where an instruction ready at `ready` starts in an idle stretch: at its start, less the part of its setup
+    spent while the instruction ending there still streams (as `_Lane._append_start`), or once ready."""
+    early = gap[0] - (setup if setup < gap[2] else gap[2])
+    return early if early > ready else ready
 
 
 class _Port:
@@ -633,6 +669,20 @@ def _placed(inst: Instruction, choices: tuple[int, ...], ready: float, lanes: li
     times on trn1 (cases.json)."""
     return min(choices, key=lambda code: lanes[code].finish(ready, costs.occupancy(inst, ENGINES[code]),
                                                             costs.setup(inst, ENGINES[code])))
+
+
+def _psum_copy(index: int, partitions: int, elements: int, dtype: str) -> Instruction:
+    """The tensor_copy of one PSUM block (`elements` per partition) into SBUF that a PSUM spill adds."""
+    shape = (partitions, elements)
+    nbytes = partitions * elements * DTYPE_SIZES.get(dtype, 4)
+    region = ((0, partitions), (0, elements))
+    run = elements * DTYPE_SIZES.get(dtype, 4)
+    source = Access(tensor=-1, buffer="psum", dtype=dtype, shape=shape, region=region, nbytes=nbytes,
+                    contiguous_bytes=run)
+    target = Access(tensor=-1, buffer="sbuf", dtype=dtype, shape=shape, region=region, nbytes=nbytes,
+                    contiguous_bytes=run)
+    return Instruction(index=index, engine=Engine.VECTOR, op=Op.TENSOR_COPY, reads=(source,), writes=(target,),
+                       partitions=partitions, free_elements=elements, flops=0, line=0, loops=(), dtype=dtype)
 
 
 def _item_size(accesses: tuple[Any, ...]) -> int:

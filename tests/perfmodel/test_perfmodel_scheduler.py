@@ -82,6 +82,25 @@ def test_an_instruction_that_waited_for_its_data_pays_its_static_overhead(trn1: 
     assert sched.start[2] == pytest.approx(sched.ready[1])
 
 
+def test_an_instruction_placed_in_an_idle_gap_overlaps_its_setup_like_one_appended(trn1: HardwareProfile) -> None:
+    """Scalar runs `first`, then `waiting` waits for a long Vector op; `ready`, later in program order but with
+    its data there, runs in the idle stretch between them, queued behind `first`: its static overhead overlaps
+    `first`'s streaming as it would at the end of the engine's queue (autocomp attention 08 on trn1: the next
+    exponential runs while the Scalar engine's PSUM copy still waits for its transpose)."""
+    b = TraceBuilder()
+    x, y, big, big_out, z, p, q = (b.tensor(n, "sbuf", (128, 4096 if n.startswith("big") else 512))
+                                   for n in ("x", "y", "big", "big_out", "z", "p", "q"))
+    first = b.compute("scalar", "activation", [x], [y], attrs={"func": "exp"})
+    b.compute("vector", "tensor_scalar", [big], [big_out])
+    b.compute("scalar", "activation", [big_out], [z], attrs={"func": "exp"})
+    b.compute("scalar", "activation", [p], [q], attrs={"func": "exp"})
+    sched = run(b.build(), trn1)
+    occupancy, setup = CostModel(trn1).occupancy(first), CostModel(trn1).setup(first)
+    assert sched.start[3] < sched.start[2]  # it ran in the gap, before the instruction that waited
+    assert sched.start[3] == pytest.approx(sched.end[0] - setup)
+    assert sched.busy[3] == pytest.approx(occupancy - setup)  # active time counts the overlap once
+
+
 def test_dependent_chain_pays_overhead_like_the_perf_guide(trn1: HardwareProfile) -> None:
     # perf guide Opt #5a: dependent 1-element ScalarE instructions issue about 264 cycles apart
     b = TraceBuilder()
