@@ -325,7 +325,7 @@ def _mask_values(mask: Mask | None, shape: tuple[int, ...]) -> np.ndarray | None
 def _result(shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> Tile:
     """An instruction's new result tile: its shape is already a tuple of ints and its buffer a kind, so
     it skips the parsing `allocate` does for a kernel's own declarations."""
-    return declare(buffer, shape, 0, dtypes.as_dtype(dtype))
+    return declare(buffer, shape, 0, dtypes.as_dtype(dtype), result=True)
 
 
 def _lane_wise(op: Op, engine: str) -> bool:
@@ -675,7 +675,7 @@ def accumulate(dst: Tile, other: Any, op: str) -> None:
             sim.trace.tensors.pop(other.storage.id, None)
             other.storage.producer = None
             if sim.numeric:
-                dst.write(dst.read_accumulator() + other.read().reshape(dst.shape))
+                dst.accumulate(other.read().reshape(dst.shape))
             return
     if dst.buffer == HBM:
         raise HardwareRuleError(f"cannot compute on HBM tensor {dst.name} in place; load, compute, store")

@@ -211,15 +211,11 @@ class _Replay:
                             f"{np.dtype(given.dtype).name}{list(given.shape)}")
         data = None
         if self.sim.numeric:
-            memory = self.sim.memory
-            memory.reserve(math.prod(dims) * dtype.itemsize)  # type: ignore[union-attr]
-            recycled = self.sim.recycled
-            data = recycled.take(dims, dtype, memory.used) if recycled is not None else None  # type: ignore[union-attr]
-            if data is None:
-                data = np.array(given, dtype=dtype, copy=True)
-            else:
-                data[...] = given  # the previous seed's input array, this seed's values
+            self.sim.memory.reserve(math.prod(dims) * dtype.itemsize)  # type: ignore[union-attr]
+            data = np.asarray(given).view()  # the caller's array, read-only: copied if the kernel writes it
+            data.flags.writeable = False
         storage = Storage(self.sim, shown_name(name), HBM, dims, dtype, -1, data)
+        storage.borrowed = data is not None
         self._new(tensor, storage)
         self.input_ids.add(storage.id)
 
@@ -280,6 +276,8 @@ class _Replay:
             if blocks is not None and blocks.holds(tensor):
                 blocks.forget(tensor)
                 self.sim.memory.release(data.nbytes)  # type: ignore[union-attr]
+            elif storage.borrowed and self.sim.memory is not None:
+                self.sim.memory.release(data.nbytes)  # the caller's array: not the pool's to keep
             elif data is not None and data.base is None and tensor not in self.viewed and self.sim.memory is not None:
                 self.sim.memory.release(data.nbytes)
                 if self.sim.recycled is not None:
