@@ -1552,7 +1552,10 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
         product = a.T @ b
         if accumulate:
             product = product + out.read_accumulator().reshape(m, n)
-        _store(out, product.reshape(out.shape), _mask_values(mask, out.shape))
+        if fresh and mask is None:
+            out.adopt(product)  # a new PSUM tile: the product is its array
+        else:
+            _store(out, product.reshape(out.shape), _mask_values(mask, out.shape))
     return out
 
 

@@ -689,6 +689,20 @@ class Tile(TensorViews):
         with self._gathering():
             return np.where(initialized[self.sub.numpy_key()], values, 0.0)
 
+    def adopt(self, values: np.ndarray) -> None:
+        """Write an instruction's freshly computed array (which nothing else holds) into its fresh result: where
+        that result is unfilled and taken whole, unmasked, the array becomes the tensor's own (no copy of it);
+        else it is written as `write` does."""
+        storage = self.storage
+        if (storage.unfilled and values.dtype == storage.dtype and values.shape == storage.shape
+                and values.flags.c_contiguous and values.flags.writeable and self.is_whole):
+            storage.unfilled = False
+            storage.data = values
+            if storage.initialized is not None:
+                storage.initialized[...] = True
+        else:
+            self.write(values)
+
     def accumulate(self, values: np.ndarray) -> None:
         """PSUM accumulation: this tile's accumulator (`read_accumulator`) plus `values`, written back. Where the
         tile is a float32 view written whole (a matmul loop's PSUM tile after its first step) the float32 sum is
