@@ -380,16 +380,29 @@ class _Replay:
             raise TapeError(f"launch grid {grid!r} is not a list of sizes")
         end_launch(self.sim, tuple(grid))
 
+    def _output_array(self, tile: Tile, only_once: bool) -> np.ndarray:
+        """An output's values: the replay's own array of a whole tensor returned `only_once`, handed over (the
+        replay ends here, and a full-size output is hundreds of megabytes to copy), else a copy (part of a
+        tensor, an input the caller holds, memory another tensor views, a tensor returned twice)."""
+        storage = tile.storage
+        values = tile.read()
+        data = storage.data
+        if (only_once and tile.is_whole and data is not None and data.base is None and not storage.borrowed
+                and storage.id not in self.viewed and data.flags.c_contiguous):
+            storage.data = None  # the caller's now: no later entry touches it or lends it to another replay
+            return data
+        return np.array(values)
+
     def returned(self, entry: list[Any]) -> None:
         _, plain = self._fields(entry, 2)
         if not isinstance(plain, list):
             raise TapeError("the kernel's outputs are not a list of tiles")
         tiles = [self.reader.value(item) for item in plain]
-        outputs: list[np.ndarray | None] = []
-        for tile in tiles:
-            if not isinstance(tile, Tile) or tile.buffer != HBM:
-                raise TapeError("an output of the kernel is not an HBM tensor")
-            outputs.append(np.array(tile.read()) if self.sim.numeric else None)
+        if not all(isinstance(tile, Tile) and tile.buffer == HBM for tile in tiles):
+            raise TapeError("an output of the kernel is not an HBM tensor")
+        outputs: list[np.ndarray | None] = [
+            self._output_array(tile, sum(t.storage is tile.storage for t in tiles) == 1) if self.sim.numeric else None
+            for tile in tiles]
         returned_input = returns_unwritten_input(self.sim.trace, tiles, self.input_ids)
         self.result = RunResult(outputs, self.sim.trace, [t.shape for t in tiles], returned_input,
                                 set(self.input_ids))

@@ -547,3 +547,36 @@ def kernel(a, b):
     for k in range(4):
         expected = expected + a[k * 128:(k + 1) * 128].T @ b[k * 128:(k + 1) * 128]
     assert replay(tape, [a, b], "trn1", numeric=True).outputs[0].tobytes() == expected.tobytes()
+
+
+def test_an_output_tensor_is_handed_over_and_a_tensor_returned_twice_is_copied(recorded, x) -> None:
+    """The replay hands its whole output tensor's array to the caller (a full-size output is hundreds of
+    megabytes to copy); a tensor returned twice comes back as two arrays that do not share memory."""
+    wide = np.tile(x, (1, 128))  # 128 x 8192: 4 MiB
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for c in nl.affine_range(16):
+        nl.store(out[:, c * 512:(c + 1) * 512], value=nl.exp(nl.load(x[:, c * 512:(c + 1) * 512])))
+    return out
+""", wide)
+    tracemalloc.start()
+    try:
+        outputs = replay(tape, [wide], "trn1", numeric=True).outputs
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(outputs[0], np.exp(wide))
+    assert peak < 1.5 * wide.nbytes  # the output once, not the tensor and a copy of it
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.exp(nl.load(x)))
+    return out, out
+""", x)
+    first, second = replay(tape, [x], "trn1", numeric=True).outputs
+    np.testing.assert_array_equal(first, np.exp(x))
+    np.testing.assert_array_equal(second, np.exp(x))
+    assert not np.shares_memory(first, second)
