@@ -82,14 +82,18 @@ class ReplayLimits:
 
 def replay(tape: Any, inputs: Sequence[np.ndarray | TensorSpec], hardware: str, numeric: bool,
            kernel_file: str = "kernel.py", limits: ReplayLimits = ReplayLimits(),
-           recycled: BufferPool | None = None, liveness: BlockLiveness | None = None) -> RunResult:
+           recycled: BufferPool | None = None, liveness: BlockLiveness | None = None,
+           borrow_inputs: bool = False) -> RunResult:
     """Run the tape's calls again on `inputs` (arrays for a numeric replay, else shapes): the outputs
     (None when trace-only), the instruction trace this replay recorded, and the guards' facts. A numeric
     replay takes the arrays of its tensors from `recycled` where it has them, and leaves there those of
     the tensors it drops (the replays of one check share one); given the `liveness` of the tape's large
-    block tensors (from a trace-only replay of it), it holds those block by block (blocks.py)."""
+    block tensors (from a trace-only replay of it), it holds those block by block (blocks.py). It copies
+    its inputs, unless it may `borrow_inputs`: read them where they are (copying one the kernel writes),
+    which only a caller whose arrays nothing else writes meanwhile may allow (a reference that writes its
+    inputs, running beside the replay, would change what the replay reads)."""
     reader = tape if isinstance(tape, TapeReader) else TapeReader(tape)
-    return _Replay(reader, hardware, numeric, kernel_file, limits, recycled, liveness).run(inputs)
+    return _Replay(reader, hardware, numeric, kernel_file, limits, recycled, liveness, borrow_inputs).run(inputs)
 
 
 def declares_block_tensors(tape: TapeReader, smallest: int = SMALLEST) -> bool:
@@ -108,8 +112,9 @@ class _Replay:
     """One replay: the simulation, the tensors the tape's entries may refer to, the outputs."""
 
     def __init__(self, reader: TapeReader, hardware: str, numeric: bool, kernel_file: str, limits: ReplayLimits,
-                 recycled: BufferPool | None, liveness: BlockLiveness | None):
+                 recycled: BufferPool | None, liveness: BlockLiveness | None, borrow_inputs: bool = False):
         self.reader = reader
+        self.borrow_inputs = borrow_inputs
         self.sim = Simulation(numeric=numeric, hardware=hardware)
         self.sim.trace.kernel_file = kernel_file
         self.sim.trace.loops = reader.loops  # the recorded loop statements (they grow with a streamed tape)
@@ -211,11 +216,20 @@ class _Replay:
                             f"{np.dtype(given.dtype).name}{list(given.shape)}")
         data = None
         if self.sim.numeric:
-            self.sim.memory.reserve(math.prod(dims) * dtype.itemsize)  # type: ignore[union-attr]
-            data = np.asarray(given).view()  # the caller's array, read-only: copied if the kernel writes it
-            data.flags.writeable = False
+            memory = self.sim.memory
+            memory.reserve(math.prod(dims) * dtype.itemsize)  # type: ignore[union-attr]
+            if self.borrow_inputs:
+                data = np.asarray(given).view()  # the caller's array, read-only: copied if the kernel writes it
+                data.flags.writeable = False
+            else:
+                recycled = self.sim.recycled
+                data = recycled.take(dims, dtype, memory.used) if recycled is not None else None  # type: ignore[union-attr]
+                if data is None:
+                    data = np.array(given, dtype=dtype, copy=True)
+                else:
+                    data[...] = given  # the previous seed's input array, this seed's values
         storage = Storage(self.sim, shown_name(name), HBM, dims, dtype, -1, data)
-        storage.borrowed = data is not None
+        storage.borrowed = self.borrow_inputs and data is not None
         self._new(tensor, storage)
         self.input_ids.add(storage.id)
 

@@ -476,9 +476,11 @@ def test_a_gather_s_index_arrays_count_against_the_memory_budget(recorded, rng) 
     np.testing.assert_array_equal(result.outputs[0], x[np.arange(128)[:, None], rows])
 
 
-def test_a_replay_reads_its_inputs_where_they_are_and_copies_one_it_writes(recorded, rng) -> None:
-    """The caller's input arrays are read in place (no copy of gigabytes the kernel only loads from) and
-    never written: a kernel that stores into its input writes the replay's own copy of it."""
+def test_a_replay_may_borrow_its_inputs_and_copies_one_it_writes(recorded, rng) -> None:
+    """Allowed to borrow them (a seed worker: the reference runs after the replay), a replay reads the caller's
+    input arrays where they are (no copy of gigabytes the kernel only loads from) and never writes them: a
+    kernel that stores into its input writes the replay's own copy of it. Not allowed, it copies them (a
+    reference running beside the replay may write its inputs)."""
     x = rng.standard_normal((128, 8192)).astype(np.float32)  # 4 MiB
     tape, _ = recorded(HEADER + """
 @nki.jit
@@ -487,14 +489,16 @@ def kernel(x):
     nl.store(out, value=nl.exp(nl.load(x[:, 0:64])))
     return out
 """, x)
-    tracemalloc.start()
-    try:
-        outputs = replay(tape, [x], "trn1", numeric=True).outputs
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    np.testing.assert_array_equal(outputs[0], np.exp(x[:, :64]))
-    assert peak < x.nbytes / 4
+    peaks = []
+    for borrow in (True, False):
+        tracemalloc.start()
+        try:
+            outputs = replay(tape, [x], "trn1", numeric=True, borrow_inputs=borrow).outputs
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        np.testing.assert_array_equal(outputs[0], np.exp(x[:, :64]))
+    assert peaks[0] < x.nbytes / 4 < x.nbytes < peaks[1]
     tape, _ = recorded(HEADER + """
 @nki.jit
 def kernel(x):
@@ -502,7 +506,7 @@ def kernel(x):
     return x
 """, x)
     before = x.copy()
-    written = replay(tape, [x], "trn1", numeric=True).outputs[0]
+    written = replay(tape, [x], "trn1", numeric=True, borrow_inputs=True).outputs[0]
     np.testing.assert_array_equal(x, before)
     np.testing.assert_array_equal(written[:, :64], np.exp(before[:, :64]))
     np.testing.assert_array_equal(written[:, 64:], before[:, 64:])
@@ -563,7 +567,7 @@ def kernel(x):
 """, wide)
     tracemalloc.start()
     try:
-        outputs = replay(tape, [wide], "trn1", numeric=True).outputs
+        outputs = replay(tape, [wide], "trn1", numeric=True, borrow_inputs=True).outputs
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
