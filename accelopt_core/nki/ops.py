@@ -558,7 +558,10 @@ def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype
         values = np.transpose(values, axes) if axes is not None else values
         if rmw:
             values = out.read().astype(np.float32) + values.astype(np.float32)
-        out.write(values.astype(np.float32).astype(out.dtype) if out.dtype != values.dtype else values, active)
+        if fresh and active is None and not rmw and src.storage.borrowed and values.dtype == out.dtype:
+            out.borrow(values)  # a load of an input the replay reads in place: a view of it, not a copy
+        else:
+            out.write(values.astype(np.float32).astype(out.dtype) if out.dtype != values.dtype else values, active)
     return out
 
 

@@ -703,6 +703,20 @@ class Tile(TensorViews):
         else:
             self.write(values)
 
+    def borrow(self, values: np.ndarray) -> None:
+        """A DMA's fresh result holding a borrowed input's elements (`Storage.borrowed`): where it is unfilled and
+        taken whole, it reads them where they are (a view: the caller's arrays never change during a replay)
+        until something writes it; else they are written as `write` does."""
+        storage = self.storage
+        if storage.unfilled and values.dtype == storage.dtype and values.shape == storage.shape and self.is_whole:
+            view = values.view()
+            view.flags.writeable = False
+            storage.unfilled = False
+            storage.data = view
+            storage.borrowed = True
+        else:
+            self.write(values)
+
     def accumulate(self, values: np.ndarray) -> None:
         """PSUM accumulation: this tile's accumulator (`read_accumulator`) plus `values`, written back. Where the
         tile is a float32 view written whole (a matmul loop's PSUM tile after its first step) the float32 sum is

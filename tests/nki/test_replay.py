@@ -584,3 +584,23 @@ def kernel(x):
     np.testing.assert_array_equal(first, np.exp(x))
     np.testing.assert_array_equal(second, np.exp(x))
     assert not np.shares_memory(first, second)
+
+
+def test_a_tile_loaded_from_a_borrowed_input_is_copied_when_written(recorded, rng) -> None:
+    """A load of a borrowed input reads it where it is; writing part of the loaded tile writes the tile's own
+    copy, never the caller's array."""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    tile = nl.load(x)
+    tile[0:32, :] = nl.exp(tile[0:32, :])
+    nl.store(out, value=tile)
+    return out
+""", x)
+    before = x.copy()
+    out = replay(tape, [x], "trn1", numeric=True, borrow_inputs=True).outputs[0]
+    np.testing.assert_array_equal(x, before)
+    np.testing.assert_array_equal(out[:32], np.exp(before[:32]))
+    np.testing.assert_array_equal(out[32:], before[32:])
