@@ -328,7 +328,7 @@ def _mask_values(mask: Mask | None, shape: tuple[int, ...]) -> np.ndarray | None
 def _result(shape: tuple[int, ...], dtype: Any, buffer: str = SBUF) -> Tile:
     """An instruction's new result tile: its shape is already a tuple of ints and its buffer a kind, so
     it skips the parsing `allocate` does for a kernel's own declarations."""
-    return declare(buffer, shape, 0, dtypes.as_dtype(dtype))
+    return declare(buffer, shape, 0, dtypes.as_dtype(dtype), result=True)
 
 
 def _lane_wise(op: Op, engine: str) -> bool:
@@ -561,7 +561,10 @@ def dma_copy(src: Tile, dst: Tile | None = None, mask: Mask | None = None, dtype
         values = np.transpose(values, axes) if axes is not None else values
         if rmw:
             values = out.read().astype(np.float32) + values.astype(np.float32)
-        out.write(values.astype(np.float32).astype(out.dtype) if out.dtype != values.dtype else values, active)
+        if fresh and active is None and not rmw and src.storage.borrowed and values.dtype == out.dtype:
+            out.borrow(values)  # a load of an input the replay reads in place: a view of it, not a copy
+        else:
+            out.write(values.astype(np.float32).astype(out.dtype) if out.dtype != values.dtype else values, active)
     return out
 
 
@@ -680,8 +683,7 @@ def accumulate(dst: Tile, other: Any, op: str) -> None:
             other.storage.producer = None
             if sim.numeric:  # a masked matmul adds only the elements it computed (`written`)
                 kept = other.storage.written
-                dst.write(dst.read_accumulator() + other.read().reshape(dst.shape),
-                          None if kept is None else kept.reshape(dst.shape))
+                dst.accumulate(other.read().reshape(dst.shape), None if kept is None else kept.reshape(dst.shape))
             return
     if dst.buffer == HBM:
         raise HardwareRuleError(f"cannot compute on HBM tensor {dst.name} in place; load, compute, store")
@@ -1558,7 +1560,10 @@ def nc_matmul(stationary: Tile, moving: Tile, *, is_transpose: bool = False, mas
         product = a.T @ b
         if accumulate:
             product = product + out.read_accumulator().reshape(m, n)
-        _store(out, product.reshape(out.shape), _mask_values(mask, out.shape))
+        if fresh and mask is None:
+            out.adopt(product)  # a new PSUM tile: the product is its array
+        else:
+            _store(out, product.reshape(out.shape), _mask_values(mask, out.shape))
     return out
 
 

@@ -82,14 +82,18 @@ class ReplayLimits:
 
 def replay(tape: Any, inputs: Sequence[np.ndarray | TensorSpec], hardware: str, numeric: bool,
            kernel_file: str = "kernel.py", limits: ReplayLimits = ReplayLimits(),
-           recycled: BufferPool | None = None, liveness: BlockLiveness | None = None) -> RunResult:
+           recycled: BufferPool | None = None, liveness: BlockLiveness | None = None,
+           borrow_inputs: bool = False) -> RunResult:
     """Run the tape's calls again on `inputs` (arrays for a numeric replay, else shapes): the outputs
     (None when trace-only), the instruction trace this replay recorded, and the guards' facts. A numeric
     replay takes the arrays of its tensors from `recycled` where it has them, and leaves there those of
     the tensors it drops (the replays of one check share one); given the `liveness` of the tape's large
-    block tensors (from a trace-only replay of it), it holds those block by block (blocks.py)."""
+    block tensors (from a trace-only replay of it), it holds those block by block (blocks.py). It copies
+    its inputs, unless it may `borrow_inputs`: read them where they are (copying one the kernel writes),
+    which only a caller whose arrays nothing else writes meanwhile may allow (a reference that writes its
+    inputs, running beside the replay, would change what the replay reads)."""
     reader = tape if isinstance(tape, TapeReader) else TapeReader(tape)
-    return _Replay(reader, hardware, numeric, kernel_file, limits, recycled, liveness).run(inputs)
+    return _Replay(reader, hardware, numeric, kernel_file, limits, recycled, liveness, borrow_inputs).run(inputs)
 
 
 def declares_block_tensors(tape: TapeReader, smallest: int = SMALLEST) -> bool:
@@ -108,8 +112,9 @@ class _Replay:
     """One replay: the simulation, the tensors the tape's entries may refer to, the outputs."""
 
     def __init__(self, reader: TapeReader, hardware: str, numeric: bool, kernel_file: str, limits: ReplayLimits,
-                 recycled: BufferPool | None, liveness: BlockLiveness | None):
+                 recycled: BufferPool | None, liveness: BlockLiveness | None, borrow_inputs: bool = False):
         self.reader = reader
+        self.borrow_inputs = borrow_inputs
         self.sim = Simulation(numeric=numeric, hardware=hardware)
         self.sim.trace.kernel_file = kernel_file
         self.sim.trace.loops = reader.loops  # the recorded loop statements (they grow with a streamed tape)
@@ -213,13 +218,18 @@ class _Replay:
         if self.sim.numeric:
             memory = self.sim.memory
             memory.reserve(math.prod(dims) * dtype.itemsize)  # type: ignore[union-attr]
-            recycled = self.sim.recycled
-            data = recycled.take(dims, dtype, memory.used) if recycled is not None else None  # type: ignore[union-attr]
-            if data is None:
-                data = np.array(given, dtype=dtype, copy=True)
+            if self.borrow_inputs:
+                data = np.asarray(given).view()  # the caller's array, read-only: copied if the kernel writes it
+                data.flags.writeable = False
             else:
-                data[...] = given  # the previous seed's input array, this seed's values
+                recycled = self.sim.recycled
+                data = recycled.take(dims, dtype, memory.used) if recycled is not None else None  # type: ignore[union-attr]
+                if data is None:
+                    data = np.array(given, dtype=dtype, copy=True)
+                else:
+                    data[...] = given  # the previous seed's input array, this seed's values
         storage = Storage(self.sim, shown_name(name), HBM, dims, dtype, -1, data)
+        storage.borrowed = self.borrow_inputs and data is not None
         self._new(tensor, storage)
         self.input_ids.add(storage.id)
 
@@ -280,6 +290,8 @@ class _Replay:
             if blocks is not None and blocks.holds(tensor):
                 blocks.forget(tensor)
                 self.sim.memory.release(data.nbytes)  # type: ignore[union-attr]
+            elif storage.borrowed and self.sim.memory is not None:
+                self.sim.memory.release(data.nbytes)  # the caller's array: not the pool's to keep
             elif data is not None and data.base is None and tensor not in self.viewed and self.sim.memory is not None:
                 self.sim.memory.release(data.nbytes)
                 if self.sim.recycled is not None:
@@ -382,16 +394,29 @@ class _Replay:
             raise TapeError(f"launch grid {grid!r} is not a list of sizes")
         end_launch(self.sim, tuple(grid))
 
+    def _output_array(self, tile: Tile, only_once: bool) -> np.ndarray:
+        """An output's values: the replay's own array of a whole tensor returned `only_once`, handed over (the
+        replay ends here, and a full-size output is hundreds of megabytes to copy), else a copy (part of a
+        tensor, an input the caller holds, memory another tensor views, a tensor returned twice)."""
+        storage = tile.storage
+        values = tile.read()
+        data = storage.data
+        if (only_once and tile.is_whole and data is not None and data.base is None and not storage.borrowed
+                and storage.id not in self.viewed and data.flags.c_contiguous):
+            storage.data = None  # the caller's now: no later entry touches it or lends it to another replay
+            return data
+        return np.array(values)
+
     def returned(self, entry: list[Any]) -> None:
         _, plain = self._fields(entry, 2)
         if not isinstance(plain, list):
             raise TapeError("the kernel's outputs are not a list of tiles")
         tiles = [self.reader.value(item) for item in plain]
-        outputs: list[np.ndarray | None] = []
-        for tile in tiles:
-            if not isinstance(tile, Tile) or tile.buffer != HBM:
-                raise TapeError("an output of the kernel is not an HBM tensor")
-            outputs.append(np.array(tile.read()) if self.sim.numeric else None)
+        if not all(isinstance(tile, Tile) and tile.buffer == HBM for tile in tiles):
+            raise TapeError("an output of the kernel is not an HBM tensor")
+        outputs: list[np.ndarray | None] = [
+            self._output_array(tile, sum(t.storage is tile.storage for t in tiles) == 1) if self.sim.numeric else None
+            for tile in tiles]
         returned_input = returns_unwritten_input(self.sim.trace, tiles, self.input_ids)
         self.result = RunResult(outputs, self.sim.trace, [t.shape for t in tiles], returned_input,
                                 set(self.input_ids))

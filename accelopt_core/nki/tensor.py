@@ -296,6 +296,7 @@ class Storage:
     """One allocation. `data` is None in trace-only mode."""
 
     __slots__ = (
+        "borrowed",
         "buffer",
         "consumed",
         "data",
@@ -312,6 +313,7 @@ class Storage:
         "producer",
         "shape",
         "slots",
+        "unfilled",
         "written",
     )
 
@@ -334,6 +336,13 @@ class Storage:
         # `dst[...] = t` made t's producer write dst: t's values now live there, and so do its reads
         self.moved_to: Tile | None = None
         self.slots = slots  # direct allocation: the physical tile of each logical block
+        # an instruction's fresh result whose array is not filled yet: most results are written whole by the
+        # instruction that creates them, so the fill that makes never-written memory visible is made only
+        # when something else comes first (`fill_unwritten`)
+        self.unfilled = False
+        # an input's array is the caller's, read-only, until something writes the tensor (`own`): a replay reads
+        # its inputs where they are instead of copying gigabytes the kernel only loads from
+        self.borrowed = False
         # PSUM in numeric mode: which elements hold a written value. A matmul accumulating onto
         # never-written PSUM starts its accumulation group there (its first write overwrites).
         self.initialized = np.zeros(shape, dtype=bool) if buffer == PSUM and data is not None else None
@@ -354,6 +363,20 @@ class Storage:
         sim.trace.tensors[self.id] = info
         if sim.registry is not None:
             sim.registry[self.id] = self
+
+    def own(self) -> None:
+        """Copy a borrowed input's array before anything writes it or views it as another tensor (the caller's
+        arrays stay as they were)."""
+        if self.borrowed:
+            self.borrowed = False
+            self.data = np.array(self.data, copy=True)
+
+    def fill_unwritten(self) -> None:
+        """Fill an unfilled result's array as fresh memory is (`_uninitialized`): something reads it, writes
+        part of it, or views it before its instruction wrote it whole."""
+        if self.unfilled:
+            self.unfilled = False
+            self.data.fill(_garbage(self.dtype))  # type: ignore[union-attr]
 
 
 # the newer API's tensor views by access pattern (NKI 2.27 and later), not simulated
@@ -476,6 +499,8 @@ class Tile(TensorViews):
             raise KernelUsageError(f"cannot reshape {self.storage.name} of shape {self.shape} to {new_shape}")
         if not self.is_whole:
             raise KernelUsageError("only a whole tensor can be reshaped")
+        self.storage.fill_unwritten()
+        self.storage.own()
         data = self.storage.data.reshape(new_shape) if self.storage.data is not None else None
         return self._alias("reshaped", new_shape, self.storage.dtype, 0, data)
 
@@ -544,6 +569,8 @@ class Tile(TensorViews):
         if last % new.itemsize:
             raise KernelUsageError(f"cannot view {self.storage.name} of shape {self.shape} ({old.name}) as {new.name}")
         new_shape = (*self.shape[:-1], last // new.itemsize)
+        self.storage.fill_unwritten()
+        self.storage.own()
         data = self.storage.data.view(new) if self.storage.data is not None else None
         return self._alias(f"as_{new.name}", new_shape, new, self.storage.partition_axis, data)
 
@@ -557,7 +584,10 @@ class Tile(TensorViews):
 
     # --- data, for numeric mode --------------------------------------------------------------
     def read(self) -> np.ndarray:
-        data = self.storage.data
+        storage = self.storage
+        if storage.unfilled:
+            storage.fill_unwritten()
+        data = storage.data
         assert data is not None
         view = self.sub.view(data)
         if view is not None:
@@ -594,11 +624,19 @@ class Tile(TensorViews):
                     self.storage.data[other] = self.storage.data[block]
 
     def _write(self, values: np.ndarray | float, mask: np.ndarray | None = None) -> None:
-        data = self.storage.data
+        storage = self.storage
+        if storage.borrowed:
+            storage.own()
+        data = storage.data
         assert data is not None
         values = np.asarray(values)
         if values.shape != self.shape and values.size == self.size:
             values = values.reshape(self.shape)
+        if storage.unfilled:
+            if mask is None and self.is_whole:
+                storage.unfilled = False  # every element is written now
+            else:
+                storage.fill_unwritten()
         view = self.sub.view(data)
         if view is None:
             with self._gathering():
@@ -650,6 +688,53 @@ class Tile(TensorViews):
             return values if written.all() else np.where(written, values, 0.0)
         with self._gathering():
             return np.where(initialized[self.sub.numpy_key()], values, 0.0)
+
+    def adopt(self, values: np.ndarray) -> None:
+        """Write an instruction's freshly computed array (which nothing else holds) into its fresh result: where
+        that result is unfilled and taken whole, unmasked, the array becomes the tensor's own (no copy of it);
+        else it is written as `write` does."""
+        storage = self.storage
+        if (storage.unfilled and values.dtype == storage.dtype and values.shape == storage.shape
+                and values.flags.c_contiguous and values.flags.writeable and self.is_whole):
+            storage.unfilled = False
+            storage.data = values
+            if storage.initialized is not None:
+                storage.initialized[...] = True
+        else:
+            self.write(values)
+
+    def borrow(self, values: np.ndarray) -> None:
+        """A DMA's fresh result holding a borrowed input's elements (`Storage.borrowed`): where it is unfilled and
+        taken whole, it reads them where they are (a view: the caller's arrays never change during a replay)
+        until something writes it; else they are written as `write` does."""
+        storage = self.storage
+        if storage.unfilled and values.dtype == storage.dtype and values.shape == storage.shape and self.is_whole:
+            view = values.view()
+            view.flags.writeable = False
+            storage.unfilled = False
+            storage.data = view
+            storage.borrowed = True
+        else:
+            self.write(values)
+
+    def accumulate(self, values: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """PSUM accumulation: this tile's accumulator (`read_accumulator`) plus `values`, written back (where `mask`:
+        a masked matmul adds only what it computed). Where the tile is a float32 view written whole (a matmul
+        loop's PSUM tile after its first step) the float32 sum is made in place, with the rounding the written-back
+        sum has; else through `write`."""
+        storage = self.storage
+        view = None
+        if mask is not None:
+            self.write(self.read_accumulator() + values, mask)
+            return
+        if (storage.dtype_name == "float32" and values.dtype == np.float32 and storage.slots is None
+                and not storage.unfilled and storage.data is not None):
+            view = self.sub.view(storage.data)
+        initialized = storage.initialized
+        if view is not None and (initialized is None or self.sub.view(initialized).all()):
+            np.add(view, values, out=view)
+        else:
+            self.write(self.read_accumulator() + values)
 
     def access(self, nbytes: int | None = None) -> Access:
         storage = self.storage
@@ -812,6 +897,19 @@ def _uninitialized(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.full(shape, _garbage(dtype), dtype=dtype)
 
 
+def _fresh_array(sim: Simulation, dims: tuple[int, ...], dtype: np.dtype, filled: bool) -> np.ndarray:
+    """A new tensor's array: from the replay's pool where it keeps one, filled as fresh memory is unless not
+    `filled` (its contents then are whatever the memory held)."""
+    recycled, memory = sim.recycled, sim.memory
+    if recycled is not None and memory is not None:
+        if filled:
+            return recycled.uninitialized(dims, dtype, memory.used)
+        data = recycled.take(dims, dtype, memory.used)
+        if data is not None:
+            return data
+    return _uninitialized(dims, dtype) if filled else np.empty(dims, dtype=dtype)
+
+
 def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = "") -> Tile:
     """Allocate a tensor, checking the partition and capacity rules the compiler enforces."""
     sim = current()
@@ -846,9 +944,10 @@ def allocate(shape: Any, dtype: Any, buffer: Buffer | str | None, name: str = ""
 
 
 def declare(kind: str, dims: tuple[int, ...], partition_axis: int, dtype: np.dtype, name: str = "",
-            placement: Placement | None = None) -> Tile:
+            placement: Placement | None = None, result: bool = False) -> Tile:
     """A new tensor of `kind`, its blocks where `placement` puts them (None: the compiler allocates),
-    after the rules the compiler checks. What `allocate` creates, and what a replay rebuilds."""
+    after the rules the compiler checks. What `allocate` creates, and what a replay rebuilds. An
+    instruction's fresh `result` is left unfilled until something needs it filled (`Storage.unfilled`)."""
     sim = current()
     slots = None
     if placement is not None:
@@ -870,9 +969,9 @@ def declare(kind: str, dims: tuple[int, ...], partition_axis: int, dtype: np.dty
         if sim.memory is not None:
             sim.memory.reserve(math.prod(dims) * dtype.itemsize)
         if not by_block:
-            data = (sim.recycled.uninitialized(dims, dtype, sim.memory.used)
-                    if sim.recycled is not None and sim.memory is not None else _uninitialized(dims, dtype))
+            data = _fresh_array(sim, dims, dtype, filled=not result or placement is not None)
     storage = Storage(sim, name, kind, dims, dtype, partition_axis, data, slots)
+    storage.unfilled = data is not None and result and placement is None
     if by_block:
         sim.blocks.adopt(storage, _garbage(dtype))  # type: ignore[union-attr]
     if sim.tape is not None:
@@ -894,6 +993,7 @@ def host_fill(tile: Tile, values: Any) -> None:
     if isinstance(values, np.ndarray) and values.shape != storage.shape:
         raise KernelUsageError(f"host data of shape {values.shape} for {storage.name} of shape {storage.shape}")
     sim = current()
+    storage.own()
     if storage.data is not None:
         storage.data[...] = values
     sim.trace.host_written.add(storage.id)

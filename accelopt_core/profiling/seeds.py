@@ -277,8 +277,10 @@ def _check_seed(index: int, seconds: float, job: SeedJob, reader: Any, pool: Any
         return SeedVerdict(index, "drift", problem=drift)
     started = time.monotonic()
     try:
+        # the reference runs after the replay: the replay may read the inputs where they are (no copy)
         replayed = replay(reader, inputs, job.hardware, numeric=True, kernel_file=job.kernel_file,
-                          limits=ReplayLimits(job.memory_bytes, seconds), recycled=pool, liveness=liveness)
+                          limits=ReplayLimits(job.memory_bytes, seconds), recycled=pool, liveness=liveness,
+                          borrow_inputs=True)
     except NkiError as exc:
         return SeedVerdict(index, "kernel", problem=str(exc), line=exc.line, seconds=time.monotonic() - started)
     except TapeError as exc:

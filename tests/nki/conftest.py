@@ -138,10 +138,14 @@ def numeric_hardware(kernel: Kernel) -> str:
 
 def assert_replays(numeric: RunResult, traced: RunResult, arrays: list[np.ndarray], hardware: str) -> None:
     """The recorded tape, as JSON, replays to the numeric run's outputs (bit for bit) and trace, also when
-    the replay holds every block tensor block by block (nki/blocks.py; in production only large ones)."""
+    the replay holds every block tensor block by block (nki/blocks.py; in production only large ones), and
+    when it borrows its inputs (reads them and the tiles loaded from them where they are), leaving the
+    caller's arrays as they were."""
     plain = json.loads(json.dumps(tape_to_plain(traced.trace)))
-    for liveness in (None, BlockLiveness.of(traced.trace, smallest=1)):
-        replayed = replay(plain, arrays, hardware, numeric=True, liveness=liveness)
+    given = [a.copy() for a in arrays]
+    for liveness, borrow in ((None, False), (BlockLiveness.of(traced.trace, smallest=1), False), (None, True)):
+        replayed = replay(plain, arrays, hardware, numeric=True, liveness=liveness, borrow_inputs=borrow)
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(arrays, given, strict=True))
         assert len(replayed.outputs) == len(numeric.outputs)
         for ours, theirs in zip(replayed.outputs, numeric.outputs, strict=True):
             assert ours is not None and theirs is not None and ours.dtype == theirs.dtype

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from accelopt_core.nki.tensor import PSUM, Simulation, declare, pop, push
+
 HEADER = """
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
@@ -169,8 +171,6 @@ def kernel(a):
 def test_a_fully_written_accumulator_is_read_as_it_is_and_an_unwritten_one_as_zeros(rng):
     """A matmul accumulating onto PSUM reads the tile's own float32 values where every element was written (no
     copy, no mask), and 0 where nothing was written yet (a new accumulation group starts there)."""
-    from accelopt_core.nki.tensor import PSUM, Simulation, declare, pop, push
-
     sim = Simulation(numeric=True, hardware="trn1")
     push(sim)
     try:
@@ -207,3 +207,22 @@ def kernel(a, b):
     expected = a.T @ b
     expected[:, :256] *= 2
     np.testing.assert_allclose(both.out, expected, rtol=1e-4, atol=1e-3)
+
+
+def test_a_fresh_result_adopts_the_array_computed_for_it() -> None:
+    """An instruction's fresh result, unfilled and written whole, takes the freshly computed array as its own
+    (no copy); a result already filled, or an array of another shape, is written into it instead."""
+    sim = Simulation(numeric=True)
+    push(sim)
+    try:
+        fresh = declare(PSUM, (128, 64), 0, np.dtype(np.float32), result=True)
+        product = np.ones((128, 64), np.float32)
+        fresh.adopt(product)
+        assert fresh.storage.data is product and fresh.storage.initialized.all()
+        filled = declare(PSUM, (128, 64), 0, np.dtype(np.float32), result=True)
+        filled.read()  # read before written: filled as fresh memory is
+        assert np.isnan(filled.read()).all()
+        filled.adopt(product)
+        assert filled.storage.data is not product and (filled.read() == 1).all()
+    finally:
+        pop()

@@ -474,3 +474,133 @@ def test_a_gather_s_index_arrays_count_against_the_memory_budget(recorded, rng) 
     rows = np.arange(128)[:, None] + np.arange(128)[None, :]
     result = replay(tape, [x], "trn1", numeric=True, limits=ReplayLimits(memory_bytes=tensors + gather))
     np.testing.assert_array_equal(result.outputs[0], x[np.arange(128)[:, None], rows])
+
+
+def test_a_replay_may_borrow_its_inputs_and_copies_one_it_writes(recorded, rng) -> None:
+    """Allowed to borrow them (a seed worker: the reference runs after the replay), a replay reads the caller's
+    input arrays where they are (no copy of gigabytes the kernel only loads from) and never writes them: a
+    kernel that stores into its input writes the replay's own copy of it. Not allowed, it copies them (a
+    reference running beside the replay may write its inputs)."""
+    x = rng.standard_normal((128, 8192)).astype(np.float32)  # 4 MiB
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.exp(nl.load(x[:, 0:64])))
+    return out
+""", x)
+    peaks = []
+    for borrow in (True, False):
+        tracemalloc.start()
+        try:
+            outputs = replay(tape, [x], "trn1", numeric=True, borrow_inputs=borrow).outputs
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        np.testing.assert_array_equal(outputs[0], np.exp(x[:, :64]))
+    assert peaks[0] < x.nbytes / 4 < x.nbytes < peaks[1]
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    nl.store(x[:, 0:64], value=nl.exp(nl.load(x[:, 0:64])))
+    return x
+""", x)
+    before = x.copy()
+    written = replay(tape, [x], "trn1", numeric=True, borrow_inputs=True).outputs[0]
+    np.testing.assert_array_equal(x, before)
+    np.testing.assert_array_equal(written[:, :64], np.exp(before[:, :64]))
+    np.testing.assert_array_equal(written[:, 64:], before[:, 64:])
+
+
+def test_a_result_written_in_part_holds_fresh_memory_elsewhere(recorded, rng) -> None:
+    """An instruction's fresh result is filled only when it is not written whole: the elements a mask left
+    out read as never-written memory (NaN), the others as computed."""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    y = nl.exp(nl.load(x), mask=(i_p < 32))
+    nl.store(out, value=nl.copy(y))
+    return out
+""", x)
+    out = replay(tape, [x], "trn1", numeric=True).outputs[0]
+    np.testing.assert_array_equal(out[:32], np.exp(x[:32]))
+    assert np.isnan(out[32:]).all()
+
+
+def test_psum_accumulation_rounds_each_matmul_s_sum_to_float32(recorded, rng) -> None:
+    """`acc += nc_matmul(...)` over K steps is float32 after every step, as on the Tensor engine: the
+    replay's sum is bit for bit the float32 running sum of the steps' float32 products."""
+    a = rng.standard_normal((512, 128)).astype(np.float32)
+    b = rng.standard_normal((512, 256)).astype(np.float32)
+    tape, _ = recorded(HEADER + """
+import neuronxcc.nki.isa as nisa
+
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((128, 256), dtype=a.dtype, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 256), dtype=nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(4):
+        acc += nisa.nc_matmul(nl.load(a[k * 128:(k + 1) * 128, :]), nl.load(b[k * 128:(k + 1) * 128, :]))
+    nl.store(out, value=nl.copy(acc))
+    return out
+""", a, b)
+    expected = np.zeros((128, 256), np.float32)
+    for k in range(4):
+        expected = expected + a[k * 128:(k + 1) * 128].T @ b[k * 128:(k + 1) * 128]
+    assert replay(tape, [a, b], "trn1", numeric=True).outputs[0].tobytes() == expected.tobytes()
+
+
+def test_an_output_tensor_is_handed_over_and_a_tensor_returned_twice_is_copied(recorded, x) -> None:
+    """The replay hands its whole output tensor's array to the caller (a full-size output is hundreds of
+    megabytes to copy); a tensor returned twice comes back as two arrays that do not share memory."""
+    wide = np.tile(x, (1, 128))  # 128 x 8192: 4 MiB
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for c in nl.affine_range(16):
+        nl.store(out[:, c * 512:(c + 1) * 512], value=nl.exp(nl.load(x[:, c * 512:(c + 1) * 512])))
+    return out
+""", wide)
+    tracemalloc.start()
+    try:
+        outputs = replay(tape, [wide], "trn1", numeric=True, borrow_inputs=True).outputs
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(outputs[0], np.exp(wide))
+    assert peak < 1.5 * wide.nbytes  # the output once, not the tensor and a copy of it
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.exp(nl.load(x)))
+    return out, out
+""", x)
+    first, second = replay(tape, [x], "trn1", numeric=True).outputs
+    np.testing.assert_array_equal(first, np.exp(x))
+    np.testing.assert_array_equal(second, np.exp(x))
+    assert not np.shares_memory(first, second)
+
+
+def test_a_tile_loaded_from_a_borrowed_input_is_copied_when_written(recorded, rng) -> None:
+    """A load of a borrowed input reads it where it is; writing part of the loaded tile writes the tile's own
+    copy, never the caller's array."""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    tape, _ = recorded(HEADER + """
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    tile = nl.load(x)
+    tile[0:32, :] = nl.exp(tile[0:32, :])
+    nl.store(out, value=tile)
+    return out
+""", x)
+    before = x.copy()
+    out = replay(tape, [x], "trn1", numeric=True, borrow_inputs=True).outputs[0]
+    np.testing.assert_array_equal(x, before)
+    np.testing.assert_array_equal(out[:32], np.exp(before[:32]))
+    np.testing.assert_array_equal(out[32:], before[32:])

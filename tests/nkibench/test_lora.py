@@ -1,8 +1,10 @@
-"""NKIBench lora: the peak work matches docs/nkibench.md."""
+"""NKIBench lora: the peak work matches docs/nkibench.md; the reference is x @ W + (x @ A) @ B in float64."""
+
+import importlib.util
 
 import numpy as np
 
-from accelopt_core.tasks.registry import find_task
+from accelopt_core.tasks.registry import find_task, task_files
 
 
 def test_peak_work_at_full_size() -> None:
@@ -18,3 +20,17 @@ def test_peak_work_at_full_size() -> None:
     assert work.vec_flops == 50_331_648  # MN
     # 4(MK + KN + KR + RN + MN) = 4(20,971,520 + 62,914,560 + 655,360 + 1,572,864 + 50,331,648)
     assert work.hbm_bytes == 545_783_808
+
+
+def test_the_reference_by_blocks_is_the_whole_float64_product() -> None:
+    """Computed by blocks of rows and of the contraction (its float64 temporaries a block's size), the
+    reference is the whole float64 formula rounded to float32, to a float32 unit in the last place (the
+    float64 sums differ in their order only)."""
+    spec = importlib.util.spec_from_file_location("lora_reference", task_files("lora").reference)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(7)
+    x, w, a, b = module.make_inputs(rng, M=2 * module.ROWS + 128, K=3 * module.DEPTH + 256, N=256, R=16)
+    x64 = x.astype(np.float64)
+    whole = (x64 @ w.astype(np.float64) + (x64 @ a.astype(np.float64)) @ b.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_max_ulp(module.reference(x, w, a, b), whole, maxulp=1)
