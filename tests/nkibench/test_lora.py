@@ -23,14 +23,13 @@ def test_peak_work_at_full_size() -> None:
 
 
 def test_the_reference_by_blocks_is_the_whole_float64_product() -> None:
-    """Computed by blocks of rows and of the contraction (its float64 temporaries a block's size), the
-    reference is the whole float64 formula rounded to float32, to a float32 unit in the last place (the
-    float64 sums differ in their order only)."""
+    """Computed by blocks of output columns (its float64 products a block's size), the reference is the whole
+    float64 formula rounded to float32, to a float32 unit in the last place."""
     spec = importlib.util.spec_from_file_location("lora_reference", task_files("lora").reference)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     rng = np.random.default_rng(7)
-    x, w, a, b = module.make_inputs(rng, M=2 * module.ROWS + 128, K=3 * module.DEPTH + 256, N=256, R=16)
+    x, w, a, b = module.make_inputs(rng, M=256, K=640, N=2 * module.COLUMNS + 128, R=16)
     x64 = x.astype(np.float64)
     whole = (x64 @ w.astype(np.float64) + (x64 @ a.astype(np.float64)) @ b.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_max_ulp(module.reference(x, w, a, b), whole, maxulp=1)
