@@ -36,9 +36,9 @@ NO_ENDPOINT = "no LLM endpoint configured: using the rule-based optimizer"
 class ProgressLine:
     """One self-rewriting status line on a terminal, plain lines elsewhere."""
 
-    def __init__(self, stream: Any = sys.stderr):
-        self.stream = stream
-        self.tty = stream.isatty()
+    def __init__(self, stream: Any = None):
+        self.stream = stream if stream is not None else sys.stderr  # the stderr of now, not of the first import
+        self.tty = self.stream.isatty()
 
     def __call__(self, event: SearchEvent) -> None:
         best = f"{event.best_latency_ms:.4g} ms" if event.best_latency_ms is not None else "-"

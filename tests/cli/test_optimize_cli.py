@@ -199,3 +199,15 @@ def test_a_kernel_importing_a_helper_of_its_package_is_optimized(tmp_path: Path)
                           "--db", str(tmp_path / "m.db")], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert "speedup" in run.stdout
+
+
+def test_the_progress_line_writes_to_the_stderr_of_its_search(monkeypatch) -> None:
+    """The progress line's stream was bound when optimize.py was first imported: a later search (a test under
+    capsys, a host that swaps sys.stderr) wrote its progress to an old stream."""
+    import io
+
+    from accelopt_core.optimize import ProgressLine
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    assert ProgressLine().stream is stream

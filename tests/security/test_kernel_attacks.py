@@ -159,7 +159,8 @@ if x.storage.data is not None:
 
 def test_a_thread_rewriting_the_traces_and_the_latency_after_the_run_fails(checked_small, honest) -> None:
     """A thread the kernel leaves behind waits for the worker's result and rewrites what it handed back:
-    the compute calls out of every trace, a latency into the result."""
+    the compute calls out of every trace, a latency into the result. Either the worker left before the thread
+    wrote (it exits at once after its result) and the verdict is the honest kernel's, or what was rewritten fails."""
     kernel = at_start("""
 import json, os, threading, time
 def rewrite():
@@ -181,7 +182,8 @@ if not any(t.name == "rewriter" for t in threading.enumerate()):
     threading.Thread(target=rewrite, name="rewriter").start()
 """)
     result = checked_small.profile(kernel, TaskRef("silu"))
-    assert result.correct is not True and gains_nothing(result, honest)
+    assert gains_nothing(result, honest)
+    assert result.correct is not True or result.latency_ms == pytest.approx(honest.latency_ms, rel=1e-9)
 
 
 SECOND_CALL = """
