@@ -125,3 +125,35 @@ def kernel(x):
     return x
 """, np.zeros((1, 1), np.int32), error=KernelUsageError)
     assert "never loaded" in err.message
+
+
+def test_specialization_is_plain_python_generators_and_class_inheritance(run, rng):
+    """NKI 0.7 specializes a kernel by tracing it with Python (the 2.33 release notes): generators and class
+    inheritance in the meta-program work as Python runs them, as they do in this simulator's trace."""
+    x = rng.standard_normal((512, 64)).astype(np.float32)
+    both = run(HEADER + """
+class Tiling:
+    rows = 256
+
+    def blocks(self, total):
+        yield from range(total // self.rows)
+
+
+class NarrowTiling(Tiling):
+    rows = 128
+
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    plan = NarrowTiling()
+    for b in plan.blocks(x.shape[0]):
+        rows = slice(b * plan.rows, (b + 1) * plan.rows)
+        t = nl.ndarray((plan.rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[rows, :])
+        nisa.activation(dst=t, op=nl.exp, data=t)
+        nisa.dma_copy(dst=out[rows, :], src=t)
+    return out
+""", x)
+    np.testing.assert_allclose(both.out, np.exp(x), rtol=1e-5)
+    assert sum(i.op == "activation" for i in both.instructions) == 4  # the subclass's 128 rows: four blocks
