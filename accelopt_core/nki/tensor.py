@@ -723,18 +723,14 @@ class Tile(TensorViews):
         loop's PSUM tile after its first step) the float32 sum is made in place, with the rounding the written-back
         sum has; else through `write`."""
         storage = self.storage
-        view = None
-        if mask is not None:
-            self.write(self.read_accumulator() + values, mask)
-            return
-        if (storage.dtype_name == "float32" and values.dtype == np.float32 and storage.slots is None
+        if (mask is None and storage.dtype_name == "float32" and values.dtype == np.float32 and storage.slots is None
                 and not storage.unfilled and storage.data is not None):
             view = self.sub.view(storage.data)
-        initialized = storage.initialized
-        if view is not None and (initialized is None or self.sub.view(initialized).all()):
-            np.add(view, values, out=view)
-        else:
-            self.write(self.read_accumulator() + values)
+            initialized = storage.initialized
+            if view is not None and (initialized is None or self.sub.view(initialized).all()):
+                np.add(view, values, out=view)
+                return
+        self.write(self.read_accumulator() + values, mask)
 
     def access(self, nbytes: int | None = None) -> Access:
         storage = self.storage
