@@ -545,8 +545,7 @@ class _Lane:
     def _append_start(self, ready: float, setup: float) -> float:
         """Start of an instruction run after everything placed so far: its setup may overlap the streaming
         of the instruction before."""
-        early = self.free - (setup if setup < self.stream else self.stream)
-        return early if early > ready else ready
+        return _queued_start(self.free, self.stream, ready, setup)
 
     def earliest(self, ready: float, occupancy: float, setup: float = 0.0) -> float:
         """Where `place` would start an instruction ready at `ready`, without placing it."""
@@ -596,11 +595,17 @@ class _Lane:
         return start
 
 
-def _gap_start(gap: list[float], ready: float, setup: float) -> float:
-    """Where an instruction ready at `ready` starts in an idle stretch: at its start, less the part of its setup
-    spent while the instruction ending there still streams (as `_Lane._append_start`), or once ready."""
-    early = gap[0] - (setup if setup < gap[2] else gap[2])
+def _queued_start(after: float, stream: float, ready: float, setup: float) -> float:
+    """Where an instruction ready at `ready` starts behind the instruction ending at `after`: its setup spent
+    while that one still streams (for at most `stream`), or once ready."""
+    early = after - (setup if setup < stream else stream)
     return early if early > ready else ready
+
+
+def _gap_start(gap: list[float], ready: float, setup: float) -> float:
+    """Where an instruction ready at `ready` starts in an idle stretch [start, end, stream]: queued behind the
+    instruction ending at its start."""
+    return _queued_start(gap[0], gap[2], ready, setup)
 
 
 class _Port:
